@@ -1,0 +1,35 @@
+# Everything the project needs is installed from here; `make demo` and `make test` work on a
+# fresh machine.  CUDA users: make setup TORCH_SPEC="torch==2.13.0" TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128"
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+EXTRAS ?= dev
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.repo_lens-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
+	$(BIN)/pip install -q -c $(VENV)/torch-pin.txt -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/repo-lens tiny build/demo-repo --mechanism repo --force
+	$(BIN)/repo-lens trace --model build/demo-repo --text "The needle is hidden in the haystack. What is the needle?"
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python bench/trace_overhead.py
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,92 @@
+"""Causal self-attention whose rotary positions come from a pluggable mechanism."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from repo_lens.model.cache import KVCache
+from repo_lens.model.config import ModelConfig
+from repo_lens.model.layers import RMSNorm
+from repo_lens.model.positions import build_position_mechanism
+from repo_lens.model.rotary import apply_rotary, rope_frequencies, rotary_cos_sin
+
+
+def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
+    """Boolean [n_queries, n_keys], True where query i (the last n_queries of the keys) may attend."""
+    query_index = torch.arange(n_keys - n_queries, n_keys, device=device)[:, None]
+    return torch.arange(n_keys, device=device)[None, :] <= query_index
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) attention. OLMo-2 adds RMSNorm over the whole q and k
+    projections before the heads are split. Keys are repeated to one per query head before
+    rotation, because learned positions differ between the query heads of a group."""
+
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.kind = cfg.layer_mechanisms[layer]
+        self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, int(cfg.n_kv_heads), cfg.d_head
+        q_width, kv_width = self.n_heads * self.d_head, self.n_kv_heads * self.d_head
+        self.q_proj = nn.Linear(cfg.d_model, q_width, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.d_model, kv_width, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.d_model, kv_width, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q_width, cfg.d_model, bias=cfg.attention_bias)
+        self.qk_norm = cfg.family == "olmo2"
+        if self.qk_norm:
+            self.q_norm = RMSNorm(q_width, cfg.rms_norm_eps, weight_before_cast=True)
+            self.k_norm = RMSNorm(kv_width, cfg.rms_norm_eps, weight_before_cast=True)
+        self.positions = build_position_mechanism(self.kind, cfg)
+        inv_freq, self.attention_scaling = rope_frequencies(
+            self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings
+        )
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+        self.hook_pos = HookPoint()  # [batch, head, pos]
+        self.hook_q = HookPoint()  # [batch, head, pos, d_head] (after rotation)
+        self.hook_k = HookPoint()  # [batch, head, pos, d_head] (after rotation; GQA keys repeated per query head)
+        self.hook_v = HookPoint()  # [batch, head, pos, d_head]
+        self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
+        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+
+    def _split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
+        batch, pos, _ = x.shape
+        x = x.view(batch, pos, n_heads, self.d_head).transpose(1, 2)
+        if n_heads != self.n_heads:
+            x = x.repeat_interleave(self.n_heads // n_heads, dim=1)
+        return x
+
+    def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
+        batch, pos, _ = h.shape
+        positions = self.hook_pos(self.positions(h, offset))
+        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (self._split_heads(q, self.n_heads), self._split_heads(k, self.n_kv_heads),
+                   self._split_heads(v, self.n_kv_heads))
+        cos, sin = rotary_cos_sin(positions, self.inv_freq, self.attention_scaling)
+        q = self.hook_q(apply_rotary(q, cos, sin))
+        k = self.hook_k(apply_rotary(k, cos, sin))
+        v = self.hook_v(v)
+        if cache is not None:
+            k, v = cache.append(self.layer, k, v)
+        n_keys = k.shape[2]
+        mask = None if n_keys == pos else causal_mask(pos, n_keys, h.device)
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        if self.hook_pattern.fwd_hooks:
+            z = self._attend_through_pattern(q, k, v, z)
+        z = self.hook_z(z.transpose(1, 2))
+        return self.o_proj(z.reshape(batch, pos, self.n_heads * self.d_head))
+
+    def _attend_through_pattern(self, q, k, v, fused_out):
+        """Materialise the pattern for hooks; recompute the output only if a hook replaced it."""
+        scores = (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5
+        mask = causal_mask(q.shape[2], k.shape[2], q.device)
+        pattern = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        hooked = self.hook_pattern(pattern)
+        if hooked is pattern:
+            return fused_out
+        return (hooked @ v.float()).to(v.dtype)

@@ -1,0 +1,102 @@
+"""The architecture description every repo_lens model is built from."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from repo_lens.errors import CheckpointError
+
+BLOCK_FAMILIES = ("olmo2", "llama")
+
+
+@dataclass
+class ModelConfig:
+    """Shapes, block family and the position mechanism of each layer.
+
+    Example:
+        >>> cfg = ModelConfig(family="olmo2", vocab_size=64, d_model=32, n_layers=3, n_heads=4,
+        ...                   d_mlp=64, layer_mechanisms=["rope", "repo", "repo"])
+        >>> cfg.d_head, cfg.d_position
+        (8, 4)
+    """
+
+    family: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_mlp: int
+    layer_mechanisms: list[str]
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    # HF-style rope scaling dict ({"rope_type": "yarn", "factor": ..., ...}) or None
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    # RePo's d_p (width of the position representation); None means d_model // 8
+    repo_dim: int | None = None
+    # position assigned by "nope" layers (RePo App. A: NoPE == RoPE at a constant position)
+    nope_position: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.family not in BLOCK_FAMILIES:
+            raise CheckpointError(
+                f"unknown block family {self.family!r}; supported: {', '.join(BLOCK_FAMILIES)}"
+            )
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise CheckpointError(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    "set head_dim explicitly"
+                )
+            self.head_dim = self.d_model // self.n_heads
+        if self.n_heads % self.n_kv_heads:
+            raise CheckpointError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+        if len(self.layer_mechanisms) != self.n_layers:
+            raise CheckpointError(
+                f"layer_mechanisms has {len(self.layer_mechanisms)} entries for "
+                f"{self.n_layers} layers; give one mechanism per layer"
+            )
+        self.layer_mechanisms = list(self.layer_mechanisms)
+
+    @property
+    def d_head(self) -> int:
+        return int(self.head_dim)  # type: ignore[arg-type]
+
+    @property
+    def d_position(self) -> int:
+        return self.repo_dim if self.repo_dim is not None else self.d_model // 8
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise CheckpointError(
+                f"unknown model config keys {unknown}; known keys: {sorted(names)}"
+            )
+        return cls(**data)
+
+
+def repo_start_layer(n_layers: int) -> int:
+    """RePo's default first re-positioned layer, ⌈L/3⌉ (RePo §3.2).
+
+    >>> repo_start_layer(16), repo_start_layer(4)
+    (6, 2)
+    """
+    return math.ceil(n_layers / 3)

@@ -1,0 +1,83 @@
+"""Position mechanisms: each assigns every token, in every head, the position its layer rotates by.
+
+A mechanism maps the attention block's input h [batch, pos, d_model] and the index of the
+first new token (non-zero when decoding with a KV cache) to positions [batch, head, pos].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repo_lens.errors import CheckpointError
+from repo_lens.model.config import ModelConfig
+
+
+class IntegerPositions(nn.Module):
+    """RoPE's linear assignment: token t sits at t (the same in every head)."""
+
+    kind = "rope"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+
+    def forward(self, h: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        batch, pos, _ = h.shape
+        index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
+        return index.expand(batch, self.n_heads, pos)
+
+
+class ConstantPositions(nn.Module):
+    """NoPE: every token at one constant position, so the rotation cancels in q·k (RePo App. A)."""
+
+    kind = "nope"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.value = float(cfg.nope_position)
+
+    def forward(self, h: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        batch, pos, _ = h.shape
+        return torch.full((1, 1, 1), self.value, device=h.device).expand(batch, self.n_heads, pos)
+
+
+class RepoPositions(nn.Module):
+    """RePo's f (Eq. 4–6): r = Swish(h W_g) ⊙ (h W_c) in R^{d_p}; one z = r W_z per head.
+
+    Parameter names follow the published checkpoint (gate_map, content_map, final_map, no
+    biases). Computed in fp32 whatever the weights' dtype.
+    """
+
+    kind = "repo"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_map = nn.Linear(cfg.d_model, cfg.d_position, bias=False)
+        self.content_map = nn.Linear(cfg.d_model, cfg.d_position, bias=False)
+        self.final_map = nn.Linear(cfg.d_position, cfg.n_heads, bias=False)
+
+    def forward(self, h: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        h32 = h.float()
+        gate = F.linear(h32, self.gate_map.weight.float())
+        content = F.linear(h32, self.content_map.weight.float())
+        z = F.linear(F.silu(gate) * content, self.final_map.weight.float())
+        return z.transpose(1, 2)  # [batch, head, pos]
+
+
+POSITION_MECHANISMS: dict[str, type[nn.Module]] = {
+    "rope": IntegerPositions,
+    "nope": ConstantPositions,
+    "repo": RepoPositions,
+}
+
+
+def build_position_mechanism(kind: str, cfg: ModelConfig) -> nn.Module:
+    try:
+        return POSITION_MECHANISMS[kind](cfg)
+    except KeyError:
+        raise CheckpointError(
+            f"unknown position mechanism {kind!r}; supported: {', '.join(POSITION_MECHANISMS)}"
+        ) from None

@@ -1,0 +1,54 @@
+"""The hookable decoder: embedding, blocks, final norm, unembedding."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from repo_lens.model.blocks import BLOCKS
+from repo_lens.model.cache import KVCache
+from repo_lens.model.config import ModelConfig
+from repo_lens.model.layers import RMSNorm
+
+
+class LensModel(HookedRootModule):
+    """A decoder-only transformer with a position mechanism per layer, hookable TransformerLens-style.
+
+    Example:
+        >>> cfg = ModelConfig(family="olmo2", vocab_size=50, d_model=32, n_layers=3, n_heads=4,
+        ...                   d_mlp=64, layer_mechanisms=["rope", "repo", "repo"])
+        >>> model = LensModel(cfg)
+        >>> logits, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]), names_filter=lambda n: n.endswith("hook_pos"))
+        >>> logits.shape, cache["blocks.1.attn.hook_pos"].shape
+        (torch.Size([1, 3, 50]), torch.Size([1, 4, 3]))
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList(BLOCKS[cfg.family](cfg, layer) for layer in range(cfg.n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=cfg.family == "olmo2")
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.unembed.weight = self.embed.weight
+        self.setup()
+
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """LongTensor [batch, pos] -> logits [batch, pos, vocab]. With ``cache``, input_ids are the
+        tokens after the cached ones and the cache is extended in place."""
+        offset = cache.seq_len if cache is not None else 0
+        x = self.hook_embed(self.embed(input_ids))
+        for block in self.blocks:
+            x = block(x, cache, offset)
+        return self.unembed(self.final_norm(x))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.cfg.n_layers)
+
+    @property
+    def layer_kinds(self) -> list[str]:
+        return list(self.cfg.layer_mechanisms)

@@ -40,7 +40,7 @@ def rope_frequencies(
     >>> inv_freq.shape, scale
     (torch.Size([4]), 1.0)
     """
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device="cpu") / head_dim
     base_inv_freq = 1.0 / (theta**exponents)
     rope_type = "default"
     if rope_scaling:
@@ -84,7 +84,7 @@ def rope_frequencies(
     low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001
-    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1)
     extrapolated = base_inv_freq.float()
     interpolated = extrapolated / factor
     keep_extrapolated = 1 - ramp

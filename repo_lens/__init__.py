@@ -1,0 +1,38 @@
+"""repo_lens: look at the positions language models learn.
+
+Example:
+    >>> import repo_lens
+    >>> lens = repo_lens.load("/path/to/checkpoint")        # doctest: +SKIP
+    >>> trace = lens.trace("The needle is in the haystack")  # doctest: +SKIP
+    >>> trace.positions.shape                                # doctest: +SKIP
+    (16, 16, 8)
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from repo_lens.errors import CheckpointError, InputError, RepoLensError, TraceFileError
+from repo_lens.lens import Lens
+from repo_lens.trace import Trace
+
+__all__ = ["CheckpointError", "InputError", "Lens", "RepoLensError", "Trace", "TraceFileError", "load"]
+__version__ = "0.1.0"
+
+
+def load(
+    source: str | os.PathLike, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
+) -> Lens:
+    """Load a checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens'
+    own format) into a :class:`Lens`. ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32."""
+    from repo_lens.model.loaders import load_checkpoint
+
+    text = str(source)
+    if text.startswith("zoo:"):
+        from repo_lens.zoo import resolve_zoo_name
+
+        source = resolve_zoo_name(text[len("zoo:"):])
+    loaded = load_checkpoint(source, device=device, dtype=dtype)
+    return Lens(loaded.model, loaded.tokenizer, loaded.meta)

@@ -1,0 +1,66 @@
+"""Input checks shared by the analyzers: every failure is an :class:`InputError` that says
+what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repo_lens.errors import InputError
+
+POSITIONS_SHAPE_HINT = (
+    "positions must have shape (n_layers, n_heads, T); for one head's positions z of shape (T,) "
+    "pass z[None, None], for (n_heads, T) pass z[None]"
+)
+
+
+def as_float_array(
+    value: object,
+    name: str,
+    *,
+    ndim: int | None = None,
+    min_ndim: int = 1,
+    allow_nan: bool = False,
+    shape_hint: str = "",
+) -> np.ndarray:
+    """``value`` as a float64 array after checking dtype, rank, emptiness and finiteness."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise InputError(f"{name} is not a rectangular numeric array ({exc}); pass a numpy array") from exc
+    if array.dtype.kind not in "biuf":
+        raise InputError(
+            f"{name} must be a numeric array; got dtype {array.dtype}. Convert it with np.asarray(..., dtype=float)"
+        )
+    if ndim is not None and array.ndim != ndim:
+        hint = shape_hint or f"pass an array of rank {ndim}"
+        raise InputError(f"{name} has rank {array.ndim} (shape {array.shape}), expected rank {ndim}; {hint}")
+    if array.ndim < min_ndim:
+        hint = shape_hint or f"pass an array of rank >= {min_ndim}"
+        raise InputError(f"{name} has rank {array.ndim} (shape {array.shape}), expected rank >= {min_ndim}; {hint}")
+    if array.size == 0:
+        raise InputError(f"{name} is empty (shape {array.shape}); pass at least one token")
+    array = array.astype(np.float64, copy=False)
+    if np.isinf(array).any():
+        where = tuple(int(i) for i in np.argwhere(np.isinf(array))[0])
+        raise InputError(f"{name} contains inf at index {where}; drop or mask those tokens first")
+    if not allow_nan and np.isnan(array).any():
+        where = tuple(int(i) for i in np.argwhere(np.isnan(array))[0])
+        raise InputError(
+            f"{name} contains NaN at index {where}; drop or mask those tokens first "
+            "(e.g. positions[..., keep] with a boolean mask keep)"
+        )
+    return array
+
+
+def as_positions(positions: object, name: str = "positions") -> np.ndarray:
+    """Check the (n_layers, n_heads, T) positions contract; return float64."""
+    return as_float_array(positions, name, ndim=3, shape_hint=POSITIONS_SHAPE_HINT)
+
+
+def check_same_length(name_a: str, length_a: int, name_b: str, length_b: int) -> None:
+    """Raise when two token axes disagree."""
+    if length_a != length_b:
+        raise InputError(
+            f"{name_a} covers {length_a} tokens but {name_b} covers {length_b}; "
+            "pass arrays computed from the same tokens"
+        )

@@ -1,0 +1,133 @@
+"""Token categories for increments-by-category tables (seeds/002): bytes and subword tokens."""
+
+from __future__ import annotations
+
+import string
+import unicodedata
+from collections.abc import Collection, Sequence
+
+import numpy as np
+
+from repo_lens.errors import InputError
+
+BYTE_CATEGORIES: tuple[str, ...] = (
+    "lowercase", "uppercase", "digit", "space", "punctuation", "newline",
+    "cjk_lead", "continuation", "other_lead", "separator", "other",
+)
+SUBWORD_CATEGORIES: tuple[str, ...] = (
+    "word_initial", "continuation", "punctuation", "number", "whitespace", "special",
+)
+SEPARATOR_ID = 256
+
+# CJK ideographs encoded with 3 UTF-8 bytes: Extension A, Unified Ideographs, Compatibility Ideographs.
+_CJK_BMP_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
+# Supplementary-plane ideographs (4 bytes; not cjk_lead bytes, but CJK characters for word boundaries).
+_CJK_SUPPLEMENTARY = (0x20000, 0x323AF)
+
+
+def is_cjk_char(char: str) -> bool:
+    """True for a CJK ideograph (the BMP blocks plus the supplementary ideographic planes).
+
+    Example:
+        >>> is_cjk_char("中"), is_cjk_char("。"), is_cjk_char("a")
+        (True, False, False)
+    """
+    code = ord(char)
+    return any(lo <= code <= hi for lo, hi in (*_CJK_BMP_RANGES, _CJK_SUPPLEMENTARY))
+
+
+def byte_categories(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Category of every token of a byte-level model (ids 0..255 UTF-8 bytes, 256 separator).
+
+    ``lowercase`` a-z, ``uppercase`` A-Z, ``digit`` 0-9, ``space`` (space, tab), ``newline``
+    (LF, CR), ``punctuation`` (ASCII punctuation), ``cjk_lead`` (lead byte of a 3-byte sequence
+    that decodes to a CJK ideograph; decided from the following two bytes, so a sequence cut off
+    by the end of the array is ``other_lead``), ``continuation`` (0x80-0xBF), ``other_lead``
+    (any other UTF-8 lead byte 0xC2-0xF4, e.g. of é, 。 or an emoji), ``separator`` (id 256, the
+    document separator / EOS), ``other`` (control bytes, DEL, bytes never valid in UTF-8).
+
+    Example:
+        >>> byte_categories(list("Hi 中!\\n".encode()) + [256]).tolist()
+        ['uppercase', 'lowercase', 'space', 'cjk_lead', 'continuation', 'continuation', 'punctuation', 'newline', 'separator']
+    """
+    ids = np.asarray(token_ids)
+    if ids.ndim != 1:
+        raise InputError(f"token_ids has shape {ids.shape}; pass a 1-D sequence of token ids")
+    if ids.size == 0:
+        raise InputError("token_ids is empty; pass at least one token id")
+    if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and np.all(ids == np.round(ids))):
+        raise InputError(f"token_ids must be integers; got dtype {ids.dtype}")
+    ids = ids.astype(np.int64)
+    if ids.min() < 0 or ids.max() > SEPARATOR_ID:
+        bad = int(ids[(ids < 0) | (ids > SEPARATOR_ID)][0])
+        raise InputError(
+            f"token id {bad} is not a byte-level id (0..255 bytes, 256 separator); "
+            "for a subword tokenizer use subword_categories(tokens)"
+        )
+    nxt1 = np.append(ids[1:], -1)
+    nxt2 = np.append(ids[2:], [-1, -1])
+    three_byte = (ids >= 0xE0) & (ids <= 0xEF)
+    cont1 = (nxt1 >= 0x80) & (nxt1 <= 0xBF)
+    cont2 = (nxt2 >= 0x80) & (nxt2 <= 0xBF)
+    code = ((ids & 0x0F) << 12) | ((nxt1 & 0x3F) << 6) | (nxt2 & 0x3F)
+    in_cjk = np.zeros(ids.shape, dtype=bool)
+    for lo, hi in _CJK_BMP_RANGES:
+        in_cjk |= (code >= lo) & (code <= hi)
+    punct = np.isin(ids, np.frombuffer(string.punctuation.encode(), dtype=np.uint8))
+    conditions = [
+        (ids >= ord("a")) & (ids <= ord("z")),
+        (ids >= ord("A")) & (ids <= ord("Z")),
+        (ids >= ord("0")) & (ids <= ord("9")),
+        (ids == 0x20) | (ids == 0x09),
+        punct,
+        (ids == 0x0A) | (ids == 0x0D),
+        three_byte & cont1 & cont2 & in_cjk,
+        (ids >= 0x80) & (ids <= 0xBF),
+        (ids >= 0xC2) & (ids <= 0xF4),
+        ids == SEPARATOR_ID,
+    ]
+    return np.select(conditions, BYTE_CATEGORIES[:-1], default="other").astype(f"<U{max(map(len, BYTE_CATEGORIES))}")
+
+
+_MARKERS = {"Ġ": " ", "▁": " ", "Ċ": "\n", "ĉ": "\t"}
+
+
+def _subword_category(token: str, special: Collection[str]) -> str:
+    if token in special:
+        return "special"
+    text = "".join(_MARKERS.get(char, char) for char in token)
+    if not text.strip():
+        return "whitespace"
+    initial = text[0].isspace()
+    core = text.strip()
+    if all(unicodedata.category(c)[0] == "N" for c in core):
+        return "number"
+    if all(unicodedata.category(c)[0] in "PS" for c in core):
+        return "punctuation"
+    return "word_initial" if initial else "continuation"
+
+
+def subword_categories(tokens: Sequence[str], special: Collection[str] = ()) -> np.ndarray:
+    """Category of every subword token (display strings, e.g. ``tokenizer.convert_ids_to_tokens``).
+
+    Byte-level BPE markers are read as whitespace ('Ġ' space, 'Ċ' newline, 'ĉ' tab), as is
+    SentencePiece's '▁'. Rules, in order: ``special`` if the token is in ``special`` (e.g.
+    ``{"<|endoftext|>"}``); ``whitespace`` if only whitespace; ``number`` if the rest is all digits /
+    numerals; ``punctuation`` if all punctuation or symbols; ``word_initial`` if it starts with
+    whitespace; else ``continuation``.
+
+    Example:
+        >>> subword_categories(["The", "Ġcat", "s", "Ġ42", ",", "Ċ", "▁dog"]).tolist()
+        ['continuation', 'word_initial', 'continuation', 'number', 'punctuation', 'whitespace', 'word_initial']
+    """
+    if isinstance(tokens, str):
+        raise InputError("tokens is a single str; pass a list of token strings (one per token)")
+    tokens = list(tokens)
+    if not tokens:
+        raise InputError("tokens is empty; pass at least one token string")
+    for index, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise InputError(f"token {index} is {type(token).__name__}, not str; pass display strings, not ids")
+    special = set(special)
+    labels = [_subword_category(token, special) for token in tokens]
+    return np.asarray(labels, dtype=f"<U{max(map(len, SUBWORD_CATEGORIES))}")

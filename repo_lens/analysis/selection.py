@@ -1,0 +1,45 @@
+"""Pick layers and heads out of a (n_layers, n_heads, ...) array with checked indices."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from repo_lens.errors import InputError
+
+
+def _indices(chosen: int | Sequence[int] | None, count: int, what: str) -> np.ndarray:
+    if chosen is None:
+        return np.arange(count)
+    values = [chosen] if isinstance(chosen, (int, np.integer)) else list(chosen)
+    if not values:
+        raise InputError(f"empty {what} selection; pass at least one {what} index or None for all")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise InputError(f"{what} index {value!r} is not an int; pass ints in 0..{count - 1}")
+        if not -count <= value < count:
+            raise InputError(
+                f"unknown {what} index {value}: there are {count} {what}s; pass 0..{count - 1} (or -{count}..-1)"
+            )
+    return np.asarray(values, dtype=np.intp) % count
+
+
+def select_heads(
+    array: np.ndarray, layers: int | Sequence[int] | None = None, heads: int | Sequence[int] | None = None
+) -> np.ndarray:
+    """Sub-array of the chosen layers and heads, keeping rank (an int selects a length-1 axis).
+    Works for anything shaped (n_layers, n_heads, ...), e.g. positions or range_stats output.
+
+    Example:
+        >>> import numpy as np
+        >>> z = np.arange(2 * 3 * 4, dtype=float).reshape(2, 3, 4)
+        >>> select_heads(z, layers=-1, heads=[0, 2]).shape
+        (1, 2, 4)
+    """
+    a = np.asarray(array)
+    if a.ndim < 2:
+        raise InputError(f"array has rank {a.ndim} (shape {a.shape}); expected (n_layers, n_heads, ...)")
+    rows = _indices(layers, a.shape[0], "layer")
+    cols = _indices(heads, a.shape[1], "head")
+    return a[rows][:, cols]

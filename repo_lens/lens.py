@@ -1,0 +1,140 @@
+"""Lens: a hookable model with its tokenizer, and the ``trace`` entry point."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from repo_lens.capture import capture_positions
+from repo_lens.errors import InputError
+from repo_lens.model.byte_tokenizer import ByteTokenizer
+from repo_lens.model.transformer import LensModel
+from repo_lens.trace import Trace
+
+
+class Lens:
+    """A loaded model (``model``: a HookedRootModule) and its tokenizer.
+
+    Example:
+        >>> from repo_lens.model import ModelConfig, LensModel
+        >>> cfg = ModelConfig(family="olmo2", vocab_size=257, d_model=32, n_layers=3, n_heads=4, d_mlp=64,
+        ...                   layer_mechanisms=["rope", "repo", "repo"])
+        >>> lens = Lens(LensModel(cfg), ByteTokenizer(), {"name": "random"})
+        >>> t = lens.trace("hello")
+        >>> t.positions.shape, t.layer_kinds
+        ((3, 4, 5), ['rope', 'repo', 'repo'])
+    """
+
+    def __init__(self, model: LensModel, tokenizer: Any, meta: dict[str, Any] | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.meta = dict(meta or {})
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def context_length(self) -> int:
+        return int(self.model.cfg.max_position_embeddings)
+
+    def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise InputError(f"expected text as str, got {type(text).__name__}")
+        if not text.strip():
+            raise InputError("the text is empty; pass non-empty text (or a list of token ids)")
+        if self.tokenizer is None:
+            raise InputError("this checkpoint has no tokenizer; pass token ids instead of text")
+        if isinstance(self.tokenizer, ByteTokenizer):
+            return self.tokenizer.encode(text)
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def display_tokens(self, ids: Sequence[int]) -> list[str]:
+        if isinstance(self.tokenizer, ByteTokenizer):
+            return self.tokenizer.display_tokens(ids)
+        if self.tokenizer is None:
+            return [str(int(i)) for i in ids]
+        return self.tokenizer.batch_decode([[int(i)] for i in ids])
+
+    def trace(self, inputs: Any, *, truncate: bool = False, progress: bool = True) -> Trace | list[Trace]:
+        """Positions of every layer and head for a text, a sequence of token ids, or a list of texts.
+
+        Too long input raises InputError unless ``truncate=True``, which keeps the first
+        ``context_length`` tokens and records it in ``meta["truncation"]``.
+        """
+        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, str) for item in inputs):
+            return [
+                self._trace_one(text, truncate)
+                for text in tqdm(inputs, desc="tracing", unit="text", disable=not progress)
+            ]
+        return self._trace_one(inputs, truncate)
+
+    def _token_ids(self, inputs: Any) -> list[int]:
+        if isinstance(inputs, str):
+            return self.encode(inputs)
+        if isinstance(inputs, torch.Tensor):
+            inputs = inputs.detach().cpu().numpy()
+        array = np.asarray(inputs)
+        if array.ndim == 2 and array.shape[0] == 1:
+            array = array[0]
+        if array.ndim != 1 or array.size == 0:
+            raise InputError(
+                f"expected text, a non-empty 1-D sequence of token ids or a list of texts; got shape {array.shape}"
+            )
+        if not np.issubdtype(array.dtype, np.integer):
+            raise InputError(f"token ids must be integers, got dtype {array.dtype}")
+        vocab = self.model.cfg.vocab_size
+        if array.min() < 0 or array.max() >= vocab:
+            raise InputError(f"token ids must lie in 0..{vocab - 1} (the model's vocabulary); got {array.min()}..{array.max()}")
+        return array.astype(np.int64).tolist()
+
+    def _trace_one(self, inputs: Any, truncate: bool) -> Trace:
+        ids = self._token_ids(inputs)
+        meta: dict[str, Any] = {**self.meta, "warnings": [], "truncation": None}
+        limit = self.context_length
+        if len(ids) > limit:
+            if not truncate:
+                raise InputError(
+                    f"the input is {len(ids)} tokens, longer than the model's context of {limit}; "
+                    "shorten it or pass truncate=True to keep the first "
+                    f"{limit} tokens"
+                )
+            meta["truncation"] = {"original_tokens": len(ids), "kept_tokens": limit}
+            ids = ids[:limit]
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        positions = capture_positions(self.model, input_ids)
+        cfg = self.model.cfg
+        meta["mechanism"] = {
+            "layer_kinds": list(cfg.layer_mechanisms),
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": cfg.rope_scaling,
+            "repo_dim": cfg.d_position if "repo" in cfg.layer_mechanisms else None,
+        }
+        _flag_nonfinite(positions, meta)
+        return Trace(
+            tokens=self.display_tokens(ids),
+            token_ids=np.asarray(ids, dtype=np.int64),
+            positions=positions,
+            layer_kinds=list(cfg.layer_mechanisms),
+            meta=meta,
+        )
+
+
+def _flag_nonfinite(positions: np.ndarray, meta: dict[str, Any]) -> None:
+    bad = ~np.isfinite(positions)
+    if not bad.any():
+        return
+    heads = np.argwhere(bad.any(axis=2)).tolist()
+    message = (
+        f"{int(bad.sum())} positions are NaN or infinite, in (layer, head) {heads[:10]}"
+        + (" …" if len(heads) > 10 else "")
+        + "; the model's weights or input may be broken (try dtype='float32')"
+    )
+    meta["nonfinite_positions"] = heads
+    meta["warnings"].append(message)
+    warnings.warn(message, stacklevel=3)

@@ -1,0 +1,88 @@
+"""Open a checkpoint directory of any supported kind and build a faithful LensModel from it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repo_lens.errors import CheckpointError
+from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+from repo_lens.model.loaders.hf_config import model_config_from_hf
+from repo_lens.model.loaders.native import is_native_config, native_model_config
+from repo_lens.model.loaders.tokenizer import load_tokenizer
+from repo_lens.model.loaders.weights import hf_to_lens_name, load_weights_strict, read_safetensors
+from repo_lens.model.byte_tokenizer import ByteTokenizer
+from repo_lens.model.transformer import LensModel
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: LensModel
+    tokenizer: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    if not directory.exists():
+        raise CheckpointError(f"{directory} does not exist; pass a checkpoint directory or 'zoo:NAME'")
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{directory} is a file, not a checkpoint directory; pass the directory holding config.json "
+            "and model.safetensors"
+        )
+    path = directory / "config.json"
+    if not path.exists():
+        raise CheckpointError(
+            f"{directory} is not a checkpoint directory: it has no config.json. Expected an HF/RePo "
+            "directory (config.json + model.safetensors + tokenizer files) or a repo_lens checkpoint."
+        )
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, found {type(config).__name__}")
+    return config
+
+
+def load_checkpoint(
+    source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
+) -> LoadedCheckpoint:
+    """Load an HF OLMo-2/Llama directory (RePo layout included) or a repo_lens checkpoint, strictly."""
+    directory = Path(source).expanduser()
+    config = read_config(directory)
+    native = is_native_config(config)
+    model_config = native_model_config(config, directory) if native else model_config_from_hf(config)
+    target_device = resolve_device(device)
+    target_dtype = resolve_dtype(dtype, target_device)
+    tensors = read_safetensors(directory)
+    with torch.device("meta"):
+        model = LensModel(model_config)
+    load_weights_strict(
+        model, tensors, rename=_same_name if native else hf_to_lens_name, dtype=target_dtype, device=target_device
+    )
+    model.eval()
+    if native and config.get("tokenizer", "bytes") == "bytes":
+        tokenizer: Any = ByteTokenizer()
+    else:
+        tokenizer = load_tokenizer(directory)
+    meta = {
+        "source": str(directory.resolve()),
+        "format": "repo_lens" if native else f"hf-{model_config.family}",
+        "name": config.get("info", {}).get("name") if native else config.get("_name_or_path") or directory.name,
+        "dtype": str(target_dtype).replace("torch.", ""),
+        "device": str(target_device),
+        "pe_config": config.get("pe_config"),
+        "info": config.get("info", {}) if native else {},
+    }
+    if not meta["name"]:
+        meta["name"] = directory.name
+    return LoadedCheckpoint(model=model, tokenizer=tokenizer, meta=meta)
+
+
+def _same_name(name: str) -> str:
+    return name

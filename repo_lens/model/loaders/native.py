@@ -1,0 +1,81 @@
+"""repo_lens' own checkpoint format: config.json (format marker + ModelConfig) + model.safetensors."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import save_file
+
+from repo_lens.errors import CheckpointError
+from repo_lens.model.config import ModelConfig
+from repo_lens.model.transformer import LensModel
+
+FORMAT_KEY = "repo_lens_format"
+FORMAT_VERSION = 1
+
+
+def is_native_config(config: dict[str, Any]) -> bool:
+    return FORMAT_KEY in config
+
+
+def native_model_config(config: dict[str, Any], directory: Path) -> ModelConfig:
+    version = config[FORMAT_KEY]
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{directory} is repo_lens checkpoint format {version!r}; this repo_lens reads up to "
+            f"{FORMAT_VERSION}. Upgrade repo_lens."
+        )
+    if "model" not in config:
+        raise CheckpointError(f"{directory}/config.json has no 'model' section describing the architecture")
+    return ModelConfig.from_dict(config["model"])
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same directory, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(
+    model: LensModel, directory: str | os.PathLike, tokenizer: str = "bytes", info: dict[str, Any] | None = None
+) -> Path:
+    """Save ``model`` as a repo_lens checkpoint (safetensors + JSON; never pickle).
+
+    ``tokenizer`` is "bytes" (byte-level model) or "hf" (HF tokenizer files already in the directory).
+
+    Example:
+        >>> import tempfile
+        >>> from repo_lens.model import ModelConfig, LensModel
+        >>> cfg = ModelConfig(family="llama", vocab_size=257, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
+        ...                   layer_mechanisms=["repo"])
+        >>> path = save_checkpoint(LensModel(cfg), tempfile.mkdtemp())
+        >>> sorted(p.name for p in path.iterdir())
+        ['config.json', 'model.safetensors']
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    if model.cfg.tie_word_embeddings:
+        state.pop("unembed.weight", None)
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".model.", suffix=".tmp")
+    os.close(handle)
+    try:
+        save_file(state, temp, metadata={"format": "pt"})
+        os.replace(temp, directory / "model.safetensors")
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    config = {FORMAT_KEY: FORMAT_VERSION, "tokenizer": tokenizer, "model": model.cfg.to_dict(), "info": info or {}}
+    atomic_write_bytes(directory / "config.json", json.dumps(config, indent=2).encode())
+    return directory

@@ -1,0 +1,141 @@
+"""Strict weight loading: every checkpoint tensor lands in exactly one model parameter, or we fail."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from repo_lens.errors import CheckpointError
+from repo_lens.model.transformer import LensModel
+
+# HF names -> repo_lens module paths, applied in order
+_HF_RENAMES = [
+    (re.compile(r"^model\.embed_tokens\."), "embed."),
+    (re.compile(r"^model\.norm\."), "final_norm."),
+    (re.compile(r"^lm_head\."), "unembed."),
+    (re.compile(r"^model\.layers\.(\d+)\.self_attn\.(gate_map|content_map|final_map)\."), r"blocks.\1.attn.positions.\2."),
+    (re.compile(r"^model\.layers\.(\d+)\.self_attn\."), r"blocks.\1.attn."),
+    (re.compile(r"^model\.layers\.(\d+)\."), r"blocks.\1."),
+]
+# buffers some exporters write that carry no learned state
+_IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+
+def hf_to_lens_name(name: str) -> str:
+    """The repo_lens module path of an HF weight name.
+
+    >>> hf_to_lens_name("model.layers.5.self_attn.gate_map.weight")
+    'blocks.5.attn.positions.gate_map.weight'
+    """
+    for pattern, replacement in _HF_RENAMES:
+        renamed, count = pattern.subn(replacement, name)
+        if count:
+            return renamed
+    return name
+
+
+def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
+    """All tensors of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``."""
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as error:
+            raise CheckpointError(f"{index} is not a valid safetensors index (needs 'weight_map'): {error}") from None
+        files = sorted(set(weight_map.values()))
+    elif single.exists():
+        files = [single.name]
+    else:
+        pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
+        hint = (f" It has {pickled}: pickle-based weights are never loaded; convert them to safetensors "
+                "(e.g. save_pretrained(..., safe_serialization=True)).") if pickled else ""
+        raise CheckpointError(f"{directory} has no model.safetensors or model.safetensors.index.json.{hint}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        path = directory / file
+        if not path.exists():
+            raise CheckpointError(f"shard {file} listed in {index.name} is missing from {directory}")
+        try:
+            tensors.update(load_file(str(path)))
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({error})") from None
+    return tensors
+
+
+def load_weights_strict(
+    model: LensModel,
+    tensors: dict[str, torch.Tensor],
+    rename=hf_to_lens_name,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> None:
+    """Copy ``tensors`` into ``model`` (built on the meta device). Missing, surplus or misshapen
+    weights raise a CheckpointError naming them in the checkpoint's own key names."""
+    expected = dict(model.named_parameters())
+    tied = model.cfg.tie_word_embeddings
+    renamed: dict[str, str] = {}
+    surplus: list[str] = []
+    for name in tensors:
+        if _IGNORED.search(name):
+            continue
+        target = rename(name)
+        if target in expected or (tied and target == "unembed.weight"):
+            renamed[target] = name
+        else:
+            surplus.append(name)
+    missing = sorted(target for target in expected if target not in renamed)
+    problems = []
+    if missing:
+        problems.append(f"missing weights (the config needs them): {_describe(missing, model)}")
+    if surplus:
+        problems.append(f"surplus weights (no layer of the config uses them): {sorted(surplus)}")
+    shapes = [
+        f"{renamed[target]}: checkpoint {tuple(tensors[renamed[target]].shape)} vs model {tuple(param.shape)}"
+        for target, param in expected.items()
+        if target in renamed and tensors[renamed[target]].shape != param.shape
+    ]
+    if shapes:
+        problems.append("shape mismatches: " + "; ".join(shapes))
+    if problems:
+        raise CheckpointError(
+            "checkpoint does not match its config, refusing to load it partially — "
+            + " | ".join(problems)
+            + f". Layer mechanisms from the config: {_mechanism_summary(model)}"
+        )
+    state = {target: tensors[source].to(device=device, dtype=dtype) for target, source in renamed.items()}
+    if tied and "unembed.weight" in state:
+        if not torch.equal(state["unembed.weight"], state["embed.weight"]):
+            raise CheckpointError("tie_word_embeddings is true but lm_head.weight differs from the embeddings")
+        del state["unembed.weight"]
+    model.load_state_dict(state, strict=False, assign=True)
+    if tied:
+        model.unembed.weight = model.embed.weight
+    for module in model.modules():
+        if hasattr(module, "inv_freq"):
+            module.inv_freq = module.inv_freq.to(device)
+
+
+def _describe(lens_names: list[str], model: LensModel) -> list[str]:
+    # missing keys in the HF spelling when the model came from HF, so the user can grep for them
+    inverse = {hf_to_lens_name(hf): hf for hf in _hf_names(model)}
+    return [inverse.get(name, name) for name in lens_names]
+
+
+def _hf_names(model: LensModel) -> list[str]:
+    names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+    for name, _ in model.named_parameters():
+        match = re.match(r"blocks\.(\d+)\.(.*)", name)
+        if match:
+            rest = match.group(2).replace("attn.positions.", "self_attn.").replace("attn.", "self_attn.")
+            names.append(f"model.layers.{match.group(1)}.{rest}")
+    return names
+
+
+def _mechanism_summary(model: LensModel) -> str:
+    kinds = model.cfg.layer_mechanisms
+    return ", ".join(f"{layer}:{kind}" for layer, kind in enumerate(kinds))

@@ -86,7 +86,7 @@ def add_repo_weights(directory: Path, start: int = REPO_START, seed: int = 1, sc
         prefix = f"model.layers.{layer}.self_attn."
         extra[prefix + "gate_map.weight"] = torch.randn(d_position, d_model, generator=generator) * scale / d_model**0.5
         extra[prefix + "content_map.weight"] = torch.randn(d_position, d_model, generator=generator) * scale / d_model**0.5
-        extra[prefix + "final_map.weight"] = torch.randn(n_heads, d_position, generator=generator) * 20 * scale
+        extra[prefix + "final_map.weight"] = torch.randn(n_heads, d_position, generator=generator) * scale
     weights.update(extra)
     save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
     return extra

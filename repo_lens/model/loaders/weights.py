@@ -91,7 +91,7 @@ def load_weights_strict(
     missing = sorted(target for target in expected if target not in renamed)
     problems = []
     if missing:
-        problems.append(f"missing weights (the config needs them): {_describe(missing, model)}")
+        problems.append(f"missing weights (the config needs them): {_describe(missing, rename)}")
     if surplus:
         problems.append(f"surplus weights (no layer of the config uses them): {sorted(surplus)}")
     shapes = [
@@ -120,20 +120,26 @@ def load_weights_strict(
             module.inv_freq = module.inv_freq.to(device)
 
 
-def _describe(lens_names: list[str], model: LensModel) -> list[str]:
-    # missing keys in the HF spelling when the model came from HF, so the user can grep for them
-    inverse = {hf_to_lens_name(hf): hf for hf in _hf_names(model)}
-    return [inverse.get(name, name) for name in lens_names]
+def _describe(lens_names: list[str], rename) -> list[str]:
+    """Missing parameters in the checkpoint's own spelling, so the user can grep for them."""
+    if rename is not hf_to_lens_name:
+        return lens_names
+    return [lens_to_hf_name(name) for name in lens_names]
 
 
-def _hf_names(model: LensModel) -> list[str]:
-    names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
-    for name, _ in model.named_parameters():
-        match = re.match(r"blocks\.(\d+)\.(.*)", name)
-        if match:
-            rest = match.group(2).replace("attn.positions.", "self_attn.").replace("attn.", "self_attn.")
-            names.append(f"model.layers.{match.group(1)}.{rest}")
-    return names
+def lens_to_hf_name(name: str) -> str:
+    """Inverse of :func:`hf_to_lens_name`.
+
+    >>> lens_to_hf_name("blocks.3.attn.positions.final_map.weight")
+    'model.layers.3.self_attn.final_map.weight'
+    """
+    fixed = {"embed.weight": "model.embed_tokens.weight", "final_norm.weight": "model.norm.weight",
+             "unembed.weight": "lm_head.weight"}
+    if name in fixed:
+        return fixed[name]
+    name = re.sub(r"^blocks\.(\d+)\.attn\.positions\.", r"model.layers.\1.self_attn.", name)
+    name = re.sub(r"^blocks\.(\d+)\.attn\.", r"model.layers.\1.self_attn.", name)
+    return re.sub(r"^blocks\.(\d+)\.", r"model.layers.\1.", name)
 
 
 def _mechanism_summary(model: LensModel) -> str:

@@ -1,0 +1,69 @@
+"""Analyzers: pure functions from arrays (positions, increments, attention) to arrays and
+dataclasses. ``positions`` is always (n_layers, n_heads, T)."""
+
+from repo_lens.analysis.boundaries import BoundaryLabels, boundary_auc, cjk_boundary_labels, jieba_words
+from repo_lens.analysis.categories import (
+    BYTE_CATEGORIES,
+    SUBWORD_CATEGORIES,
+    byte_categories,
+    is_cjk_char,
+    subword_categories,
+)
+from repo_lens.analysis.entities import (
+    CARRIER_SENTENCES,
+    ENTITY_PAIRS,
+    FAKE_ENTITY_PAIRS,
+    EntityGroupingResult,
+    EntityPrompt,
+    entity_grouping_test,
+    entity_prompts,
+    token_at_char,
+)
+from repo_lens.analysis.increments import CategoryIncrements, increments_by_category, position_increments
+from repo_lens.analysis.lookback import LookbackCorrelation, attention_lookback, lookback_correlation
+from repo_lens.analysis.position_stats import (
+    PATTERN_LABELS,
+    HeadSummary,
+    PatternFractions,
+    chunk_pattern_codes,
+    chunk_patterns,
+    head_summary,
+    pattern_fractions,
+    range_stats,
+)
+from repo_lens.analysis.selection import select_heads
+
+__all__ = [
+    "BYTE_CATEGORIES",
+    "CARRIER_SENTENCES",
+    "ENTITY_PAIRS",
+    "FAKE_ENTITY_PAIRS",
+    "PATTERN_LABELS",
+    "SUBWORD_CATEGORIES",
+    "BoundaryLabels",
+    "CategoryIncrements",
+    "EntityGroupingResult",
+    "EntityPrompt",
+    "HeadSummary",
+    "LookbackCorrelation",
+    "PatternFractions",
+    "attention_lookback",
+    "boundary_auc",
+    "byte_categories",
+    "chunk_pattern_codes",
+    "chunk_patterns",
+    "cjk_boundary_labels",
+    "entity_grouping_test",
+    "entity_prompts",
+    "head_summary",
+    "increments_by_category",
+    "is_cjk_char",
+    "jieba_words",
+    "lookback_correlation",
+    "pattern_fractions",
+    "position_increments",
+    "range_stats",
+    "select_heads",
+    "subword_categories",
+    "token_at_char",
+]

@@ -1,0 +1,310 @@
+"""Attention mass per token on named spans, from a set of query rows (RePo §5.1, Table 4).
+
+For query rows ``query=(start, end)`` (e.g. the generated answer tokens of a NIAH prompt),
+every row's attention probabilities are summed over each named span's keys and divided by
+the span's length ("mass per token"), then averaged over rows (``by_layer_head``) and over
+layers and heads (``per_token``). The extra span ``rest`` holds every other key before
+``query.start``; keys inside the query rows count in no span (their total is ``self_mass``).
+
+Only the query rows of the attention pattern are ever computed: in one forward pass, hooks
+take the query rows of ``hook_q`` and the keys of ``hook_k`` (both after rotary, so this
+holds for RoPE, NoPE, RePo and GQA layers alike), compute softmax(q·kᵀ/√d_head + causal
+mask) in fp32 for at most ``_ELEMENT_BUDGET`` scores at a time, and reduce them to per-span
+sums at once. Memory is O(heads · rows · T) in bounded chunks, never T × T. The forward
+pass stops after the last layer's keys, so the MLPs of that layer and the unembedding are
+skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from repo_lens.errors import InputError
+
+REST = "rest"
+# Position mechanisms whose attention logits are exactly q·k/√d_head with rotated q and k.
+# A mechanism that adds other terms to the logits (CoPE, FoX, GRAPE-AP biases) needs its own
+# row computation; attention_mass refuses it rather than return wrong numbers.
+DOT_PRODUCT_KINDS = frozenset({"rope", "nope", "repo", "lpi"})
+# Largest number of fp32 scores materialised at once (heads × rows × keys): 8 MiB.
+_ELEMENT_BUDGET = 1 << 21
+
+
+@dataclass
+class AttentionMass:
+    """Result of :func:`attention_mass`.
+
+    ``per_token[name]``: mass per token on span ``name`` (incl. ``"rest"``), averaged over
+    query rows, heads and layers. ``by_layer_head[name]``: the same before averaging over
+    layers and heads, shape (n_layers_used, n_heads). ``span_lengths[name]``: tokens in the
+    span. ``self_mass``: (n_layers_used, n_heads) total (not per-token) mass the rows put on
+    keys inside the query rows. Per row, Σ_name per_token × length + self mass = 1 (spans
+    after the query get no mass). ``per_token["rest"]`` is NaN when no key is left for it.
+    """
+
+    per_token: dict[str, float]
+    by_layer_head: dict[str, np.ndarray]
+    span_lengths: dict[str, int]
+    query: tuple[int, int]
+    self_mass: np.ndarray
+    layers: list[int]
+    layer_kinds: list[str] = field(default_factory=list)
+
+    def total(self, name: str) -> float:
+        """Mass on the whole span (per-token mass × length), averaged over rows, heads, layers."""
+        return float(self.per_token[name] * self.span_lengths[name])
+
+
+class _StopForward(Exception):
+    """Raised by the last needed hook: the rest of the forward pass is not needed."""
+
+
+def _model_of(lens_or_model: Any) -> Any:
+    model = getattr(lens_or_model, "model", lens_or_model)
+    if not hasattr(model, "cfg") or not hasattr(model, "hooks"):
+        raise InputError(
+            f"attention_mass needs a Lens (with .model) or a LensModel; got {type(lens_or_model).__name__}"
+        )
+    return model
+
+
+def _as_ids(ids: Any, vocab_size: int) -> np.ndarray:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    if isinstance(ids, str):
+        raise InputError("attention_mass takes token ids, not text; encode the text first (e.g. lens.encode)")
+    array = np.asarray(ids)
+    if array.ndim == 2 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 1 or array.size == 0:
+        raise InputError(f"ids must be a non-empty 1-D sequence of token ids (or shape [1, T]); got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise InputError(f"token ids must be integers, got dtype {array.dtype}")
+    if array.min() < 0 or array.max() >= vocab_size:
+        raise InputError(
+            f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary); got {array.min()}..{array.max()}"
+        )
+    return array.astype(np.int64)
+
+
+def _as_pair(value: Any, what: str) -> tuple[int, int]:
+    try:
+        start, end = value
+        if isinstance(start, bool) or isinstance(end, bool):
+            raise TypeError
+        pair = (int(start), int(end))
+        if pair != (start, end):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a pair of integers (start, end), end exclusive; got {value!r}") from None
+    return pair
+
+
+def _validate(spans: Mapping[str, Any], query: Any, n_tokens: int) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
+    q_start, q_end = _as_pair(query, "query")
+    if not 0 <= q_start < q_end <= n_tokens:
+        raise InputError(
+            f"query rows {(q_start, q_end)} must be non-empty and within [0, {n_tokens}) "
+            f"(0 <= start < end <= {n_tokens}, end exclusive); e.g. the answer tokens"
+        )
+    if not isinstance(spans, Mapping):
+        raise InputError(f"spans must be a dict name -> (start, end); got {type(spans).__name__}")
+    checked: dict[str, tuple[int, int]] = {}
+    for name, value in spans.items():
+        if not isinstance(name, str) or not name:
+            raise InputError(f"span names must be non-empty strings; got {name!r}")
+        if name == REST:
+            raise InputError(
+                f"span name {REST!r} is reserved (every other key before the query rows); rename your span"
+            )
+        start, end = _as_pair(value, f"span {name!r}")
+        if not 0 <= start < end <= n_tokens:
+            raise InputError(
+                f"span {name!r} = {(start, end)} must be non-empty and within [0, {n_tokens}) "
+                f"(0 <= start < end <= {n_tokens}, end exclusive)"
+            )
+        if start < q_end and q_start < end:
+            raise InputError(
+                f"span {name!r} = {(start, end)} overlaps the query rows {(q_start, q_end)}; "
+                "end the span before the query rows start (keys inside the query rows belong to no span)"
+            )
+        checked[name] = (start, end)
+    ordered = sorted(checked.items(), key=lambda item: item[1])
+    for (name_a, (_, end_a)), (name_b, (start_b, end_b)) in zip(ordered, ordered[1:]):
+        if start_b < end_a:
+            raise InputError(
+                f"spans {name_a!r} = {checked[name_a]} and {name_b!r} = {(start_b, end_b)} overlap; "
+                "spans must be disjoint (pick non-overlapping spans, e.g. the value OR the whole needle)"
+            )
+    return checked, (q_start, q_end)
+
+
+def _validate_layers(layers: Sequence[int] | None, n_layers: int, kinds: list[str]) -> list[int]:
+    if layers is None:
+        chosen = list(range(n_layers))
+    else:
+        chosen = []
+        for layer in layers:
+            if isinstance(layer, bool) or int(layer) != layer or not 0 <= int(layer) < n_layers:
+                raise InputError(f"unknown layer {layer!r}; the model has layers 0..{n_layers - 1}")
+            if int(layer) not in chosen:
+                chosen.append(int(layer))
+        if not chosen:
+            raise InputError(f"layers is empty; pass None (all layers) or indices in 0..{n_layers - 1}")
+        chosen.sort()
+    unsupported = sorted({kinds[layer] for layer in chosen} - DOT_PRODUCT_KINDS)
+    if unsupported:
+        raise InputError(
+            f"attention_mass recomputes attention as softmax(q·k/√d_head); layers of kind {unsupported} "
+            f"add other terms to the logits. Restrict `layers` to kinds {sorted(DOT_PRODUCT_KINDS)}"
+        )
+    return chosen
+
+
+class _RowReducer:
+    """Reduces the query rows' attention of one layer to per-group sums, chunk by chunk."""
+
+    def __init__(self, groups: torch.Tensor, n_groups: int, query: tuple[int, int], d_head: int) -> None:
+        # groups[key] in 0..n_groups-1 for keys in a named span or `rest`; n_groups = self (query rows);
+        # n_groups + 1 = after the query (never attended). Keys beyond query.end are not needed.
+        self.groups = groups
+        self.n_groups = n_groups
+        self.query = query
+        self.scale = 1.0 / math.sqrt(d_head)
+
+    def __call__(self, q_rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """q_rows [head, R, d_head], keys [head, T, d_head] -> sums [head, R, n_groups + 1] (fp32)."""
+        q_start, q_end = self.query
+        keys = keys[:, :q_end]  # a view: the query rows see nothing later
+        n_heads, n_rows, _ = q_rows.shape
+        n_keys = keys.shape[1]
+        keys32 = keys.float()
+        groups = self.groups.to(keys.device)
+        out = torch.zeros(n_heads, n_rows, self.n_groups + 1, dtype=torch.float32, device=keys.device)
+        chunk = max(1, _ELEMENT_BUDGET // max(1, n_heads * n_keys))
+        key_index = torch.arange(n_keys, device=keys.device)
+        for first in range(0, n_rows, chunk):
+            rows = q_rows[:, first:first + chunk].float()
+            scores = torch.matmul(rows, keys32.transpose(-1, -2)).mul_(self.scale)  # [head, r, keys]
+            row_index = torch.arange(q_start + first, q_start + first + rows.shape[1], device=keys.device)
+            scores.masked_fill_(key_index[None, :] > row_index[:, None], float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            del scores
+            out[:, first:first + rows.shape[1]].index_add_(-1, groups, probs)
+            del probs
+        return out
+
+
+def attention_mass(
+    lens: Any,
+    ids: Any,
+    spans: Mapping[str, tuple[int, int]],
+    query: tuple[int, int],
+    *,
+    layers: Sequence[int] | None = None,
+    allow_beyond_context: bool = False,
+) -> AttentionMass:
+    """Attention mass per token that the query rows put on each span (RePo Table 4).
+
+    ``lens``: a Lens (``.model``) or a LensModel. ``ids``: token ids, 1-D or [1, T].
+    ``spans``: name -> (start, end) token spans, end exclusive, disjoint, not overlapping the
+    query rows (``"rest"`` is reserved). ``query``: the rows (start, end), e.g. the answer
+    tokens. ``layers``: average over these layers only (default: all).
+
+    Example:
+        >>> import torch
+        >>> from repo_lens.model import LensModel, ModelConfig
+        >>> _ = torch.manual_seed(0)
+        >>> model = LensModel(ModelConfig(family="olmo2", vocab_size=257, d_model=32, n_layers=2,
+        ...                               n_heads=4, d_mlp=64, layer_mechanisms=["rope", "repo"]))
+        >>> mass = attention_mass(model, list(range(40)), {"needle": (10, 15), "question": (30, 36)}, (36, 40))
+        >>> sorted(mass.per_token), mass.by_layer_head["needle"].shape
+        (['needle', 'question', 'rest'], (2, 4))
+        >>> total = sum(mass.total(name) for name in mass.per_token) + float(mass.self_mass.mean())
+        >>> round(total, 5)
+        1.0
+    """
+    model = _model_of(lens)
+    cfg = model.cfg
+    array = _as_ids(ids, int(cfg.vocab_size))
+    n_tokens = int(array.size)
+    limit = int(getattr(cfg, "max_position_embeddings", n_tokens) or n_tokens)
+    if n_tokens > limit and not allow_beyond_context:
+        raise InputError(
+            f"the input is {n_tokens} tokens, longer than the model's context of {limit}; shorten it or "
+            "pass allow_beyond_context=True to measure attention beyond the trained length"
+        )
+    named, (q_start, q_end) = _validate(spans, query, n_tokens)
+    kinds = list(cfg.layer_mechanisms)
+    chosen = _validate_layers(layers, int(cfg.n_layers), kinds)
+
+    names = list(named) + [REST]
+    rest_group, self_group = len(named), len(named) + 1
+    groups = torch.full((q_end,), rest_group, dtype=torch.long)
+    groups[q_start:q_end] = self_group
+    lengths = {}
+    for index, (name, (start, end)) in enumerate(named.items()):
+        groups[start:min(end, q_end)] = index
+        lengths[name] = end - start
+    lengths[REST] = q_start - sum(min(end, q_start) - min(start, q_start) for start, end in named.values())
+    reducer = _RowReducer(groups, n_groups=self_group, query=(q_start, q_end), d_head=int(cfg.d_head))
+
+    sums: dict[int, torch.Tensor] = {}
+    pending: dict[int, torch.Tensor] = {}
+    last = chosen[-1]
+
+    def keep_rows(layer: int):
+        def hook(q: torch.Tensor, hook: Any) -> None:
+            pending[layer] = q[0, :, q_start:q_end]  # a view [head, R, d_head]
+
+        return hook
+
+    def reduce_rows(layer: int):
+        def hook(k: torch.Tensor, hook: Any) -> None:
+            # group sums averaged over the rows: [head, n_groups + 1]
+            sums[layer] = reducer(pending.pop(layer), k[0]).mean(dim=1).cpu()
+            if layer == last:
+                raise _StopForward
+
+        return hook
+
+    fwd_hooks = []
+    for layer in chosen:
+        fwd_hooks.append((f"blocks.{layer}.attn.hook_q", keep_rows(layer)))
+        fwd_hooks.append((f"blocks.{layer}.attn.hook_k", reduce_rows(layer)))
+    device = next(model.parameters()).device
+    input_ids = torch.as_tensor(array, device=device).unsqueeze(0)
+    try:
+        with torch.inference_mode(), model.hooks(fwd_hooks=fwd_hooks):
+            model(input_ids)
+    except _StopForward:
+        pass
+    if len(sums) != len(chosen):
+        raise RuntimeError(
+            f"attention_mass saw hooks for layers {sorted(sums)} of {chosen}; the model did not run "
+            "hook_q/hook_k for every layer"
+        )
+
+    stacked = torch.stack([sums[layer] for layer in chosen]).double().numpy()  # [L, H, groups]
+    by_layer_head: dict[str, np.ndarray] = {}
+    per_token: dict[str, float] = {}
+    for index, name in enumerate(names):
+        length = lengths[name]
+        values = stacked[:, :, index] / length if length > 0 else np.full(stacked.shape[:2], np.nan)
+        by_layer_head[name] = values
+        per_token[name] = float(values.mean())
+    return AttentionMass(
+        per_token=per_token,
+        by_layer_head=by_layer_head,
+        span_lengths=lengths,
+        query=(q_start, q_end),
+        self_mass=stacked[:, :, self_group],
+        layers=chosen,
+        layer_kinds=[kinds[layer] for layer in chosen],
+    )

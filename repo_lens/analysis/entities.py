@@ -1,0 +1,158 @@
+"""seeds/002's entity-grouping test: is the space inside "New York" smaller than inside "York New"?
+
+The post ran prompts with a two-word entity in real or reversed order and compared the
+learned increment at the space token (between the two words) with a two-sided Wilcoxon
+signed-rank test. Its five carrier sentences are given verbatim ("A B", "the A B",
+"I visited A B", "near A B", "they went to A B"). The post names only "New York" and
+"Marie Curie" as entities (and "Zorblax Quimby" as a fake one), so :data:`ENTITY_PAIRS` is our
+own faithful set of well-known two-word names of places, people and things, and
+:data:`FAKE_ENTITY_PAIRS` a set of invented controls for the post's negative result.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from scipy.stats import wilcoxon
+
+from repo_lens.analysis._checks import as_float_array
+from repo_lens.errors import InputError
+
+CARRIER_SENTENCES: tuple[str, ...] = ("{a} {b}", "the {a} {b}", "I visited {a} {b}", "near {a} {b}", "they went to {a} {b}")
+
+ENTITY_PAIRS: tuple[tuple[str, str], ...] = (
+    ("New", "York"), ("Marie", "Curie"), ("Hong", "Kong"), ("San", "Francisco"), ("Los", "Angeles"),
+    ("Buenos", "Aires"), ("Sri", "Lanka"), ("Costa", "Rica"), ("New", "Zealand"), ("Las", "Vegas"),
+    ("United", "States"), ("Albert", "Einstein"), ("Isaac", "Newton"), ("Charles", "Darwin"),
+    ("Abraham", "Lincoln"), ("Winston", "Churchill"), ("Wall", "Street"), ("Silicon", "Valley"),
+    ("Mount", "Everest"), ("Harry", "Potter"),
+)
+
+FAKE_ENTITY_PAIRS: tuple[tuple[str, str], ...] = (
+    ("Zorblax", "Quimby"), ("Vendral", "Oskip"), ("Plumford", "Taziel"), ("Gribble", "Nocton"),
+    ("Marvex", "Dunhollow"),
+)
+
+
+class EntityPrompt(NamedTuple):
+    """One prompt: ``text[boundary]`` is the space between the entity's two words."""
+
+    text: str
+    boundary: int
+    first: str
+    second: str
+    carrier: int
+    reversed: bool
+
+
+def entity_prompts(
+    pairs: Sequence[tuple[str, str]] = ENTITY_PAIRS, carriers: Sequence[str] = CARRIER_SENTENCES
+) -> tuple[list[EntityPrompt], list[EntityPrompt]]:
+    """(real, reversed): aligned lists of prompts, one per entity and carrier sentence, with the
+    character index of the space between the two words. Score each prompt by the increment of
+    the token holding that space (byte models) or of the first token of the second word (subword
+    models whose tokens carry the leading space): see :func:`token_at_char`.
+
+    Example:
+        >>> real, rev = entity_prompts([("New", "York")], ["I visited {a} {b}"])
+        >>> real[0].text, real[0].boundary, rev[0].text
+        ('I visited New York', 13, 'I visited York New')
+    """
+    pairs = [tuple(p) for p in pairs]
+    carriers = list(carriers)
+    if not pairs or not carriers:
+        raise InputError("entity_prompts needs at least one entity pair and one carrier sentence")
+    for pair in pairs:
+        if len(pair) != 2 or not all(isinstance(w, str) and w and " " not in w for w in pair):
+            raise InputError(f"entity pair {pair!r} must be two non-empty words without spaces")
+    for carrier in carriers:
+        if carrier.count("{a} {b}") != 1 or carrier.count("{") != 2:
+            raise InputError(f"carrier {carrier!r} must contain '{{a}} {{b}}' exactly once and no other field")
+    real: list[EntityPrompt] = []
+    rev: list[EntityPrompt] = []
+    for a, b in pairs:
+        for index, carrier in enumerate(carriers):
+            offset = carrier.index("{a} {b}")
+            for first, second, out, flipped in ((a, b, real, False), (b, a, rev, True)):
+                text = carrier.format(a=first, b=second)
+                out.append(EntityPrompt(text, offset + len(first), first, second, index, flipped))
+    return real, rev
+
+
+def token_at_char(token_char_spans: Sequence[tuple[int, int]] | np.ndarray, char: int) -> int:
+    """Index of the first token whose (non-empty) char span contains ``char``; if none does
+    (tokenizers that trim whitespace from offsets), the first token starting after ``char``.
+
+    Example:
+        >>> token_at_char([(0, 3), (3, 8)], 3)   # 'New' + 'ĠYork': the space is in token 1
+        1
+        >>> token_at_char([(0, 3), (4, 8)], 3)   # trimmed offsets
+        1
+    """
+    spans = np.asarray(token_char_spans, dtype=np.int64)
+    if spans.ndim != 2 or spans.shape[1] != 2 or spans.shape[0] == 0:
+        raise InputError(f"token_char_spans has shape {spans.shape}; pass (start, end) pairs, shape (T, 2)")
+    covering = np.nonzero((spans[:, 0] <= char) & (char < spans[:, 1]))[0]
+    if covering.size:
+        return int(covering[0])
+    after = np.nonzero((spans[:, 0] > char) & (spans[:, 1] > spans[:, 0]))[0]
+    if after.size:
+        return int(after[0])
+    raise InputError(f"no token covers or follows char {char}; the text was probably truncated")
+
+
+@dataclass(frozen=True)
+class EntityGroupingResult:
+    """Real vs reversed increments at the entity's word boundary; arrays have the inputs'
+    trailing shape (e.g. (L, H)), ``differences`` the full (n, ...) shape."""
+
+    mean_real: np.ndarray
+    mean_reversed: np.ndarray
+    differences: np.ndarray  # real - reversed, per prompt
+    share_smaller: np.ndarray  # share of prompts whose real-order increment is smaller
+    statistic: np.ndarray  # Wilcoxon W
+    p_value: np.ndarray  # two-sided Wilcoxon signed-rank p (1.0 where all differences are 0)
+    n: int
+
+
+def entity_grouping_test(real: np.ndarray, reversed_: np.ndarray) -> EntityGroupingResult:
+    """Paired comparison of boundary increments for real vs reversed entity order (seeds/002).
+
+    ``real`` and ``reversed_`` are (n, ...) increments at the word boundary, row i of each from
+    the same entity and carrier (e.g. (n, L, H)). The test is scipy's two-sided Wilcoxon
+    signed-rank test on real - reversed (zero differences dropped, scipy's default); where every
+    difference is zero p is 1.0, as in the post's layer 0.
+
+    Example:
+        >>> import numpy as np
+        >>> r = entity_grouping_test(np.array([1.0, 1.2, 0.9, 1.1, 1.0, 0.8]), np.array([1.5, 1.6, 1.4, 1.2, 1.3, 1.1]))
+        >>> float(r.share_smaller), round(float(r.p_value), 4)
+        (1.0, 0.0312)
+    """
+    a = as_float_array(real, "real", shape_hint="pass shape (n_prompts, ...)")
+    b = as_float_array(reversed_, "reversed_", shape_hint="pass shape (n_prompts, ...)")
+    if a.shape != b.shape:
+        raise InputError(
+            f"real has shape {a.shape} but reversed_ has {b.shape}; pass paired increments "
+            "(row i of both from the same entity and carrier)"
+        )
+    if a.shape[0] < 2:
+        raise InputError(f"need at least 2 paired prompts for a Wilcoxon test; got {a.shape[0]}")
+    diff = a - b
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-zero columns: scipy divides by zero
+        test = wilcoxon(diff, axis=0)
+    p_value = np.where(np.all(diff == 0, axis=0), 1.0, np.asarray(test.pvalue, dtype=float))
+    return EntityGroupingResult(
+        mean_real=a.mean(axis=0),
+        mean_reversed=b.mean(axis=0),
+        differences=diff,
+        share_smaller=(diff < 0).mean(axis=0),
+        statistic=np.asarray(test.statistic, dtype=float),
+        p_value=np.asarray(p_value),
+        n=a.shape[0],
+    )

@@ -32,7 +32,7 @@ def test_positions_and_logits_match_the_papers_equations(repo_dir):
     assert trace.positions.dtype == np.float32
     np.testing.assert_allclose(trace.positions, expected_positions.numpy(), atol=TOLERANCE, rtol=0)
     with torch.no_grad():
-        logits = lens.model(torch.tensor([trace.token_ids]))[0]
+        logits = lens.model(torch.from_numpy(trace.token_ids)[None])[0]
     assert (logits.double() - expected_logits).abs().max().item() < TOLERANCE
     # the learned positions are really not the integer index (otherwise the test proves little)
     assert np.abs(trace.positions[REPO_START:] - np.arange(len(trace))).max() > 1.0

@@ -19,12 +19,13 @@ WORDS = ("the a needle is in haystack what where hidden magic number special tex
 
 def write_word_tokenizer(directory: Path) -> None:
     """A word-level HF fast tokenizer (BOS + whitespace/punctuation words), saved like any checkpoint's."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<unk>": 0, "<bos>": 1, **{word: index + 2 for index, word in enumerate(WORDS)}}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<bos>")
     tokenizer.save_pretrained(str(directory))
 

@@ -21,8 +21,10 @@ def as_float_array(
     min_ndim: int = 1,
     allow_nan: bool = False,
     shape_hint: str = "",
+    cast: bool = True,
+    check_finite: bool = True,
 ) -> np.ndarray:
-    """``value`` as a float64 array after checking dtype, rank, emptiness and finiteness."""
+    """``value`` as an array (float64 if ``cast``) after checking dtype, rank, emptiness and finiteness."""
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:  # ragged nested lists
@@ -39,22 +41,40 @@ def as_float_array(
         raise InputError(f"{name} has rank {array.ndim} (shape {array.shape}), expected rank >= {min_ndim}; {hint}")
     if array.size == 0:
         raise InputError(f"{name} is empty (shape {array.shape}); pass at least one token")
-    array = array.astype(np.float64, copy=False)
-    if np.isinf(array).any():
-        where = tuple(int(i) for i in np.argwhere(np.isinf(array))[0])
-        raise InputError(f"{name} contains inf at index {where}; drop or mask those tokens first")
-    if not allow_nan and np.isnan(array).any():
-        where = tuple(int(i) for i in np.argwhere(np.isnan(array))[0])
-        raise InputError(
-            f"{name} contains NaN at index {where}; drop or mask those tokens first "
-            "(e.g. positions[..., keep] with a boolean mask keep)"
-        )
+    if cast:
+        array = array.astype(np.float64, copy=False)
+    if check_finite:
+        raise_if_nonfinite(array, name, allow_nan=allow_nan)
     return array
 
 
-def as_positions(positions: object, name: str = "positions") -> np.ndarray:
-    """Check the (n_layers, n_heads, T) positions contract; return float64."""
-    return as_float_array(positions, name, ndim=3, shape_hint=POSITIONS_SHAPE_HINT)
+def raise_if_nonfinite(array: np.ndarray, name: str, *, allow_nan: bool = False) -> None:
+    """Raise for inf (and, unless allowed, NaN) entries, naming the first offending index."""
+    if array.dtype.kind != "f":
+        return
+    if allow_nan:
+        if not np.isinf(array).any():
+            return
+    elif np.isfinite(array).all():
+        return
+    bad_inf = np.isinf(array)
+    if bad_inf.any():
+        where = tuple(int(i) for i in np.argwhere(bad_inf)[0])
+        raise InputError(f"{name} contains inf at index {where}; drop or mask those tokens first")
+    where = tuple(int(i) for i in np.argwhere(np.isnan(array))[0])
+    raise InputError(
+        f"{name} contains NaN at index {where}; drop or mask those tokens first "
+        "(e.g. positions[..., keep] with a boolean mask keep)"
+    )
+
+
+def as_positions(
+    positions: object, name: str = "positions", *, cast: bool = True, check_finite: bool = True
+) -> np.ndarray:
+    """Check the (n_layers, n_heads, T) positions contract; return float64 if ``cast``."""
+    return as_float_array(
+        positions, name, ndim=3, shape_hint=POSITIONS_SHAPE_HINT, cast=cast, check_finite=check_finite
+    )
 
 
 def check_same_length(name_a: str, length_a: int, name_b: str, length_b: int) -> None:

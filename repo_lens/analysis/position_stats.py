@@ -11,7 +11,7 @@ from numbers import Real
 
 import numpy as np
 
-from repo_lens.analysis._checks import as_positions
+from repo_lens.analysis._checks import as_positions, raise_if_nonfinite
 from repo_lens.errors import InputError
 
 PATTERN_LABELS: tuple[str, str, str] = ("constant", "mono", "hybrid")
@@ -26,8 +26,11 @@ def range_stats(positions: np.ndarray) -> np.ndarray:
         >>> range_stats(z)
         array([[3., 0.]])
     """
-    z = as_positions(positions)
-    return z.max(axis=-1) - z.min(axis=-1)
+    z = as_positions(positions, check_finite=False, cast=False)
+    high, low = z.max(axis=-1), z.min(axis=-1)  # exact in any dtype; NaN and inf propagate
+    if not (np.isfinite(high).all() and np.isfinite(low).all()):
+        raise_if_nonfinite(z, "positions")
+    return high.astype(np.float64) - low.astype(np.float64)
 
 
 def _check_chunking(size: object, eps: object, n_tokens: int) -> int:
@@ -54,14 +57,29 @@ def chunk_pattern_codes(positions: np.ndarray, size: int = 16, eps: float = 0.2)
         >>> chunk_pattern_codes(np.array([[[1.0, 1.1, 0.0, 1.0, 3.0, 1.0]]]), size=2)
         array([[[0, 1, 1]]], dtype=int8)
     """
-    z = as_positions(positions)
+    z = as_positions(positions, cast=False)
     n_chunks = _check_chunking(size, eps, z.shape[-1])
-    chunks = z[..., : n_chunks * size].reshape(*z.shape[:-1], n_chunks, size)
-    mean = chunks.mean(axis=-1)
+    rows = z[..., : n_chunks * size].reshape(-1, size)  # one row per chunk, all heads
+    codes = np.empty(rows.shape[0], dtype=np.int8)
+    # Blocks of chunks, so the temporaries stay in cache (a loop over blocks, not chunks).
+    for start in range(0, rows.shape[0], _BLOCK):
+        codes[start:start + _BLOCK] = _codes_of_rows(rows[start:start + _BLOCK], float(eps))
+    return codes.reshape(*z.shape[:-1], n_chunks)
+
+
+_BLOCK = 8192  # chunks per block
+
+
+def _codes_of_rows(rows: np.ndarray, eps: float) -> np.ndarray:
+    # Chunk offsets on the leading axis: every reduction is then elementwise across the chunks
+    # (reducing a short last axis pays numpy's per-row overhead).
+    cols = np.empty(rows.shape[::-1], dtype=np.float64)
+    np.copyto(cols, rows.T)
+    mean = np.add.reduce(cols, axis=0) / cols.shape[0]
     # |z - a| <= eps for every z  <=>  max - a <= eps and a - min <= eps (exactly, in floats too).
-    constant = (chunks.max(axis=-1) - mean <= eps) & (mean - chunks.min(axis=-1) <= eps)
-    later, earlier = chunks[..., 1:], chunks[..., :-1]
-    mono = (later > earlier).all(axis=-1) | (later < earlier).all(axis=-1)
+    constant = (cols.max(axis=0) - mean <= eps) & (mean - cols.min(axis=0) <= eps)
+    later, earlier = cols[1:], cols[:-1]
+    mono = (later > earlier).all(axis=0) | (later < earlier).all(axis=0)
     codes = np.full(constant.shape, 2, dtype=np.int8)
     codes[mono] = 1
     codes[constant] = 0  # constant takes precedence over mono
@@ -81,7 +99,7 @@ def chunk_patterns(positions: np.ndarray, size: int = 16, eps: float = 0.2) -> n
         >>> chunk_patterns(z, size=4).tolist()
         [[['constant', 'mono', 'hybrid']]]
     """
-    return np.asarray(PATTERN_LABELS)[chunk_pattern_codes(positions, size, eps)]
+    return np.take(np.asarray(PATTERN_LABELS), chunk_pattern_codes(positions, size, eps))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,33 @@
+"""Prompt builders (NIAH, few-shot, tables) with named token spans, and corpus fetchers.
+
+Pure functions of a tokenizer passed in (HF fast tokenizer, ``tokenizers.Tokenizer`` or
+``ByteTokenizer``); nothing here imports torch.
+"""
+
+from repo_lens.data.corpora import CorpusFetchError, Sentence, fetch_peoples_daily, parse_peoples_daily, peoples_daily
+from repo_lens.data.fewshot import fewshot_prompt
+from repo_lens.data.niah import NEEDLE, NOISE, TEMPLATE, niah_multikey, niah_multiquery, niah_multivalue, niah_prompt, niah_single
+from repo_lens.data.spans import Prompt, PromptBuilder, char_to_token_span, encode_with_offsets
+from repo_lens.data.tables import table_prompt
+
+__all__ = [
+    "NEEDLE",
+    "NOISE",
+    "TEMPLATE",
+    "CorpusFetchError",
+    "Prompt",
+    "PromptBuilder",
+    "Sentence",
+    "char_to_token_span",
+    "encode_with_offsets",
+    "fetch_peoples_daily",
+    "fewshot_prompt",
+    "niah_multikey",
+    "niah_multiquery",
+    "niah_multivalue",
+    "niah_prompt",
+    "niah_single",
+    "parse_peoples_daily",
+    "peoples_daily",
+    "table_prompt",
+]

@@ -1,0 +1,360 @@
+"""RULER-style needle-in-a-haystack prompts at a requested token length and needle depth.
+
+Wording follows RULER (Hsieh et al., ``scripts/data/synthetic/niah.py``): needles
+"One of the special magic numbers for {key} is: {value}.", the template "Some special magic
+numbers are hidden within the following text. ... What are all the special magic numbers for
+{query} mentioned in the provided text? The special magic numbers for {query} mentioned in
+the provided text are", switched to the singular ("A special magic number is hidden ...
+What is the special magic number ...") when one value is asked for, as RULER does. Keys are
+adjective-noun words (or numbers / uuids), values 7-digit numbers, drawn from
+``random.Random(seed)``. The haystack is RULER's repeated noise block (one block per line)
+or real text (a string or a list of sentences; cycled if too short).
+
+Spans (token spans in ``Prompt.spans``; they nest, pick disjoint ones):
+``instruction``, ``context`` (haystack with needles), ``needle``/``key``/``value`` (one
+needle) or ``needle_i``/``key_i``/``value_i`` (several, numbered in text order),
+``question``, ``answer_prefix``, ``query`` (question + answer prefix, the paper's "Query"),
+and ``answer`` (the appended answer = the query rows, the paper's "generated tokens").
+For RePo Table 4 use ``attention_mass(lens, p.ids, p.pick(*p.meta["targets"], "query"), p.query)``
+(needle = the tokens of the golden answer in the context).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from repo_lens.data.spans import Prompt, PromptBuilder, encode_with_offsets
+from repo_lens.errors import InputError
+
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
+TEMPLATE = (
+    "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the {type_needle_v} afterwards.\n{context}\n"
+    "What are all the special magic {type_needle_v} for {query} mentioned in the provided text?"
+    " The special magic {type_needle_v} for {query} mentioned in the provided text are"
+)
+TYPE_NEEDLE_V = "numbers"
+
+_ADJECTIVES = (
+    "ancient bitter brave bright calm clever cold curious damp eager early fancy fierce gentle "
+    "giant glossy golden grumpy hollow humble icy jolly lazy little lively loud lucky misty "
+    "narrow noisy odd pale polite proud quiet rapid rough royal rusty silent silky sleepy "
+    "smooth sour steady stormy sturdy sweet swift tall tender tiny vivid wild witty young"
+).split()
+_NOUNS = (
+    "anchor apple badger basket beacon bicycle blanket bottle bridge button candle canyon "
+    "castle cherry cloud comet cottage crayon desert dolphin engine falcon feather forest "
+    "garden glacier hammer harbor island jacket kettle ladder lantern lemon meadow mirror "
+    "needle orchard otter pebble pepper piano pillow planet rabbit ribbon river saddle "
+    "shadow spoon teapot thunder tiger violin wagon walnut window"
+).split()
+
+_SENTENCE = re.compile(r"\S.*?(?:[.!?。！？]+[\"'”’)\]」』]*(?=\s|$)|[。！？]+[\"'”’)\]」』]*|$)(\s*)", re.S)
+
+
+def _singular(text: str) -> str:
+    # RULER's replacements when one value is asked for (num_needle_q * num_needle_v == 1)
+    return text.replace("Some", "A").replace("are all", "is").replace("are", "is")
+
+
+def _split_sentences(text: str) -> list[tuple[str, str]]:
+    """(sentence, separator that followed it) pairs of a running text."""
+    units = []
+    for match in _SENTENCE.finditer(text):
+        sentence = match.group(0).rstrip()
+        gap = match.group(1)
+        if sentence:
+            units.append((sentence, "\n" if "\n" in gap else (" " if gap else "")))
+    return units
+
+
+def _haystack_units(haystack: str | Sequence[str] | None) -> tuple[list[tuple[str, str]], str]:
+    if haystack is None:
+        return [(NOISE, "\n")], "noise"
+    if isinstance(haystack, str):
+        units = _split_sentences(haystack)
+    else:
+        units = []
+        for sentence in haystack:
+            if not isinstance(sentence, str):
+                raise InputError(f"haystack sentences must be str, got {type(sentence).__name__}")
+            sentence = sentence.strip()
+            if sentence:
+                units.append((sentence, "" if re.search(r"[。！？」』”]$", sentence) else " "))
+    if not units:
+        raise InputError("the haystack text is empty; pass real text, a list of sentences, or None for RULER noise")
+    return units, "text"
+
+
+def _random_key(rng: random.Random, key_type: str) -> str:
+    if key_type == "words":
+        return f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
+    if key_type == "numbers":
+        return str(rng.randint(10**6, 10**7 - 1))
+    if key_type == "uuids":
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    raise InputError(f"unknown key_type {key_type!r}; use 'words', 'numbers' or 'uuids'")
+
+
+def _unique(draw, count: int, taken: set[str]) -> list[str]:
+    out: list[str] = []
+    for _ in range(1000 * count):
+        if len(out) == count:
+            break
+        item = draw()
+        if item not in taken:
+            taken.add(item)
+            out.append(item)
+    if len(out) < count:
+        raise InputError(f"could not draw {count} distinct keys/values; ask for fewer needles")
+    return out
+
+
+class _Haystack:
+    """The haystack as one long string (units cycled), its unit boundaries and word-end cut points."""
+
+    def __init__(self, units: list[tuple[str, str]]) -> None:
+        self.units = units
+        self.text = ""
+        self.boundaries: list[tuple[int, str]] = []  # (char index right after a unit, separator there)
+        self._next = 0
+
+    def extend_to(self, n_chars: int) -> None:
+        pieces, length = [self.text], len(self.text)
+        while length < n_chars:
+            sentence, sep = self.units[self._next % len(self.units)]
+            if length:
+                pieces.append(self.boundaries[-1][1])
+                length += len(self.boundaries[-1][1])
+            pieces.append(sentence)
+            length += len(sentence)
+            self.boundaries.append((length, sep))
+            self._next += 1
+        self.text = "".join(pieces)
+
+    def cuts(self) -> list[int]:
+        """Char indices c where text[:c] ends at a word (or CJK character) end."""
+        text = self.text
+        return [
+            index + 1
+            for index, char in enumerate(text)
+            if not char.isspace() and (index + 1 == len(text) or text[index + 1].isspace() or ord(char) > 0x2E7F)
+        ]
+
+
+def _depth_list(depth: float | Sequence[float], n_needles: int) -> list[float]:
+    depths = [depth] * n_needles if isinstance(depth, (int, float)) else list(depth)
+    if len(depths) != n_needles:
+        raise InputError(f"got {len(depths)} depths for {n_needles} needles; pass one depth or one per needle")
+    for value in depths:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+            raise InputError(f"needle depth {value!r} must be a fraction of the haystack in [0.0, 1.0]")
+    return [float(value) for value in depths]
+
+
+def niah_prompt(
+    tokenizer: Any,
+    length: int,
+    depth: float | Sequence[float] = 0.5,
+    *,
+    num_keys: int = 1,
+    num_values: int = 1,
+    num_queries: int = 1,
+    haystack: str | Sequence[str] | None = None,
+    key_type: str = "words",
+    value_digits: int = 7,
+    seed: int = 0,
+    append_answer: bool = True,
+    last_k: int = 1,
+    add_special_tokens: bool = True,
+) -> Prompt:
+    """A RULER NIAH prompt of at most ``length`` tokens (answer included), as close as one haystack word allows.
+
+    ``depth``: where the needles go, as a fraction of the haystack (0 = start, 1 = end); one
+    value puts all needles together there, a list gives one depth per needle (text order).
+    ``num_keys`` > 1: distractor needles with other keys (multi-key); ``num_values`` > 1:
+    several values for each key (multi-value); ``num_queries`` > 1: ask for several keys
+    (multi-query). With ``append_answer`` the answer (values joined by ", ") is appended and
+    its tokens are ``Prompt.query``; otherwise the last ``last_k`` tokens are.
+
+    Example:
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> p = niah_prompt(ByteTokenizer(), 600, depth=0.5, seed=1)
+        >>> len(p.ids) <= 600, p.span_text("value") == p.answer
+        (True, True)
+        >>> p.text.splitlines()[0]
+        'A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you about the number afterwards.'
+    """
+    for name, value in (("num_keys", num_keys), ("num_values", num_values), ("num_queries", num_queries)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise InputError(f"length must be a positive number of tokens, got {length!r}")
+    if not isinstance(value_digits, int) or not 1 <= value_digits <= 18:
+        raise InputError(f"value_digits must be in 1..18, got {value_digits!r}")
+    num_keys = max(num_keys, num_queries)
+    depths = _depth_list(depth, num_keys * num_values)
+    units, haystack_kind = _haystack_units(haystack)
+    rng = random.Random(seed)
+
+    taken: set[str] = set()
+    keys = _unique(lambda: _random_key(rng, key_type), num_keys, taken)
+    low, high = 10 ** (value_digits - 1), 10**value_digits - 1
+    values = [_unique(lambda: str(rng.randint(low, high)), num_values, taken) for _ in keys]
+    needles = [(k, key, v) for k, key in enumerate(keys) for v in values[k]]
+    rng.shuffle(needles)
+    queried = rng.sample(range(num_keys), num_queries)
+    query_text = keys[queried[0]] if num_queries == 1 else ", ".join(keys[i] for i in queried[:-1]) + ", and " + keys[queried[-1]]
+    answers = [value for index in queried for value in values[index]]
+    singular = num_queries * num_values == 1
+    type_v = TYPE_NEEDLE_V[:-1] if singular else TYPE_NEEDLE_V
+    template = _singular(TEMPLATE) if singular else TEMPLATE
+    head, rest = template.split("{context}")
+    question, prefix = rest.split("?", 1)
+    head = head.format(type_needle_v=type_v)
+    question = question.format(type_needle_v=type_v, query=query_text) + "?"
+    prefix = prefix.format(type_needle_v=type_v, query=query_text)
+    answer = ", ".join(answers)
+
+    question = question.lstrip("\n")
+    n = len(needles)
+    needle_names = ["needle"] if n == 1 else [f"needle_{i}" for i in range(n)]
+    key_names = ["key"] if n == 1 else [f"key_{i}" for i in range(n)]
+    value_names = ["value"] if n == 1 else [f"value_{i}" for i in range(n)]
+    default_sep = "\n" if haystack_kind == "noise" else " "
+
+    def build(hay: str, boundaries: list[tuple[int, str]]) -> tuple[Prompt, list[int]]:
+        # insertion points: unit boundaries inside hay (hay[end:] starts with its separator), start, end
+        points = [(0, default_sep)] + [(end, sep or " ") for end, sep in boundaries if end < len(hay)]
+        points.append((len(hay), default_sep))
+        chosen = [min(points, key=lambda point: (abs(point[0] - d * len(hay)), point[0])) for d in depths]
+        order = sorted(range(n), key=lambda i: chosen[i][0])  # stable: the shuffled order stays
+        b = PromptBuilder()
+        b.add(head.rstrip("\n"), "instruction")
+        b.add("\n")
+        cursor = 0
+        for count, index in enumerate(order):
+            at, sep = chosen[index]
+            b.add(hay[cursor:at], "context")
+            cursor = at
+            if at > 0 or count > 0:
+                b.add(sep, "context")
+            _, key, value = needles[index]
+            before, after = NEEDLE.format(type_needle_v=TYPE_NEEDLE_V, key="\0", value="\1").split("\0")
+            middle, tail = after.split("\1")
+            b.add(before, "context", needle_names[count])
+            b.add(key, "context", needle_names[count], key_names[count])
+            b.add(middle, "context", needle_names[count])
+            b.add(value, "context", needle_names[count], value_names[count])
+            b.add(tail, "context", needle_names[count])
+        if cursor < len(hay):
+            if cursor == 0 and order:
+                b.add(default_sep, "context")
+            b.add(hay[cursor:], "context")
+        b.add("\n")
+        b.add(question, "question", "query")
+        b.add(" ")
+        b.add(prefix.lstrip(" "), "answer_prefix", "query")
+        built = b.build(tokenizer, answer, append_answer=append_answer, last_k=last_k, trim_from="query",
+                        add_special_tokens=add_special_tokens)
+        return built, order
+
+    stack = _Haystack(units)
+    stack.extend_to(max(64, 8 * length))
+    best, order = build("", [])
+    if len(best.ids) > length:
+        raise InputError(
+            f"length={length} is too short: the prompt without any haystack already takes "
+            f"{len(best.ids)} tokens; ask for a longer prompt"
+        )
+    while True:  # make sure the haystack string holds more tokens than needed
+        ids, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
+        if len(ids) >= length:
+            break
+        stack.extend_to(2 * len(stack.text))
+    cuts = stack.cuts()
+    lo, hi, best_cut = 0, len(cuts) - 1, 0
+    while lo <= hi:  # the largest cut (at a word end) whose prompt fits
+        mid = (lo + hi) // 2
+        candidate, candidate_order = build(stack.text[: cuts[mid]], stack.boundaries)
+        if len(candidate.ids) <= length:
+            best, order, best_cut, lo = candidate, candidate_order, cuts[mid], mid + 1
+        else:
+            hi = mid - 1
+
+    units_used = sum(1 for end, _ in stack.boundaries if end <= best_cut)
+    records = [
+        {"name": needle_names[count], "key_name": key_names[count], "value_name": value_names[count],
+         "key": needles[index][1], "value": needles[index][2], "target": needles[index][0] in queried}
+        for count, index in enumerate(order)
+    ]
+    context = best.spans.get("context", (0, 0))
+    best.meta.update({
+        "task": "niah",
+        "kind": ("multiquery" if num_queries > 1 else "multivalue" if num_values > 1
+                 else "multikey" if num_keys > 1 else "single"),
+        "length": length,
+        "n_tokens": len(best.ids),
+        "depth": depths,
+        "needle_token_depth": [
+            (best.spans[name][0] - context[0]) / max(1, context[1] - context[0]) for name in needle_names
+        ],
+        "needles": records,
+        "targets": [record["value_name"] for record in records if record["target"]],
+        "keys": keys,
+        "queries": [keys[i] for i in queried],
+        "answers": answers,
+        "haystack": haystack_kind,
+        "haystack_repeated": haystack_kind == "text" and units_used > len(units),
+        "seed": seed,
+        "type_needle_v": type_v,
+    })
+    return best
+
+
+def niah_single(tokenizer: Any, length: int, depth: float = 0.5, **kwargs: Any) -> Prompt:
+    """RULER niah_single: one needle, asked for.
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> niah_single(ByteTokenizer(), 400).meta["kind"]
+    'single'
+    """
+    return niah_prompt(tokenizer, length, depth, **kwargs)
+
+
+def niah_multikey(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_keys: int = 4,
+                  **kwargs: Any) -> Prompt:
+    """RULER niah_multikey: ``num_keys`` needles with different keys, one asked for.
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> len(niah_multikey(ByteTokenizer(), 800).meta["needles"])
+    4
+    """
+    return niah_prompt(tokenizer, length, depth, num_keys=num_keys, **kwargs)
+
+
+def niah_multivalue(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_values: int = 4,
+                    **kwargs: Any) -> Prompt:
+    """RULER niah_multivalue: ``num_values`` needles for one key, all asked for.
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> len(niah_multivalue(ByteTokenizer(), 800).meta["answers"])
+    4
+    """
+    return niah_prompt(tokenizer, length, depth, num_values=num_values, **kwargs)
+
+
+def niah_multiquery(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_queries: int = 4,
+                    **kwargs: Any) -> Prompt:
+    """RULER niah_multiquery: ``num_queries`` keys asked for at once.
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> len(niah_multiquery(ByteTokenizer(), 800).meta["queries"])
+    4
+    """
+    return niah_prompt(tokenizer, length, depth, num_queries=num_queries, **kwargs)

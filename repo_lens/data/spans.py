@@ -1,0 +1,212 @@
+"""Character spans -> token spans through a tokenizer's offsets, and the ``Prompt`` record.
+
+A token belongs to a character span when its character offsets overlap the span; special
+tokens (offset (0, 0), no text) belong to none. Tokenizers supported (duck-typed, so this
+module needs neither torch nor transformers): HF fast tokenizers (``tokenizer(text,
+return_offsets_mapping=True)``), raw ``tokenizers.Tokenizer`` objects, and repo_lens'
+``ByteTokenizer`` (``.offsets(text)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from repo_lens.errors import InputError
+
+Span = tuple[int, int]
+
+
+def encode_with_offsets(tokenizer: Any, text: str, add_special_tokens: bool = True) -> tuple[list[int], list[Span]]:
+    """Token ids and per-token (start, end) character offsets of ``text``.
+
+    Special tokens (BOS/EOS/...) get offset (0, 0) so that they belong to no span.
+
+    Example:
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> encode_with_offsets(ByteTokenizer(), "hé")
+        ([104, 195, 169], [(0, 1), (1, 2), (1, 2)])
+    """
+    if not isinstance(text, str):
+        raise InputError(f"text must be a str, got {type(text).__name__}")
+    if hasattr(tokenizer, "offsets") and callable(tokenizer.offsets):  # ByteTokenizer
+        return [int(i) for i in tokenizer.encode(text)], [(int(a), int(b)) for a, b in tokenizer.offsets(text)]
+    if getattr(tokenizer, "is_fast", None) is False:
+        raise InputError(
+            f"{type(tokenizer).__name__} is a slow tokenizer without character offsets; "
+            "load the fast one (AutoTokenizer.from_pretrained(..., use_fast=True))"
+        )
+    if callable(tokenizer) and hasattr(tokenizer, "is_fast"):  # transformers PreTrainedTokenizerFast
+        encoded = tokenizer(
+            text,
+            return_offsets_mapping=True,
+            add_special_tokens=add_special_tokens,
+            return_special_tokens_mask=True,
+        )
+        ids = [int(i) for i in encoded["input_ids"]]
+        offsets = [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
+        special = encoded.get("special_tokens_mask") or [0] * len(ids)
+    elif hasattr(tokenizer, "encode") and hasattr(tokenizer, "token_to_id"):  # tokenizers.Tokenizer
+        encoding = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        ids = [int(i) for i in encoding.ids]
+        offsets = [(int(a), int(b)) for a, b in encoding.offsets]
+        special = list(encoding.special_tokens_mask)
+    else:
+        raise InputError(
+            f"cannot get character offsets from a {type(tokenizer).__name__}; pass an HF fast tokenizer, "
+            "a tokenizers.Tokenizer or repo_lens' ByteTokenizer"
+        )
+    offsets = [(0, 0) if flag else pair for pair, flag in zip(offsets, special)]
+    return ids, offsets
+
+
+def char_to_token_span(offsets: Sequence[Span], char_start: int, char_end: int) -> Span:
+    """(tok_start, tok_end), end exclusive, of the tokens whose characters overlap [char_start, char_end).
+
+    Example:
+        >>> char_to_token_span([(0, 0), (0, 3), (3, 4), (4, 9)], 3, 6)
+        (2, 4)
+    """
+    if not 0 <= char_start < char_end:
+        raise InputError(f"character span ({char_start}, {char_end}) must satisfy 0 <= start < end")
+    hits = [index for index, (a, b) in enumerate(offsets) if a < char_end and b > char_start and b > a]
+    if not hits:
+        raise InputError(
+            f"character span ({char_start}, {char_end}) covers no token; check that it lies inside the "
+            "encoded text (special tokens belong to no span)"
+        )
+    return hits[0], hits[-1] + 1
+
+
+@dataclass
+class Prompt:
+    """A tokenized prompt with named token spans.
+
+    ``spans``: name -> (start, end) token span, end exclusive (some may nest, e.g. a needle and
+    its value; :meth:`pick` the disjoint ones you want to measure). ``char_spans``: the same
+    names in characters of ``text``. ``query``: the query rows for attention mass (the answer
+    tokens when the answer is appended, else the last tokens). ``answer``: the expected answer.
+    """
+
+    text: str
+    ids: np.ndarray
+    spans: dict[str, Span]
+    char_spans: dict[str, Span]
+    query: Span
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def pick(self, *names: str) -> dict[str, Span]:
+        """The token spans ``names`` as a dict (for attention_mass)."""
+        unknown = [name for name in names if name not in self.spans]
+        if unknown:
+            raise InputError(f"unknown span names {unknown}; this prompt has {sorted(self.spans)}")
+        return {name: self.spans[name] for name in names}
+
+    def span_text(self, name: str) -> str:
+        """The characters of span ``name``."""
+        start, end = self.char_spans[name]
+        return self.text[start:end]
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+
+class PromptBuilder:
+    """Builds a text piece by piece, recording named character spans, then tokenizes it.
+
+    A name given to several pieces spans from the first piece's start to the last one's end.
+
+    Example:
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> b = PromptBuilder()
+        >>> b.add("Q: ", "question"); b.add("why?", "question", "ask"); b.add(" A:")
+        >>> p = b.build(ByteTokenizer(), answer="yes")
+        >>> p.spans["ask"], p.query, p.text
+        ((3, 7), (11, 14), 'Q: why? A: yes')
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.char_spans: dict[str, Span] = {}
+
+    def add(self, text: str, *names: str) -> None:
+        start, end = self.length, self.length + len(text)
+        self.parts.append(text)
+        self.length = end
+        for name in names:
+            if end == start:
+                continue
+            old = self.char_spans.get(name)
+            self.char_spans[name] = (start, end) if old is None else (min(old[0], start), max(old[1], end))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def build(
+        self,
+        tokenizer: Any,
+        answer: str = "",
+        *,
+        append_answer: bool = True,
+        answer_separator: str = " ",
+        last_k: int = 1,
+        trim_from: str | None = None,
+        meta: dict[str, Any] | None = None,
+        add_special_tokens: bool = True,
+    ) -> Prompt:
+        """Tokenize into a :class:`Prompt`.
+
+        With ``append_answer`` (and an answer), ``answer_separator + answer`` is appended and
+        the answer's tokens are the query rows (span ``"answer"``). Otherwise the query rows
+        are the last ``last_k`` text tokens, cut from the span ``trim_from`` so that spans stay
+        disjoint from the rows.
+        """
+        char_spans = dict(self.char_spans)
+        text = self.text
+        appended = append_answer and bool(answer)
+        if appended:
+            start = len(text) + len(answer_separator)
+            text = text + answer_separator + answer
+            char_spans["answer"] = (start, len(text))
+        ids, offsets = encode_with_offsets(tokenizer, text, add_special_tokens=add_special_tokens)
+        if not ids:
+            raise InputError("the prompt encodes to no tokens; give it some text")
+        spans = {name: char_to_token_span(offsets, a, b) for name, (a, b) in char_spans.items()}
+        if appended:
+            query = spans["answer"]
+            for name, (start, end) in spans.items():
+                if name != "answer" and start < query[1] and query[0] < end:
+                    raise InputError(
+                        f"span {name!r} shares tokens with the answer {query}: the tokenizer merges them; "
+                        "separate the answer from the prompt (answer_separator)"
+                    )
+        else:
+            text_end = max(index for index, (a, b) in enumerate(offsets) if b > a) + 1
+            if not 1 <= last_k < text_end:
+                raise InputError(f"last_k={last_k} must be in 1..{text_end - 1} for a {text_end}-token prompt")
+            query = (text_end - last_k, text_end)
+            if trim_from is not None and trim_from in spans:
+                start, end = spans[trim_from]
+                if end > query[0]:
+                    if query[0] <= start:
+                        raise InputError(
+                            f"last_k={last_k} swallows the whole span {trim_from!r}; use a smaller last_k"
+                        )
+                    spans[trim_from] = (start, query[0])
+                    char_start = char_spans[trim_from][0]
+                    char_spans[trim_from] = (char_start, max(char_start + 1, offsets[query[0] - 1][1]))
+        return Prompt(
+            text=text,
+            ids=np.asarray(ids, dtype=np.int64),
+            spans=spans,
+            char_spans=char_spans,
+            query=query,
+            answer=answer,
+            meta=dict(meta or {}),
+        )

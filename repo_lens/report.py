@@ -1,0 +1,39 @@
+"""Plain-text summaries of a trace for the terminal."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from repo_lens.trace import Trace
+
+
+def layer_summary(trace: Trace, per_head: bool = False) -> str:
+    """One row per layer (or per layer and head): kind, min, max and range of the positions.
+
+    Layer rows give the min/max over all heads and the smallest, mean and largest per-head range.
+
+    >>> import numpy as np
+    >>> t = Trace(tokens=["a", "b", "c"], token_ids=np.array([1, 2, 3]), layer_kinds=["rope"],
+    ...           positions=np.array([[[0, 1, 2], [0, 1, 2]]], dtype=np.float32))
+    >>> print(layer_summary(t))
+    layer  kind        min       max  range min  range mean  range max
+        0  rope      0.000     2.000      2.000       2.000      2.000
+    """
+    positions = trace.positions
+    with np.errstate(invalid="ignore"):
+        lows, highs = np.nanmin(positions, axis=2), np.nanmax(positions, axis=2)
+    ranges = highs - lows
+    if per_head:
+        lines = [f"{'layer':>5}  {'head':>4}  {'kind':<5} {'min':>9} {'max':>9} {'range':>9}"]
+        for layer, kind in enumerate(trace.layer_kinds):
+            for head in range(trace.n_heads):
+                lines.append(f"{layer:>5}  {head:>4}  {kind:<5} {lows[layer, head]:>9.3f} "
+                             f"{highs[layer, head]:>9.3f} {ranges[layer, head]:>9.3f}")
+        return "\n".join(lines)
+    lines = [f"{'layer':>5}  {'kind':<5} {'min':>9} {'max':>9} {'range min':>10} {'range mean':>11} {'range max':>10}"]
+    for layer, kind in enumerate(trace.layer_kinds):
+        lines.append(
+            f"{layer:>5}  {kind:<5} {lows[layer].min():>9.3f} {highs[layer].max():>9.3f} "
+            f"{ranges[layer].min():>10.3f} {ranges[layer].mean():>11.3f} {ranges[layer].max():>10.3f}"
+        )
+    return "\n".join(lines)

@@ -56,6 +56,37 @@ def cmd_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from repo_lens.train import build_task, preset, train
+
+    cfg = preset(args.preset, mechanism=args.mechanism, steps=args.steps, seed=args.seed, threads=args.threads)
+    result = train(cfg, build_task(cfg), args.out, progress=not args.quiet,
+                   info={"name": Path(args.out).name})
+    print(f"trained {cfg.task}/{cfg.mechanism} for {result.steps} steps in {result.wall_seconds:.0f} s -> {args.out}")
+    for key, value in result.metrics.items():
+        print(f"  {key}: {value:.4f}")
+    return 0
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    import json
+
+    from repo_lens.zoo import zoo_entries
+
+    entries = zoo_entries()
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    if not entries:
+        print("no zoo models are shipped in this version")
+    for entry in entries:
+        metrics = entry["metrics"]
+        headline = {k: v for k, v in metrics.items() if k in ("val_bpb", "acc_in_domain", "acc_out_of_domain")}
+        shown = ", ".join(f"{k}={v:.3f}" for k, v in headline.items())
+        print(f"zoo:{entry['name']:<18} {entry['task']:<9} {entry['mechanism']:<5} {shown}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true")
     tiny.set_defaults(handler=cmd_tiny)
+
+    train = commands.add_parser("train", help="train a small model (resumes if OUT has a train_state)")
+    train.add_argument("--preset", required=True, help="bytes-small, reversal or tiny")
+    train.add_argument("--mechanism", default="repo", choices=["rope", "nope", "repo"])
+    train.add_argument("--out", required=True, help="output directory (a repo_lens checkpoint)")
+    train.add_argument("--steps", type=int, default=None)
+    train.add_argument("--seed", type=int, default=None)
+    train.add_argument("--threads", type=int, default=None)
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(handler=cmd_train)
+
+    zoo = commands.add_parser("zoo", help="list the shipped models")
+    zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")
+    zoo.set_defaults(handler=cmd_zoo)
     return parser
 
 

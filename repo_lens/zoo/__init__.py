@@ -1,8 +1,10 @@
-"""The models repo_lens ships (registry). Trained models are added by the zoo work (issue 4)."""
+"""The models repo_lens ships, each a repo_lens checkpoint with its card in config.json["info"]."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from repo_lens.errors import InputError
 
@@ -22,3 +24,14 @@ def resolve_zoo_name(name: str) -> Path:
         shipped = ", ".join(names) if names else "none in this version"
         raise InputError(f"unknown zoo model {name!r}; available: {shipped}")
     return ZOO_DIR / name
+
+
+def zoo_entries() -> list[dict[str, Any]]:
+    """[{name, mechanism, task, metrics}] for every shipped model (DESIGN's `repo-lens zoo --json`)."""
+    entries = []
+    for name in available_models():
+        info = json.loads((ZOO_DIR / name / "config.json").read_text()).get("info", {})
+        train_config = info.get("train_config", {})
+        entries.append({"name": name, "mechanism": train_config.get("mechanism"), "task": train_config.get("task"),
+                        "metrics": info.get("metrics", {})})
+    return entries

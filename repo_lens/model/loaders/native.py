@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors.torch import save_file
 
 from repo_lens.errors import CheckpointError
@@ -48,11 +49,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def save_checkpoint(
-    model: LensModel, directory: str | os.PathLike, tokenizer: str = "bytes", info: dict[str, Any] | None = None
+    model: LensModel, directory: str | os.PathLike, tokenizer: str = "bytes", info: dict[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Save ``model`` as a repo_lens checkpoint (safetensors + JSON; never pickle).
 
-    ``tokenizer`` is "bytes" (byte-level model) or "hf" (HF tokenizer files already in the directory).
+    ``tokenizer`` is "bytes" (byte-level model) or "hf" (HF tokenizer files already in the directory);
+    ``dtype`` stores the weights in another dtype (e.g. bfloat16 halves the file).
 
     Example:
         >>> import tempfile
@@ -65,7 +68,8 @@ def save_checkpoint(
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    state = {name: tensor.detach().cpu().to(dtype or tensor.dtype).contiguous()
+             for name, tensor in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:
         state.pop("unembed.weight", None)
     handle, temp = tempfile.mkstemp(dir=directory, prefix=".model.", suffix=".tmp")

@@ -1,0 +1,64 @@
+"""Training settings and the named presets of ``repo-lens train --preset``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from repo_lens.errors import InputError
+
+
+@dataclass
+class TrainConfig:
+    task: str  # "bytes" (bilingual byte LM), "reversal" (RePo App. C)
+    mechanism: str = "repo"  # rope | nope | repo
+    family: str = "olmo2"
+    d_model: int = 192
+    n_layers: int = 6
+    n_heads: int = 6
+    d_mlp: int = 512
+    context: int = 256
+    repo_from: int | None = None  # first re-positioned layer; None = ⌈L/3⌉ (RePo's default)
+    batch_size: int = 32
+    steps: int = 2000
+    lr: float = 2e-3
+    warmup: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_batches: int = 8
+    checkpoint_every: int = 250
+    seed: int = 0
+    threads: int | None = None
+    ship_dtype: str = "float32"  # dtype of the saved weights; metrics are measured on those rounded weights
+    task_options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        return cls(**data)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # the zoo's bilingual byte-level language models (English Brown + Chinese People's Daily)
+    "bytes-small": dict(task="bytes", d_model=192, n_layers=6, n_heads=6, d_mlp=512, context=256,
+                        batch_size=24, steps=1800, lr=2e-3, warmup=100, eval_every=300, checkpoint_every=300,
+                        ship_dtype="bfloat16"),
+    # RePo App. C: 4-layer models on text reversal (train lengths 2-20, test 2-30), RePo in every layer
+    "reversal": dict(task="reversal", d_model=128, n_layers=4, n_heads=4, d_mlp=384, context=80, repo_from=0,
+                     batch_size=64, steps=3000, lr=1e-3, warmup=200, eval_every=500, checkpoint_every=500,
+                     ship_dtype="bfloat16"),
+    # a few seconds; used by the tests
+    "tiny": dict(task="bytes", d_model=32, n_layers=2, n_heads=2, d_mlp=64, context=32, batch_size=8,
+                 steps=30, lr=3e-3, warmup=5, eval_every=10, eval_batches=2, checkpoint_every=10),
+}
+
+
+def preset(name: str, **overrides: Any) -> TrainConfig:
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r}; available: {', '.join(PRESETS)}")
+    settings = {**PRESETS[name], **{key: value for key, value in overrides.items() if value is not None}}
+    return TrainConfig(**settings)

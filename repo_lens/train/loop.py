@@ -1,0 +1,153 @@
+"""A small, readable training loop: AdamW, warm-up + cosine, clipping, periodic validation,
+progress bar, seeded, resumable. Checkpoints are safetensors + JSON (never pickle)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from repo_lens.model.config import ModelConfig, repo_start_layer
+from repo_lens.model.loaders.native import atomic_write_bytes, save_checkpoint
+from repo_lens.model.transformer import LensModel
+from repo_lens.train.config import TrainConfig
+from repo_lens.train.schedule import learning_rate
+from repo_lens.train.tasks import IGNORE
+
+STATE_DIR = "train_state"
+
+
+@dataclass
+class TrainResult:
+    directory: Path
+    steps: int
+    wall_seconds: float
+    metrics: dict[str, float]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
+    """The architecture a TrainConfig describes, initialised N(0, 0.02) (norms at 1), seeded."""
+    start = cfg.repo_from if cfg.repo_from is not None else repo_start_layer(cfg.n_layers)
+    mechanisms = ["rope" if (layer < start and cfg.mechanism != "nope") else cfg.mechanism for layer in range(cfg.n_layers)]
+    model_cfg = ModelConfig(family=cfg.family, vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                            n_heads=cfg.n_heads, d_mlp=cfg.d_mlp, max_position_embeddings=cfg.context,
+                            layer_mechanisms=mechanisms)
+    torch.manual_seed(cfg.seed)
+    model = LensModel(model_cfg)
+    for name, param in model.named_parameters():
+        if param.ndim >= 2:
+            torch.nn.init.normal_(param, std=0.02)
+    return model
+
+
+def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _save_state(directory: Path, model, optimizer, step: int, history, wall: float) -> None:
+    state_dir = directory / STATE_DIR
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in optimizer.state.get(param, {}).items():
+                if torch.is_tensor(value) and value.ndim > 0:
+                    tensors[f"optim.{names[id(param)]}.{key}"] = value.contiguous()
+    if model.cfg.tie_word_embeddings:
+        tensors.pop("model.unembed.weight", None)
+    temp = state_dir / ".state.safetensors.tmp"
+    save_file(tensors, str(temp))
+    temp.replace(state_dir / "state.safetensors")
+    atomic_write_bytes(state_dir / "progress.json",
+                       json.dumps({"step": step, "history": history, "wall_seconds": wall}).encode())
+
+
+def _load_state(directory: Path, model, optimizer) -> tuple[int, list, float]:
+    state_dir = directory / STATE_DIR
+    tensors = load_file(str(state_dir / "state.safetensors"))
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")},
+                          strict=not model.cfg.tie_word_embeddings)
+    names = {n: p for n, p in model.named_parameters()}
+    progress = json.loads((state_dir / "progress.json").read_text())
+    step = int(progress["step"])
+    for name, param in names.items():
+        exp_avg = tensors.get(f"optim.{name}.exp_avg")
+        if exp_avg is not None:
+            optimizer.state[param] = {"step": torch.tensor(float(step)), "exp_avg": exp_avg,
+                                      "exp_avg_sq": tensors[f"optim.{name}.exp_avg_sq"]}
+    return step, progress["history"], float(progress["wall_seconds"])
+
+
+def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
+          info: dict[str, Any] | None = None) -> TrainResult:
+    """Train a model on ``task`` into ``directory``; resumes from its train_state if present.
+
+    The final model is written as a repo_lens checkpoint (loadable by ``repo_lens.load``).
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model = build_model(cfg, task.vocab_size)
+    optimizer = _optimizer(model, cfg)
+    step, history, wall = 0, [], 0.0
+    if (directory / STATE_DIR / "progress.json").exists():
+        step, history, wall = _load_state(directory, model, optimizer)
+    atomic_write_bytes(directory / "train_config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    model.train()
+    started = time.perf_counter() - wall
+    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task}/{cfg.mechanism}", disable=not progress)
+    while step < cfg.steps:
+        lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = task.train_batch(step)
+        logits = model(inputs)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}")
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            model.eval()
+            metrics = task.evaluate(model) if cfg.task != "reversal" else task.evaluate(model, lengths=[5, 10, 20])
+            model.train()
+            history.append({"step": step, "train_loss": loss.item(), **metrics})
+            bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in history[-1].items() if k != "step"))
+        if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            _save_state(directory, model, optimizer, step, history, time.perf_counter() - started)
+    bar.close()
+    wall = time.perf_counter() - started
+    model.eval()
+    ship_dtype = getattr(torch, cfg.ship_dtype)
+    with torch.no_grad():  # measure what is shipped: weights rounded to the saved dtype
+        for param in model.parameters():
+            param.copy_(param.to(ship_dtype).float())
+    final = task.evaluate(model)
+    if cfg.task == "bytes":
+        final.update(task.unigram_bpb())
+    card = {"train_config": cfg.to_dict(), "steps": step, "wall_seconds": round(wall, 1),
+            "parameters": sum(p.numel() for p in model.parameters()), "metrics": final, "history": history,
+            **(info or {})}
+    save_checkpoint(model, directory, tokenizer=task.tokenizer_kind, info=card, dtype=ship_dtype)
+    if task.tokenizer_kind == "hf":
+        task.save_tokenizer(directory)
+    _save_state(directory, model, optimizer, step, history, wall)
+    return TrainResult(directory, step, wall, final, history)

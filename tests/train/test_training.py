@@ -1,0 +1,85 @@
+"""The training loop: few steps reduce the loss, runs resume exactly, checkpoints load."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import repo_lens
+from repo_lens.train import ByteLMTask, ReversalTask, preset, train
+from repo_lens.train.schedule import learning_rate
+
+TEXTS = ["the quick brown fox jumps over the lazy dog. " * 20, "pack my box with five dozen liquor jugs. " * 20,
+         "中文的句子也要学习一下。" * 30]
+
+
+def tiny_task(cfg):
+    return ByteLMTask({"mix": (TEXTS, TEXTS[::-1])}, cfg.context, cfg.batch_size, seed=cfg.seed,
+                      eval_batches=cfg.eval_batches)
+
+
+def test_a_few_steps_reduce_the_loss(tmp_path):
+    cfg = preset("tiny", mechanism="repo", steps=40)
+    task = tiny_task(cfg)
+    from repo_lens.train import build_model
+
+    before = task.evaluate(build_model(cfg, task.vocab_size).eval())["val_bpb"]
+    result = train(cfg, task, tmp_path / "run", progress=False)
+    assert result.metrics["val_bpb"] < before - 1.0  # bits per byte, from ~8 at random init
+    lens = repo_lens.load(tmp_path / "run", device="cpu")
+    assert lens.model.layer_kinds == ["rope", "repo"]
+    assert lens.meta["info"]["metrics"]["val_bpb"] == pytest.approx(result.metrics["val_bpb"])
+    assert lens.trace("the quick brown fox").positions.shape == (2, 2, 19)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    cfg = preset("tiny", mechanism="repo", steps=20, checkpoint_every=10)
+    straight = train(cfg, tiny_task(cfg), tmp_path / "straight", progress=False)
+    crashing = tiny_task(cfg)
+    real_batch = crashing.train_batch
+
+    def batch_then_crash(step):
+        if step == 13:  # killed three steps after the checkpoint at step 10
+            raise Interrupted
+        return real_batch(step)
+
+    crashing.train_batch = batch_then_crash
+    with pytest.raises(Interrupted):
+        train(cfg, crashing, tmp_path / "resumed", progress=False)
+    resumed = train(cfg, tiny_task(cfg), tmp_path / "resumed", progress=False)
+    assert resumed.steps == 20
+    assert resumed.metrics["val_bpb"] == pytest.approx(straight.metrics["val_bpb"], abs=1e-5)
+
+
+def test_schedule_warms_up_then_decays():
+    rates = [learning_rate(step, 1.0, 10, 100) for step in range(100)]
+    assert rates[9] == pytest.approx(1.0) and all(a <= b for a, b in zip(rates[:10], rates[1:10]))
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:])) and rates[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_reversal_examples_and_loss_mask():
+    task = ReversalTask(batch_size=4)
+    inputs, targets = task.train_batch(0)
+    for row in range(4):
+        ids = inputs[row].tolist()
+        sep = ids.index(task.index["<sep>"])
+        items = ids[6:sep]
+        answer = [t for t in targets[row].tolist() if t != -100]
+        assert answer == items[::-1] + [task.index["<eos>"]]
+        assert 2 <= len(items) <= 20
+
+
+def test_unigram_baseline_is_an_honest_cross_entropy():
+    task = ByteLMTask({"a": (["abab" * 100], ["abab" * 100])}, context=8, batch_size=2)
+    # counts a=200, b=200, separator=1, add-one smoothing over 257 symbols -> total 658
+    import math
+
+    expected = (400 * -math.log2(201 / 658) + -math.log2(2 / 658)) / 401
+    assert task.unigram_bpb()["unigram_bpb_a"] == pytest.approx(expected)

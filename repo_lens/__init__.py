@@ -11,20 +11,33 @@ Example:
 from __future__ import annotations
 
 import os
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from repo_lens.errors import CheckpointError, InputError, RepoLensError, TraceFileError
-from repo_lens.lens import Lens
-from repo_lens.trace import Trace
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
+    from repo_lens.trace import Trace
 
 __all__ = ["CheckpointError", "InputError", "Lens", "RepoLensError", "Trace", "TraceFileError", "load"]
 __version__ = "0.1.0"
 
 
-def load(
-    source: str | os.PathLike, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
-) -> Lens:
+def __getattr__(name: str) -> Any:
+    # torch and transformers load only when a model or trace is used, so the numpy-only
+    # analyzers import fast
+    if name == "Lens":
+        from repo_lens.lens import Lens
+
+        return Lens
+    if name == "Trace":
+        from repo_lens.trace import Trace
+
+        return Trace
+    raise AttributeError(f"module 'repo_lens' has no attribute {name!r}")
+
+
+def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None) -> "Lens":
     """Load a checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens'
     own format) into a :class:`Lens`. ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32."""
     from repo_lens.model.loaders import load_checkpoint
@@ -34,5 +47,7 @@ def load(
         from repo_lens.zoo import resolve_zoo_name
 
         source = resolve_zoo_name(text[len("zoo:"):])
+    from repo_lens.lens import Lens
+
     loaded = load_checkpoint(source, device=device, dtype=dtype)
     return Lens(loaded.model, loaded.tokenizer, loaded.meta)

@@ -29,7 +29,7 @@ def _scored_labels(labels: object, scored: object | None) -> tuple[np.ndarray, n
         bad = keep & (lab != 0) & (lab != 1)
         if bad.any():
             raise InputError(
-                f"label {lab[bad][0]!r} at token {int(np.argmax(bad))} is not 0/1; labels must be "
+                f"label {lab[bad][0].item()!r} at token {int(np.argmax(bad))} is not 0/1; labels must be "
                 "bool or 0/1, with NaN or -1 for tokens that are not scored"
             )
         positive = keep & (lab == 1)

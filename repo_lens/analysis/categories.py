@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 import unicodedata
 from collections.abc import Collection, Sequence
@@ -64,8 +65,8 @@ def byte_categories(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
             f"token id {bad} is not a byte-level id (0..255 bytes, 256 separator); "
             "for a subword tokenizer use subword_categories(tokens)"
         )
-    nxt1 = np.append(ids[1:], -1)
-    nxt2 = np.append(ids[2:], [-1, -1])
+    padded = np.concatenate([ids, [-1, -1]])  # -1: no byte follows
+    nxt1, nxt2 = padded[1:ids.size + 1], padded[2:ids.size + 2]
     three_byte = (ids >= 0xE0) & (ids <= 0xEF)
     cont1 = (nxt1 >= 0x80) & (nxt1 <= 0xBF)
     cont2 = (nxt2 >= 0x80) & (nxt2 <= 0xBF)
@@ -92,9 +93,18 @@ def byte_categories(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
 _MARKERS = {"Ġ": " ", "▁": " ", "Ċ": "\n", "ĉ": "\t"}
 
 
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
 def _subword_category(token: str, special: Collection[str]) -> str:
     if token in special:
         return "special"
+    byte = _BYTE_FALLBACK.fullmatch(token)
+    if byte:  # SentencePiece byte fallback: an ASCII byte is read as its character
+        value = int(byte.group(1), 16)
+        if value >= 0x80:  # a piece of a multi-byte character
+            return "continuation"
+        token = chr(value)
     text = "".join(_MARKERS.get(char, char) for char in token)
     if not text.strip():
         return "whitespace"
@@ -111,7 +121,8 @@ def subword_categories(tokens: Sequence[str], special: Collection[str] = ()) -> 
     """Category of every subword token (display strings, e.g. ``tokenizer.convert_ids_to_tokens``).
 
     Byte-level BPE markers are read as whitespace ('Ġ' space, 'Ċ' newline, 'ĉ' tab), as is
-    SentencePiece's '▁'. Rules, in order: ``special`` if the token is in ``special`` (e.g.
+    SentencePiece's '▁'; a byte-fallback token '<0xNN>' of an ASCII byte is read as that character
+    (other bytes as a continuation). Rules, in order: ``special`` if the token is in ``special`` (e.g.
     ``{"<|endoftext|>"}``); ``whitespace`` if only whitespace; ``number`` if the rest is all digits /
     numerals; ``punctuation`` if all punctuation or symbols; ``word_initial`` if it starts with
     whitespace; else ``continuation``.

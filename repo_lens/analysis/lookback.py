@@ -63,15 +63,24 @@ class LookbackCorrelation:
 
 
 def _pearson(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Pearson r along the last axis over the tokens in ``mask``; NaN for < 3 tokens or a
+    constant series. Deviations are rescaled by their largest magnitude (no under/overflow)."""
     n = mask.sum(axis=-1)
-    xm = np.where(mask, x, 0.0)
-    ym = np.where(mask, y, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        dx = np.where(mask, x - (xm.sum(-1) / n)[..., None], 0.0)
-        dy = np.where(mask, y - (ym.sum(-1) / n)[..., None], 0.0)
+        centred = []
+        for v in (x, y):
+            mean = np.where(mask, v, 0.0).sum(axis=-1) / n
+            d = np.where(mask, v - mean[..., None], 0.0)
+            scale = np.abs(d).max(axis=-1, keepdims=True)
+            centred.append(d / np.where(scale > 0, scale, 1.0))
+        dx, dy = centred
         r = (dx * dy).sum(-1) / np.sqrt((dx * dx).sum(-1) * (dy * dy).sum(-1))
-    r = np.where(n >= 3, r, np.nan)
-    return np.clip(r, -1.0, 1.0)
+    constant = (_masked_ptp(x, mask) == 0) | (_masked_ptp(y, mask) == 0)
+    return np.where((n >= 3) & ~constant, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def _masked_ptp(v: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, v, -np.inf).max(axis=-1) - np.where(mask, v, np.inf).min(axis=-1)
 
 
 def lookback_correlation(increments: np.ndarray, lookback: np.ndarray) -> LookbackCorrelation:

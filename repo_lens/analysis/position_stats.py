@@ -15,6 +15,7 @@ from repo_lens.analysis._checks import as_positions, raise_if_nonfinite
 from repo_lens.errors import InputError
 
 PATTERN_LABELS: tuple[str, str, str] = ("constant", "mono", "hybrid")
+_BLOCK = 8192  # chunks classified per vectorised step (keeps temporaries in cache)
 
 
 def range_stats(positions: np.ndarray) -> np.ndarray:
@@ -67,9 +68,6 @@ def chunk_pattern_codes(positions: np.ndarray, size: int = 16, eps: float = 0.2)
     return codes.reshape(*z.shape[:-1], n_chunks)
 
 
-_BLOCK = 8192  # chunks per block
-
-
 def _codes_of_rows(rows: np.ndarray, eps: float) -> np.ndarray:
     # Chunk offsets on the leading axis: every reduction is then elementwise across the chunks
     # (reducing a short last axis pays numpy's per-row overhead).
@@ -92,6 +90,8 @@ def chunk_patterns(positions: np.ndarray, size: int = 16, eps: float = 0.2) -> n
     The trailing partial chunk is dropped. With a the chunk mean, a chunk is ``"constant"`` if
     |z - a| <= eps for every z in it; else ``"mono"`` if it is strictly increasing or strictly
     decreasing; else ``"hybrid"``. Constant takes precedence over mono. RePo uses size=16, eps=0.2.
+    Computed in float64 (a is the left-to-right sum over the chunk divided by ``size``), so float32
+    positions are classified exactly as their float64 values.
 
     Example:
         >>> import numpy as np
@@ -136,7 +136,7 @@ def pattern_fractions(patterns: np.ndarray) -> PatternFractions:
     onehot = np.stack([p == label for label in PATTERN_LABELS], axis=-1)
     unknown = ~onehot.any(axis=-1)
     if unknown.any():
-        bad = p[unknown][0]
+        bad = str(p[unknown][0])
         raise InputError(f"unknown pattern label {bad!r}; labels must be one of {PATTERN_LABELS}")
     per_head = onehot.mean(axis=2)
     return PatternFractions(

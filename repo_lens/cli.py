@@ -87,6 +87,70 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _numbers(text: str, kind=float) -> list:
+    try:
+        return [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise RepoLensError(f"{text!r} is not a comma-separated list of numbers (e.g. 512,1024)") from None
+
+
+def _sample(items: list, count: int) -> list:
+    """``count`` items evenly spaced over ``items`` (deterministic)."""
+    if count >= len(items):
+        return list(items)
+    step = len(items) / count
+    return [items[int(index * step)] for index in range(count)]
+
+
+def _texts_for(args: argparse.Namespace) -> list[str]:
+    if args.file:
+        text = Path(args.file).read_text(encoding="utf-8")
+        paragraphs = [p.strip() for p in text.split("\n\n") if p.strip()]
+        if not paragraphs:
+            raise RepoLensError(f"{args.file} holds no text")
+        return _sample(paragraphs, args.samples)
+    if args.corpus == "brown":
+        from repo_lens.data.brown import brown_documents
+
+        return [doc.text for doc in _sample(brown_documents(), args.samples)]
+    from repo_lens.data import peoples_daily
+
+    return [s.text for s in _sample(peoples_daily(), args.samples)]
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    import json
+
+    import repo_lens
+    from repo_lens import studies
+    from repo_lens.model.loaders.native import atomic_write_bytes
+    from repo_lens.runs import run_items
+
+    settings = {"model": args.model, "study": args.study}
+    lens = repo_lens.load(args.model, device=args.device)
+    if args.study == "niah":
+        lengths, depths, seeds = _numbers(args.lengths, int), _numbers(args.depths), _numbers(args.seeds, int)
+        settings.update(lengths=lengths, depths=depths, seeds=seeds)
+        items = studies.niah_items(lens, lengths, depths, seeds)
+        summarize = studies.summarize_niah
+    elif args.study == "positions":
+        settings.update(file=args.file, corpus=None if args.file else args.corpus, samples=args.samples)
+        items = studies.position_items(lens, _texts_for(args))
+        summarize = studies.summarize_positions
+    else:
+        from repo_lens.data import peoples_daily
+
+        settings.update(corpus="peoples-daily", samples=args.samples)
+        items = studies.boundary_items(lens, _sample(peoples_daily(), args.samples))
+        summarize = studies.summarize_boundaries
+    records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}")
+    summary = summarize(records)
+    atomic_write_bytes(Path(args.out) / "summary.json", json.dumps(summary, indent=2).encode())
+    print(f"{len(records)} items -> {args.out}/results.json, results.csv, summary.json")
+    print(json.dumps({k: v for k, v in summary.items() if not k.endswith("by_layer_head")}, indent=1)[:3000])
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=None)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=cmd_train)
+
+    analyze = commands.add_parser("analyze", help="run an analysis over a prompt set (resumable; JSON + CSV)")
+    analyze.add_argument("--model", required=True, help="checkpoint directory or zoo:NAME")
+    analyze.add_argument("--study", required=True, choices=["niah", "positions", "boundaries"],
+                         help="niah: attention mass sweep; positions: ranges + chunk patterns; "
+                              "boundaries: Chinese word-boundary AUC (People's Daily, gold + jieba)")
+    analyze.add_argument("--out", required=True, help="output directory; rerun to resume")
+    analyze.add_argument("--lengths", default="256,512", help="niah: prompt lengths in tokens")
+    analyze.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="niah: needle depths")
+    analyze.add_argument("--seeds", default="0", help="niah: seeds")
+    analyze.add_argument("--file", help="positions: a UTF-8 text file (paragraphs separated by blank lines)")
+    analyze.add_argument("--corpus", default="brown", choices=["brown", "peoples-daily"], help="positions: corpus")
+    analyze.add_argument("--samples", type=int, default=50, help="positions/boundaries: number of texts")
+    analyze.add_argument("--device", default="auto")
+    analyze.add_argument("--quiet", action="store_true")
+    analyze.set_defaults(handler=cmd_analyze)
 
     zoo = commands.add_parser("zoo", help="list the shipped models")
     zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")

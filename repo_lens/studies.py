@@ -1,0 +1,146 @@
+"""The analyses ``repo-lens analyze`` runs over a model and a prompt set, item by item.
+
+Each study turns (lens, settings) into resumable items (see :mod:`repo_lens.runs`) and, where a
+result needs every item (pooled AUC), a summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from repo_lens.analysis import (
+    boundary_auc,
+    chunk_patterns,
+    cjk_boundary_labels,
+    jieba_words,
+    pattern_fractions,
+    position_increments,
+    range_stats,
+)
+from repo_lens.analysis.attention_mass import attention_mass
+from repo_lens.data import encode_with_offsets, niah_single
+from repo_lens.runs import Item
+
+
+def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int]) -> list[Item]:
+    """Attention mass per token on needle / query / rest (RePo Table 4) over lengths × depths × seeds.
+
+    The query rows are the appended answer tokens; ``query`` is the question plus answer prefix.
+    """
+
+    def compute(length: int, depth: float, seed: int) -> dict[str, Any]:
+        prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
+        mass = attention_mass(lens, prompt.ids, prompt.pick("needle", "query"), prompt.query)
+        return {
+            "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
+            "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],
+            "per_token": {name: float(value) for name, value in mass.per_token.items()},
+            "total": {name: mass.total(name) for name in mass.per_token},
+            "per_token_by_layer": {name: mass.by_layer_head[name].mean(axis=1) for name in mass.per_token},
+        }
+
+    return [(f"niah_len={length}_depth={depth}_seed={seed}", (lambda l=length, d=depth, s=seed: compute(l, d, s)))
+            for length in lengths for depth in depths for seed in seeds]
+
+
+def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2) -> list[Item]:
+    """Range statistics (RePo Fig. 2) and chunk-pattern shares (Fig. 3) per text, by layer."""
+
+    def compute(text: str) -> dict[str, Any]:
+        trace = lens.trace(text, truncate=True)
+        ranges = range_stats(trace.positions)
+        record: dict[str, Any] = {
+            "n_tokens": len(trace), "layer_kinds": trace.layer_kinds,
+            "range_mean_by_layer": ranges.mean(axis=1), "range_max_by_layer": ranges.max(axis=1),
+            "range_by_layer_head": ranges, "truncated": trace.meta["truncation"] is not None,
+        }
+        if len(trace) >= chunk:
+            fractions = pattern_fractions(chunk_patterns(trace.positions, chunk, eps))
+            record["pattern_labels"] = list(fractions.labels)
+            record["pattern_by_layer"] = fractions.per_layer
+            repo_layers = [i for i, kind in enumerate(trace.layer_kinds) if kind not in ("rope", "nope")]
+            if repo_layers:
+                shares = fractions.per_layer[repo_layers].mean(axis=0)
+                record["learned_layers"] = dict(zip(fractions.labels, map(float, shares)))
+        return record
+
+    return [(f"text_{index:05d}", (lambda t=text: compute(t))) for index, text in enumerate(texts)]
+
+
+def boundary_items(lens, sentences) -> list[Item]:
+    """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence.
+
+    ``sentences``: objects with ``text`` and gold ``words`` (e.g. :func:`repo_lens.data.peoples_daily`).
+    """
+
+    def compute(sentence) -> dict[str, Any]:
+        ids, offsets = encode_with_offsets(lens.tokenizer, sentence.text)
+        limit = lens.context_length
+        ids, offsets = ids[:limit], offsets[:limit]
+        text = sentence.text[: max(end for _, end in offsets)]
+        trace = lens.trace(ids)
+        increments = position_increments(trace.positions, origin=np.nan)
+        record: dict[str, Any] = {"n_tokens": len(ids), "layer_kinds": trace.layer_kinds}
+        for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
+            words = _clip_words(words, len(text))
+            labels = cjk_boundary_labels(text, offsets, words)
+            record[f"{name}_labels"] = labels.labels[labels.scored].astype(int)
+            record[f"{name}_increments"] = increments[:, :, labels.scored]
+        return record
+
+    return [(f"sentence_{index:05d}", (lambda s=sentence: compute(s))) for index, sentence in enumerate(sentences)]
+
+
+def _clip_words(words, n_chars: int) -> list[str]:
+    clipped, total = [], 0
+    for word in words:
+        if total >= n_chars:
+            break
+        clipped.append(word[: n_chars - total])
+        total += len(clipped[-1])
+    return clipped
+
+
+def summarize_boundaries(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pooled ROC-AUC per layer and head of increments against word boundaries (gold and jieba)."""
+    summary: dict[str, Any] = {"layer_kinds": records[0]["layer_kinds"] if records else []}
+    for name in ("gold", "jieba"):
+        scores = [np.asarray(r[f"{name}_increments"], dtype=np.float64) for r in records if r[f"{name}_labels"]]
+        labels = [np.asarray(r[f"{name}_labels"], dtype=bool) for r in records if r[f"{name}_labels"]]
+        if not scores:
+            continue
+        pooled_scores, pooled_labels = np.concatenate(scores, axis=-1), np.concatenate(labels)
+        auc = boundary_auc(pooled_scores, pooled_labels)
+        summary[f"auc_{name}_by_layer_head"] = auc.tolist()
+        summary[f"auc_{name}_by_layer"] = auc.mean(axis=1).tolist()
+        summary[f"n_gaps_{name}"] = int(pooled_labels.size)
+        summary[f"boundary_share_{name}"] = float(pooled_labels.mean())
+    return summary
+
+
+def summarize_niah(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean per-token mass on needle / query / rest over all items, and by length."""
+    names = sorted({name for r in records for name in r["per_token"]})
+    by_length: dict[int, list] = {}
+    for record in records:
+        by_length.setdefault(record["length"], []).append(record)
+    return {
+        "per_token": {name: float(np.mean([r["per_token"][name] for r in records])) for name in names},
+        "per_token_by_length": {
+            str(length): {name: float(np.mean([r["per_token"][name] for r in group])) for name in names}
+            for length, group in sorted(by_length.items())
+        },
+    }
+
+
+def summarize_positions(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean range per layer and pattern shares per layer, over texts (weighted equally)."""
+    summary: dict[str, Any] = {"layer_kinds": records[0]["layer_kinds"] if records else []}
+    summary["range_mean_by_layer"] = np.mean([r["range_mean_by_layer"] for r in records], axis=0).tolist()
+    patterned = [r for r in records if "pattern_by_layer" in r]
+    if patterned:
+        summary["pattern_labels"] = patterned[0]["pattern_labels"]
+        summary["pattern_by_layer"] = np.mean([r["pattern_by_layer"] for r in patterned], axis=0).tolist()
+    return summary

@@ -1,0 +1,84 @@
+"""`repo-lens analyze`: JSON + CSV results, resumable without redoing finished items."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from repo_lens.cli import main
+from repo_lens.errors import InputError
+from repo_lens.model.loaders import save_checkpoint
+from repo_lens.model.tiny import tiny_model
+from repo_lens.runs import run_items
+
+
+@pytest.fixture(scope="module")
+def byte_model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny_bytes")
+    save_checkpoint(tiny_model("repo", seed=2), directory, info={"name": "tiny"})
+    return directory
+
+
+def test_niah_sweep_writes_json_csv_and_resumes(byte_model_dir, tmp_path, capsys):
+    out = tmp_path / "niah"
+    argv = ["analyze", "--model", str(byte_model_dir), "--study", "niah", "--lengths", "400,480",
+            "--depths", "0,1", "--out", str(out), "--quiet", "--device", "cpu"]
+    assert main(argv) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert [(r["length"], r["depth"]) for r in records] == [(400, 0.0), (400, 1.0), (480, 0.0), (480, 1.0)]
+    for record in records:
+        assert set(record["per_token"]) == {"needle", "query", "rest"}
+        assert record["n_tokens"] <= record["length"]
+        # per-token mass times span length, summed over spans, is at most the whole row
+        assert sum(record["total"].values()) <= 1.0 + 1e-6
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 4 and float(rows[0]["per_token.needle"]) == pytest.approx(records[0]["per_token"]["needle"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["per_token"]["needle"] == pytest.approx(sum(r["per_token"]["needle"] for r in records) / 4)
+
+    # an interrupted run: one item missing; rerunning recomputes only that one
+    items = sorted((out / "items").iterdir())
+    stamps = {path.name: path.stat().st_mtime_ns for path in items}
+    items[1].unlink()
+    assert main(argv) == 0
+    assert all(p.stat().st_mtime_ns == stamps[p.name] for p in sorted((out / "items").iterdir()) if p != items[1])
+    assert json.loads((out / "results.json").read_text()) == records
+
+
+def test_resume_never_redoes_finished_items(tmp_path):
+    calls = []
+
+    def item(key):
+        return key, lambda: calls.append(key) or {"value": len(key)}
+
+    run_items(tmp_path, [item("a"), item("bb")], {"kind": "t"}, progress=False)
+    run_items(tmp_path, [item("a"), item("bb"), item("ccc")], {"kind": "t"}, progress=False)
+    assert calls == ["a", "bb", "ccc"]
+    with pytest.raises(InputError, match="holds a run with other settings"):
+        run_items(tmp_path, [item("a")], {"kind": "other"}, progress=False)
+
+
+def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch):
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("First paragraph of plain text, long enough for chunks.\n\nSecond one, also long enough.")
+    out = tmp_path / "positions"
+    assert main(["analyze", "--model", str(byte_model_dir), "--study", "positions", "--file", str(text_file),
+                 "--out", str(out), "--quiet", "--device", "cpu"]) == 0
+    records = json.loads((out / "results.json").read_text())
+    assert len(records) == 2 and records[0]["layer_kinds"] == ["rope", "rope", "repo", "repo"]
+    assert records[0]["range_mean_by_layer"][0] == records[0]["n_tokens"] - 1  # RoPE: 0..T-1
+
+    from repo_lens.data.corpora import parse_peoples_daily
+
+    sample = parse_peoples_daily(["迈向/v  充满/v  希望/n  的/u  新/a  世纪/n  。/w",
+                                  "中共中央/nt  总书记/n  、/w  国家/n  主席/n  江/nr  泽民/nr"])
+    monkeypatch.setattr("repo_lens.data.peoples_daily", lambda *a, **k: sample)
+    out = tmp_path / "boundaries"
+    assert main(["analyze", "--model", str(byte_model_dir), "--study", "boundaries", "--samples", "2",
+                 "--out", str(out), "--quiet", "--device", "cpu"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    # gaps between CJK characters: 迈向充满希望的新世纪 has 9, 中共中央总书记 6 and 国家主席江泽民 6
+    assert summary["n_gaps_gold"] == 21
+    assert summary["auc_gold_by_layer"][:2] == [0.5, 0.5]  # RoPE increments are all 1: chance

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench zoo clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,16 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/trace_overhead.py
+	$(BIN)/python bench/analyzers.py
+	$(BIN)/python bench/attention_mass.py
+
+# Retrain and ship every zoo model (about an hour on 2 CPU cores; not part of CI).
+ZOO_RUNS ?= build/zoo
+zoo: setup
+	for m in rope nope repo; do $(BIN)/repo-lens train --preset bytes-small --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/bytes-$$m & done; wait
+	for m in rope nope repo; do $(BIN)/repo-lens train --preset reversal --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/reversal-$$m; done
+	for m in rope nope repo; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/bytes-$$m bytes-$$m bytes-small; \
+	  $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/reversal-$$m reversal-$$m reversal; done
 
 clean:
 	rm -rf build .pytest_cache

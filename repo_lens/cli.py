@@ -73,6 +73,13 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
     from repo_lens.zoo import zoo_entries
 
+    if args.ship:
+        from repo_lens.zoo.ship import ship
+
+        run_dir, name, preset_name = args.ship
+        print(f"shipped {run_dir} as zoo:{name} -> {ship(run_dir, name, preset_name)}")
+        return 0
+
     entries = zoo_entries()
     if args.json:
         print(json.dumps(entries, indent=2))
@@ -202,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     zoo = commands.add_parser("zoo", help="list the shipped models")
     zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")
+    zoo.add_argument("--ship", nargs=3, metavar=("RUN_DIR", "NAME", "PRESET"),
+                     help="(maintainers) copy a finished training run into the package's zoo")
     zoo.set_defaults(handler=cmd_zoo)
     return parser
 

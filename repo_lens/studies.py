@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from repo_lens.analysis import (
+    attention_mass,
     boundary_auc,
     chunk_patterns,
     cjk_boundary_labels,
@@ -19,7 +20,6 @@ from repo_lens.analysis import (
     position_increments,
     range_stats,
 )
-from repo_lens.analysis.attention_mass import attention_mass
 from repo_lens.data import encode_with_offsets, niah_single
 from repo_lens.runs import Item
 
@@ -27,12 +27,14 @@ from repo_lens.runs import Item
 def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int]) -> list[Item]:
     """Attention mass per token on needle / query / rest (RePo Table 4) over lengths × depths × seeds.
 
-    The query rows are the appended answer tokens; ``query`` is the question plus answer prefix.
+    The query rows are the appended answer tokens; ``needle`` is the needle's value (the tokens
+    of the golden answer), ``query`` the question plus the answer prefix.
     """
 
     def compute(length: int, depth: float, seed: int) -> dict[str, Any]:
         prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
-        mass = attention_mass(lens, prompt.ids, prompt.pick("needle", "query"), prompt.query)
+        spans = {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]}
+        mass = attention_mass(lens, prompt.ids, spans, prompt.query)
         return {
             "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
             "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],

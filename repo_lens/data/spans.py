@@ -70,15 +70,21 @@ def char_to_token_span(offsets: Sequence[Span], char_start: int, char_end: int) 
         >>> char_to_token_span([(0, 0), (0, 3), (3, 4), (4, 9)], 3, 6)
         (2, 4)
     """
+    table = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    return _token_span(table, char_start, char_end)
+
+
+def _token_span(table: np.ndarray, char_start: int, char_end: int) -> Span:
     if not 0 <= char_start < char_end:
         raise InputError(f"character span ({char_start}, {char_end}) must satisfy 0 <= start < end")
-    hits = [index for index, (a, b) in enumerate(offsets) if a < char_end and b > char_start and b > a]
-    if not hits:
+    starts, ends = table[:, 0], table[:, 1]
+    hits = np.flatnonzero((starts < char_end) & (ends > char_start) & (ends > starts))
+    if hits.size == 0:
         raise InputError(
             f"character span ({char_start}, {char_end}) covers no token; check that it lies inside the "
             "encoded text (special tokens belong to no span)"
         )
-    return hits[0], hits[-1] + 1
+    return int(hits[0]), int(hits[-1]) + 1
 
 
 @dataclass
@@ -177,7 +183,8 @@ class PromptBuilder:
         ids, offsets = encode_with_offsets(tokenizer, text, add_special_tokens=add_special_tokens)
         if not ids:
             raise InputError("the prompt encodes to no tokens; give it some text")
-        spans = {name: char_to_token_span(offsets, a, b) for name, (a, b) in char_spans.items()}
+        table = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        spans = {name: _token_span(table, a, b) for name, (a, b) in char_spans.items()}
         if appended:
             query = spans["answer"]
             for name, (start, end) in spans.items():

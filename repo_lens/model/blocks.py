@@ -12,20 +12,27 @@ from repo_lens.model.config import ModelConfig
 from repo_lens.model.layers import RMSNorm, SwiGLU
 
 
-class Olmo2Block(nn.Module):
-    """h = h + norm(attn(h)); h = h + norm(mlp(h)). The attention (and RePo's f) reads the raw residual."""
+class _Block(nn.Module):
+    """Attention + SwiGLU MLP and the residual-stream hook points both families share."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.attn = Attention(cfg, layer)
         self.mlp = SwiGLU(cfg.d_model, cfg.d_mlp, cfg.mlp_bias)
-        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
-        self.post_feedforward_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
         self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+
+class Olmo2Block(_Block):
+    """h = h + norm(attn(h)); h = h + norm(mlp(h)). The attention (and RePo's f) reads the raw residual."""
+
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
+        self.post_feedforward_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(x)
@@ -35,20 +42,13 @@ class Olmo2Block(nn.Module):
         return self.hook_resid_post(resid_mid + mlp_out)
 
 
-class LlamaBlock(nn.Module):
+class LlamaBlock(_Block):
     """h = h + attn(norm(h)); h = h + mlp(norm(h)). The attention (and RePo's f) reads the normed h."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
-        super().__init__()
-        self.attn = Attention(cfg, layer)
-        self.mlp = SwiGLU(cfg.d_model, cfg.d_mlp, cfg.mlp_bias)
+        super().__init__(cfg, layer)
         self.input_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=False)
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=False)
-        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
-        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
-        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(x)

@@ -177,11 +177,14 @@ class ReversalTask:
         return metrics
 
     def save_tokenizer(self, directory: Path) -> None:
-        from tokenizers import Tokenizer, models, pre_tokenizers
+        from tokenizers import Tokenizer, models, pre_tokenizers, processors
         from transformers import PreTrainedTokenizerFast
 
         backend = Tokenizer(models.WordLevel(vocab=self.index, unk_token="<pad>"))
         backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        # text is encoded as in training: "<bos>" first
+        backend.post_processor = processors.TemplateProcessing(
+            single="<bos> $A", special_tokens=[("<bos>", self.index["<bos>"])])
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>",
                                             eos_token="<eos>", sep_token="<sep>")
         tokenizer.save_pretrained(str(directory))

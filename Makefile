@@ -4,13 +4,13 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS ?= dev
+EXTRAS ?= dev,app
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test bench zoo clean
+.PHONY: setup demo test bench zoo clean app browser
 
 setup: $(STAMP)
 
@@ -25,7 +25,7 @@ demo: setup
 	$(BIN)/repo-lens tiny build/demo-repo --mechanism repo --force
 	$(BIN)/repo-lens trace --model build/demo-repo --text "The needle is hidden in the haystack. What is the needle?"
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 bench: setup
@@ -40,6 +40,14 @@ zoo: setup
 	for m in rope nope repo; do $(BIN)/repo-lens train --preset reversal --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/reversal-$$m; done
 	for m in rope nope repo; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/bytes-$$m bytes-$$m bytes-small; \
 	  $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/reversal-$$m reversal-$$m reversal; done
+
+# The Streamlit app on 127.0.0.1 (default model zoo:bytes-repo; REPO_LENS_APP_ROOTS allows local checkpoints).
+app: setup browser
+	$(BIN)/streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.headless true
+
+# Chromium (figure export, the browser test) and a CJK font, from Debian, when missing.
+browser:
+	dpkg -s chromium chromium-driver fonts-wqy-microhei >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium chromium-driver fonts-wqy-microhei)
 
 clean:
 	rm -rf build .pytest_cache

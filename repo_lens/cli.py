@@ -130,7 +130,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     import repo_lens
     from repo_lens import studies
-    from repo_lens.model.loaders.native import atomic_write_bytes
+    from repo_lens.atomic import atomic_write_bytes
     from repo_lens.runs import run_items
 
     settings = {"model": args.model, "study": args.study}

@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from repo_lens.model.loaders.native import atomic_write_bytes
+from repo_lens.atomic import atomic_write_bytes
 
 Item = tuple[str, Callable[[], dict[str, Any]]]
 

@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from repo_lens.model.config import ModelConfig, repo_start_layer
-from repo_lens.model.loaders.native import atomic_write_bytes, save_checkpoint
+from repo_lens.atomic import atomic_write_bytes
+from repo_lens.model.loaders.native import save_checkpoint
 from repo_lens.model.transformer import LensModel
 from repo_lens.train.config import TrainConfig
 from repo_lens.train.schedule import learning_rate

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from repo_lens.atomic import atomic_write_bytes
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.transformer import LensModel
@@ -33,19 +34,6 @@ def native_model_config(config: dict[str, Any], directory: Path) -> ModelConfig:
     if "model" not in config:
         raise CheckpointError(f"{directory}/config.json has no 'model' section describing the architecture")
     return ModelConfig.from_dict(config["model"])
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(

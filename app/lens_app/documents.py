@@ -1,0 +1,143 @@
+"""Inputs: free text and presets turned into token ids (+ character offsets and named spans) for one
+model's tokenizer, and traced. No Streamlit here, so it is easy to test and reuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from repo_lens import InputError, Trace
+from repo_lens.data import PromptBuilder, encode_with_offsets, fewshot_prompt, niah_single, table_prompt
+
+from lens_app.config import MAX_TEXT_BYTES
+
+PRESETS = ("Free text", "Few-shot", "NIAH", "Table", "Code", "Chinese", "Reversal", "Upload text file")
+
+FREE_TEXT = ("Marie Curie was born in Warsaw and later moved to Paris, where she studied physics. "
+             "The needle is hidden in the haystack. What is the needle?")
+CODE = '''def fibonacci(n: int) -> list[int]:
+    """The first n Fibonacci numbers."""
+    numbers = [0, 1]
+    while len(numbers) < n:
+        numbers.append(numbers[-1] + numbers[-2])
+    return numbers[:n]
+
+
+print(fibonacci(10))
+'''
+CHINESE = ("人工智能是计算机科学的一个分支。它企图了解智能的实质，并生产出一种新的能以人类智能相似的方式做出反应的智能机器。"
+           "该领域的研究包括机器人、语言识别、图像识别、自然语言处理和专家系统等。")
+FEWSHOT_EXAMPLES = (("cat", "chat"), ("dog", "chien"), ("house", "maison"), ("water", "eau"))
+TABLE_HEADER = ("city", "country", "population (M)")
+TABLE_ROWS = (("Oslo", "Norway", 0.7), ("Rome", "Italy", 2.8), ("Lima", "Peru", 10.0), ("Pune", "India", 7.4))
+REVERSAL_FALLBACK = ("ba", "ko", "mi", "zu", "te", "lo", "ri", "sa", "nu", "pe", "dovi", "kala", "mora", "tesu")
+
+PRESET_TEXT = {"Free text": FREE_TEXT, "Code": CODE, "Chinese": CHINESE}
+
+
+@dataclass
+class Document:
+    """One input encoded for one model: ids, per-token character offsets (None when the tokenizer
+    has none), named token spans, and for prompts the query rows and the target span names."""
+
+    kind: str
+    text: str
+    ids: list[int]
+    offsets: list[tuple[int, int]] | None
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    query: tuple[int, int] | None = None
+    targets: list[str] = field(default_factory=list)
+
+
+def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> Document:
+    """Encode preset ``kind`` (one of PRESETS) or ``text`` with the lens' tokenizer."""
+    tokenizer = lens.tokenizer
+    if tokenizer is None:
+        raise InputError("this checkpoint has no tokenizer, so it cannot read text; open a saved trace instead")
+    if kind == "NIAH":
+        prompt = niah_single(tokenizer, int(params.get("length", 256)), float(params.get("depth", 0.5)),
+                             seed=int(params.get("seed", 0)))
+    elif kind == "Few-shot":
+        prompt = fewshot_prompt(tokenizer, FEWSHOT_EXAMPLES, "bird", "oiseau", instruction="Translate English to French.")
+    elif kind == "Table":
+        prompt = table_prompt(tokenizer, TABLE_HEADER, TABLE_ROWS, "Which city has 2.8 million people?", "Rome")
+    elif kind == "Reversal":
+        prompt = reversal_prompt(tokenizer, int(params.get("words", 12)), int(params.get("seed", 0)))
+    else:
+        return encode_text(tokenizer, kind, text)
+    offsets = _offsets_or_none(tokenizer, prompt.text, len(prompt.ids))
+    return Document(kind=kind, text=prompt.text, ids=[int(i) for i in prompt.ids], offsets=offsets,
+                    spans=dict(prompt.spans), query=tuple(prompt.query), targets=list(prompt.meta.get("targets", [])))
+
+
+def encode_text(tokenizer: Any, kind: str, text: str) -> Document:
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("the text is empty; type or upload some text")
+    size = len(text.encode("utf-8"))
+    if size > MAX_TEXT_BYTES:
+        raise InputError(f"the text is {size:,} bytes; the app reads at most {MAX_TEXT_BYTES:,} bytes")
+    try:
+        ids, offsets = encode_with_offsets(tokenizer, text)
+    except InputError:  # a tokenizer without offsets (slow tokenizer): no character offsets
+        ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        offsets = None
+    if not ids:
+        raise InputError("the text encodes to no tokens")
+    return Document(kind=kind, text=text, ids=[int(i) for i in ids], offsets=offsets)
+
+
+def _offsets_or_none(tokenizer: Any, text: str, n: int) -> list[tuple[int, int]] | None:
+    try:
+        ids, offsets = encode_with_offsets(tokenizer, text)
+    except InputError:
+        return None
+    return offsets if len(ids) == n else None
+
+
+def reversal_prompt(tokenizer: Any, n_words: int, seed: int = 0) -> Any:
+    """RePo App. C's task, ``<bos> Reverse the following words : x1 … xn <sep> xn … x1`` for the
+    reversal models (items drawn from their vocabulary), plain text for other models.
+    Spans: ``input`` (the items) and ``output`` (reversed); the query rows are the last token."""
+    if not 2 <= n_words <= 64:
+        raise InputError(f"the reversal prompt takes 2..64 words, got {n_words}")
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    special = "<sep>" in vocab
+    pool = sorted(w for w in vocab if w.isalpha() and w.islower() and w not in {"the", "following", "words"}) \
+        if special else []
+    pool = pool or list(REVERSAL_FALLBACK)
+    rng = np.random.default_rng(seed)
+    items = [pool[i] for i in rng.integers(0, len(pool), size=n_words)]
+    b = PromptBuilder()
+    b.add("<bos> Reverse the following words : " if special else "Reverse the following words: ")
+    b.add(" ".join(items), "input")
+    b.add(" <sep> " if special else "\n")
+    b.add(" ".join(reversed(items)), "output")
+    return b.build(tokenizer, append_answer=False, last_k=1, trim_from="output", meta={"task": "reversal"})
+
+
+def trace_document(lens: Any, doc: Document, truncate: bool) -> Trace:
+    """Trace the document's ids; spans inside the kept tokens, char offsets (``extras["char_offsets"]``)
+    and the input text (``meta["input"]``) travel with the trace so a saved trace keeps them."""
+    trace = lens.trace(np.asarray(doc.ids, dtype=np.int64), truncate=truncate, progress=False)
+    n = len(trace)
+    trace.spans = {name: (a, b) for name, (a, b) in doc.spans.items() if b <= n}
+    if doc.offsets is not None:
+        trace.extras["char_offsets"] = np.asarray(doc.offsets[:n], dtype=np.int64).reshape(-1, 2)
+    trace.meta["input"] = {"kind": doc.kind, "text": doc.text, "query": list(doc.query) if doc.query else None,
+                           "targets": doc.targets}
+    return trace
+
+
+def document_of_trace(trace: Trace) -> Document | None:
+    """The input text and offsets stored in a trace by :func:`trace_document`, if any."""
+    info = trace.meta.get("input") if isinstance(trace.meta, dict) else None
+    offsets = trace.extras.get("char_offsets")
+    if not isinstance(info, dict) or not isinstance(info.get("text"), str):
+        return None
+    pairs = [tuple(map(int, pair)) for pair in offsets.tolist()] if offsets is not None else None
+    query = info.get("query")
+    return Document(kind=str(info.get("kind", "text")), text=info["text"], ids=trace.token_ids.tolist(),
+                    offsets=pairs, spans=dict(trace.spans), query=tuple(query) if query else None,
+                    targets=list(info.get("targets") or []))

@@ -1,0 +1,119 @@
+"""Analyses the views show, and their CSV forms (no Streamlit here)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from repo_lens import InputError, Trace
+from repo_lens.analysis import (
+    AttentionMass,
+    attention_mass,
+    boundary_auc,
+    cjk_boundary_labels,
+    is_cjk_char,
+    jieba_words,
+    position_increments,
+)
+
+from lens_app.documents import Document
+
+
+@dataclass
+class BoundaryResult:
+    auc: np.ndarray  # (L, H)
+    words: list[str]
+    n_scored: int
+    n_boundaries: int
+
+
+def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
+    """Word-boundary AUC of every layer's and head's increments against jieba's segmentation."""
+    if doc is None or doc.offsets is None:
+        raise InputError("word-boundary AUC needs the input text and each token's character offsets; "
+                         "trace the text with a model (or open a trace saved by this app)")
+    text = doc.text
+    if sum(is_cjk_char(c) for c in text) < 4:
+        raise InputError("the text has (almost) no Chinese characters; pick the Chinese preset or paste Chinese text")
+    n = len(trace)
+    words = jieba_words(text)
+    labels = cjk_boundary_labels(text, np.asarray(doc.offsets[:n], dtype=np.int64).reshape(-1, 2), words)
+    increments = position_increments(trace.positions, origin=np.nan)
+    auc = boundary_auc(increments, labels.labels, scored=labels.scored)
+    return BoundaryResult(auc=np.asarray(auc, dtype=np.float64), words=words, n_scored=int(labels.scored.sum()),
+                          n_boundaries=int(labels.labels.sum()))
+
+
+def niah_mass(lens: Any, doc: Document, beyond_context: bool = False) -> AttentionMass:
+    """RePo Table 4's attention mass of the answer rows on the needle, the query and the rest;
+    ``beyond_context`` measures prompts longer than the model's context (length extrapolation)."""
+    if doc.kind != "NIAH" or not doc.targets or doc.query is None:
+        raise InputError("attention mass is measured on NIAH prompts; pick the NIAH preset")
+    spans = {"needle": doc.spans[doc.targets[0]], "query": doc.spans["query"]}
+    return attention_mass(lens, np.asarray(doc.ids, dtype=np.int64), spans, doc.query,
+                          allow_beyond_context=beyond_context)
+
+
+def _csv(header: list[str], rows: Any) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue().encode("utf-8")
+
+
+def layer_head_csv(values: np.ndarray, name: str, kinds: list[str] | None = None) -> bytes:
+    """Long-format CSV (layer, kind, head, value) of an (L, H) array."""
+    v = np.asarray(values)
+    return _csv(["layer", "kind", "head", name],
+                ((l, kinds[l] if kinds else "", h, float(v[l, h])) for l in range(v.shape[0]) for h in range(v.shape[1])))
+
+
+def fractions_csv(fractions: Any, kinds: list[str] | None = None) -> bytes:
+    per_head = fractions.per_head
+    return _csv(["layer", "kind", "head", *fractions.labels],
+                ([l, kinds[l] if kinds else "", h, *map(float, per_head[l, h])]
+                 for l in range(per_head.shape[0]) for h in range(per_head.shape[1])))
+
+
+def positions_csv(trace: Trace) -> bytes:
+    """Long-format CSV: token index, token, token id, layer, kind, head, position."""
+    z = trace.positions
+    rows = ((t, trace.tokens[t], int(trace.token_ids[t]), l, trace.layer_kinds[l], h, float(z[l, h, t]))
+            for l in range(z.shape[0]) for h in range(z.shape[1]) for t in range(z.shape[2]))
+    return _csv(["token_index", "token", "token_id", "layer", "kind", "head", "position"], rows)
+
+
+def mass_csv(masses: dict[str, AttentionMass]) -> bytes:
+    rows = []
+    for label, mass in masses.items():
+        for span, table in mass.by_layer_head.items():
+            for row, layer in enumerate(mass.layers):
+                for head in range(table.shape[1]):
+                    rows.append([label, span, mass.span_lengths[span], layer, head, float(table[row, head])])
+    return _csv(["model", "span", "span_tokens", "layer", "head", "mass_per_token"], rows)
+
+
+def trace_bytes(trace: Trace) -> bytes:
+    """The trace as a .safetensors file (Trace.save to a temp file, read back)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = trace.save(Path(directory) / "trace.safetensors")
+        return path.read_bytes()
+
+
+def load_trace_bytes(data: bytes) -> Trace:
+    """A trace from uploaded bytes (TraceFileError when it is none)."""
+    handle, temp = tempfile.mkstemp(suffix=".safetensors")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        return Trace.load(temp)
+    finally:
+        Path(temp).unlink(missing_ok=True)

@@ -1,0 +1,146 @@
+"""The sidebar: which models (or which saved trace) and which input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+from repo_lens import InputError
+
+from lens_app import config
+from lens_app.documents import PRESET_TEXT, PRESETS
+from lens_app.ui import guard
+
+MODE_MODEL, MODE_TRACE = "Run a model", "Open a saved trace"
+OTHER = "Other directory…"
+
+
+@dataclass
+class Selection:
+    mode: str
+    sources: list[str] = field(default_factory=list)
+    kind: str = "Free text"
+    text: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    truncate: bool = True
+    trace_file: Any = None
+    problem: str | None = None  # why nothing can be shown yet
+
+    @property
+    def params_json(self) -> str:
+        return json.dumps(self.params, sort_keys=True)
+
+
+def sidebar() -> Selection:
+    with st.sidebar:
+        st.header("repo_lens")
+        st.caption("Learned positions, layer by layer")
+        mode = st.radio("Look at", [MODE_MODEL, MODE_TRACE], key="mode", horizontal=True)
+        if mode == MODE_TRACE:
+            return _trace_selection()
+        selection = Selection(mode=MODE_MODEL)
+        _models(selection)
+        st.divider()
+        _input(selection)
+        return selection
+
+
+def _trace_selection() -> Selection:
+    selection = Selection(mode=MODE_TRACE)
+    selection.trace_file = st.file_uploader(
+        "Trace file (.safetensors, written by Trace.save or `repo-lens trace --save`)", type=["safetensors"],
+        key="trace_file", max_upload_size=config.MAX_TRACE_BYTES // (1024 * 1024))
+    if selection.trace_file is None:
+        selection.problem = "Upload a trace file to look at it without a model."
+    return selection
+
+
+def _models(selection: Selection) -> None:
+    roots = config.configured_roots()
+    default = None
+    with guard("Default model"):
+        default = config.default_source()
+    options = config.zoo_sources() + config.discover_checkpoints(roots)
+    if default and default not in options:
+        options.insert(0, default)
+    if roots:
+        options.append(OTHER)
+    if not options:
+        st.warning(f"No zoo models are installed and no checkpoint directories are configured. Set "
+                   f"{config.ROOTS_ENV} to directories holding checkpoints, or open a saved trace.")
+        selection.problem = "No model to run: see the sidebar."
+        return
+    first = _pick("Model", "model_a", options, default, roots)
+    if first is None:
+        selection.problem = selection.problem or "Pick a model (or a checkpoint directory) in the sidebar."
+        return
+    selection.sources.append(first)
+    if st.toggle("Compare with a second model", key="compare"):
+        fallback = next((o for o in ("zoo:bytes-rope", "zoo:bytes-nope") if o in options and o != first), None)
+        fallback = fallback or next((o for o in options if o not in (first, OTHER)), None)
+        second = _pick("Second model", "model_b", options, fallback, roots)
+        if second is not None:
+            selection.sources.append(second)
+
+
+def _pick(label: str, key: str, options: list[str], default: str | None, roots: list) -> str | None:
+    index = options.index(default) if default in options else None
+    choice = st.selectbox(label, options, index=index, key=key, placeholder="pick a checkpoint",
+                          format_func=_option_label)
+    if choice is None:
+        return None
+    if choice == OTHER:
+        path = st.text_input(f"{label}: checkpoint directory", key=f"{key}_path",
+                             placeholder=str(roots[0]) + "/…" if roots else "")
+        if not path.strip():
+            return None
+        try:
+            return str(config.resolve_checkpoint(path, roots))
+        except InputError as error:
+            st.error(str(error), icon="⚠️")
+            return None
+    return choice
+
+
+def _option_label(option: str) -> str:
+    if option.startswith("zoo:") or option == OTHER:
+        return option
+    return f"{Path(option).name}  ·  {Path(option).parent}"
+
+
+def _input(selection: Selection) -> None:
+    kind = st.selectbox("Input", PRESETS, key="input", bind="query-params")
+    selection.kind = kind
+    if kind in PRESET_TEXT:
+        selection.text = st.text_area("Text", PRESET_TEXT[kind], key=f"text_{kind}", height=180,
+                                      max_chars=config.MAX_TEXT_BYTES)
+    elif kind == "NIAH":
+        length = st.number_input("Length (tokens)", min_value=64, max_value=32768, value=512, step=64, key="niah_length")
+        depth = st.slider("Needle depth", 0.0, 1.0, 0.5, 0.05, key="niah_depth")
+        seed = st.number_input("Seed", min_value=0, max_value=10_000, value=0, key="niah_seed")
+        selection.params = {"length": int(length), "depth": float(depth), "seed": int(seed)}
+    elif kind == "Reversal":
+        words = st.slider("Words to reverse", 2, 40, 12, key="reversal_words")
+        selection.params = {"words": int(words), "seed": 0}
+    elif kind == "Upload text file":
+        upload = st.file_uploader(f"Text file (at most {config.MAX_TEXT_BYTES // 1000} kB, UTF-8)", key="text_file",
+                                  max_upload_size=1)
+        selection.kind = "Free text"
+        if upload is None:
+            selection.problem = "Upload a text file in the sidebar."
+        else:
+            data = upload.getvalue()
+            if len(data) > config.MAX_TEXT_BYTES:
+                selection.problem = (f"{upload.name} is {len(data):,} bytes; the app reads text files of at most "
+                                     f"{config.MAX_TEXT_BYTES:,} bytes. Upload a shorter excerpt.")
+            else:
+                try:
+                    selection.text = data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    selection.problem = f"{upload.name} is not UTF-8 text ({error.reason} at byte {error.start})."
+    selection.truncate = st.checkbox("Truncate input longer than the model's context", value=True, key="truncate",
+                                     help="Keep the first tokens that fit (recorded in the trace); off: show an error")

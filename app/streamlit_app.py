@@ -1,0 +1,121 @@
+"""repo_lens' Streamlit app: browse the positions models learn, interactively.
+
+Run it with ``make app`` (or ``streamlit run app/streamlit_app.py --server.address 127.0.0.1``).
+Environment: ``REPO_LENS_APP_ROOTS`` (directories local checkpoints may be read from, os.pathsep-
+separated; none by default) and ``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under
+a root; default zoo:bytes-repo).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import streamlit as st  # noqa: E402
+
+from lens_app import cache, config  # noqa: E402
+from lens_app.sidebar import MODE_TRACE, Selection, sidebar  # noqa: E402
+from lens_app.ui import Item, guard  # noqa: E402
+from lens_app.views import (  # noqa: E402
+    VIEWS,
+    boundaries_view,
+    data_view,
+    heatmaps_view,
+    mass_view,
+    scatter_view,
+    spaced_view,
+)
+from lens_app.documents import document_of_trace  # noqa: E402
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha1("\x1f".join(map(str, parts)).encode("utf-8")).hexdigest()[:12]
+
+
+def load_items(selection: Selection) -> list[Item]:
+    """The traces to show: one per chosen model (cached), or the uploaded trace file."""
+    items: list[Item] = []
+    if selection.mode == MODE_TRACE:
+        file = selection.trace_file
+        with guard(f"Reading {file.name}"):
+            if file.size > config.MAX_TRACE_BYTES:
+                st.error(f"{file.name} is {file.size:,} bytes; trace files of at most {config.MAX_TRACE_BYTES:,} "
+                         "bytes can be opened here")
+                return items
+            trace = cache.load_uploaded_trace(file)
+            label = str(trace.meta.get("name") or trace.meta.get("source") or file.name)
+            items.append(Item(label=label, trace=trace, doc=document_of_trace(trace),
+                              key=_key("file", getattr(file, "file_id", file.name))))
+        return items
+    for index, source in enumerate(selection.sources):
+        label = config.source_label(source)
+        if any(item.label == label for item in items):
+            label = f"{label} ({index + 1})"
+        with guard(f"Tracing with {label}"):
+            stamp = config.source_stamp(source)
+            trace, doc = cache.get_traced(source, stamp, selection.kind, selection.text, selection.params_json,
+                                          selection.truncate)
+            items.append(Item(label=label, trace=trace, doc=doc, source=source, stamp=stamp,
+                              key=_key(source, stamp, selection.kind, selection.text, selection.params_json,
+                                       selection.truncate)))
+    return items
+
+
+def notices(items: list[Item]) -> None:
+    """Truncation and non-finite positions, shown before any view."""
+    for item in items:
+        meta = item.trace.meta
+        truncation = meta.get("truncation")
+        if truncation:
+            st.warning(f"{item.label}: the input has {truncation['original_tokens']:,} tokens, more than the model's "
+                       f"context; only the first {truncation['kept_tokens']:,} were traced.", icon="✂️")
+        bad = meta.get("nonfinite_positions")
+        if bad:
+            st.error(f"{item.label}: NaN or infinite positions in (layer, head) {bad[:8]}{' …' if len(bad) > 8 else ''}; "
+                     "they are left out of the plots and the analyses that need finite positions say so.", icon="⚠️")
+        for warning in meta.get("warnings") or []:
+            if not bad or "NaN" not in str(warning):
+                st.warning(f"{item.label}: {warning}")
+
+
+def header(items: list[Item]) -> None:
+    parts = []
+    for item in items:
+        trace = item.trace
+        kinds = sorted(set(trace.layer_kinds), key=trace.layer_kinds.index)
+        parts.append(f"**{item.label}** — {len(trace):,} tokens, {trace.n_layers} layers ({'/'.join(kinds)}), "
+                     f"{trace.n_heads} heads")
+    st.markdown(" · ".join(parts))
+
+
+def main() -> None:
+    st.set_page_config(page_title="repo_lens — learned positions", page_icon="📐", layout="wide")
+    selection = sidebar()
+    if selection.problem:
+        st.info(selection.problem)
+        return
+    items = load_items(selection)
+    if not items:
+        return
+    header(items)
+    notices(items)
+    renderers = {
+        "Spaced tokens": lambda: spaced_view(items),
+        "Scatter": lambda: scatter_view(items),
+        "Heatmaps": lambda: heatmaps_view(items),
+        "Attention mass": lambda: mass_view(items, selection),
+        "Word boundaries": lambda: boundaries_view(items),
+        "Trace & data": lambda: data_view(items),
+    }
+    tabs = st.tabs(list(VIEWS), key="view", on_change="rerun", bind="query-params")
+    for tab, name in zip(tabs, VIEWS):
+        if tab.open:
+            with tab, guard(name):
+                renderers[name]()
+
+
+with guard("The app"):
+    main()

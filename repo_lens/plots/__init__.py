@@ -1,0 +1,44 @@
+"""Figure builders: pure functions from a Trace, arrays or analysis results to a plotly Figure,
+and :func:`export` to PNG / SVG / PDF / HTML.
+
+Example:
+    >>> import numpy as np
+    >>> from repo_lens.trace import Trace
+    >>> from repo_lens.plots import spaced_tokens_figure
+    >>> t = Trace(tokens=list("hi!"), token_ids=[104, 105, 33], layer_kinds=["rope"],
+    ...           positions=np.array([[[0.0, 1.0, 2.0]]], dtype=np.float32))
+    >>> spaced_tokens_figure(t, scale="shared").data[-1].x.tolist()
+    [0.0, 1.0, 2.0]
+"""
+
+from repo_lens.plots.attention_mass import attention_mass_figure, attention_mass_layers_figure
+from repo_lens.plots.boundaries import boundary_auc_figure
+from repo_lens.plots.export import FORMATS, ExportError, export, figure_bytes, start_export_server
+from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
+from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
+from repo_lens.plots.spaced_tokens import spaced_tokens_figure
+from repo_lens.plots.style import FONT_FAMILY, KIND_COLORS, OKABE_ITO, PATTERN_COLORS, sample_indices
+
+__all__ = [
+    "FONT_FAMILY",
+    "FORMATS",
+    "KIND_COLORS",
+    "OKABE_ITO",
+    "PATTERN_COLORS",
+    "ExportError",
+    "attention_mass_figure",
+    "attention_mass_layers_figure",
+    "boundary_auc_figure",
+    "export",
+    "figure_bytes",
+    "iqr_bounds",
+    "iqr_outliers",
+    "layer_head_heatmap",
+    "pattern_fractions_figure",
+    "pattern_strip_figure",
+    "position_scatter_figure",
+    "range_heatmap",
+    "sample_indices",
+    "spaced_tokens_figure",
+    "start_export_server",
+]

@@ -1,0 +1,103 @@
+"""Attention mass on needle / query / rest (RePo Table 4), from :func:`repo_lens.analysis.attention_mass`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from repo_lens.errors import InputError
+from repo_lens.plots.style import OKABE_ITO, SPAN_COLORS, styled
+
+
+def _as_mapping(masses: Any) -> dict[str, Any]:
+    if isinstance(masses, Mapping):
+        out = dict(masses)
+    else:
+        out = {"model": masses}
+    for label, mass in out.items():
+        if not hasattr(mass, "per_token") or not hasattr(mass, "by_layer_head"):
+            raise InputError(f"{label!r} is not an AttentionMass (from repo_lens.analysis.attention_mass)")
+    if not out:
+        raise InputError("no attention mass to plot")
+    return out
+
+
+def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: bool = True) -> go.Figure:
+    """Bars of the attention mass per token on each span (default: every span, ``rest`` last),
+    one bar group per span and one colour per model when ``masses`` maps model labels to results.
+    ``log`` uses a log y axis when every value is positive (needle and rest differ by orders).
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens.analysis import AttentionMass
+        >>> m = AttentionMass(per_token={"needle": 0.05, "query": 0.02, "rest": 0.001},
+        ...                   by_layer_head={k: np.full((1, 2), v) for k, v in [("needle", .05), ("query", .02), ("rest", .001)]},
+        ...                   span_lengths={"needle": 4, "query": 10, "rest": 300}, query=(320, 324),
+        ...                   self_mass=np.zeros((1, 2)), layers=[0])
+        >>> fig = attention_mass_figure({"RePo": m})
+        >>> list(fig.data[0].x), [round(v, 3) for v in fig.data[0].y]
+        (['needle', 'query', 'rest'], [0.05, 0.02, 0.001])
+    """
+    results = _as_mapping(masses)
+    first = next(iter(results.values()))
+    names = list(spans) if spans is not None else [n for n in first.per_token if n != "rest"] + (
+        ["rest"] if "rest" in first.per_token else [])
+    fig = go.Figure()
+    single = len(results) == 1
+    all_values = []
+    for index, (label, mass) in enumerate(results.items()):
+        missing = [n for n in names if n not in mass.per_token]
+        if missing:
+            raise InputError(f"{label!r} has no span {missing}; it has {sorted(mass.per_token)}")
+        values = [float(mass.per_token[n]) for n in names]
+        all_values += values
+        colors = [SPAN_COLORS.get(n, OKABE_ITO[4]) for n in names] if single else OKABE_ITO[index % len(OKABE_ITO)]
+        fig.add_trace(go.Bar(
+            x=names, y=values, name=label, marker_color=colors,
+            text=[f"{v:.2e}" if np.isfinite(v) else "n/a" for v in values], textposition="outside",
+            customdata=[mass.span_lengths.get(n, 0) for n in names],
+            hovertemplate="%{x}: %{y:.4g} per token (%{customdata} tokens)<extra>" + label + "</extra>",
+        ))
+    styled(fig, "Attention mass per token from the answer rows (mean over rows, heads and layers)", height=440)
+    positive = all(np.isfinite(v) and v > 0 for v in all_values)
+    fig.update_yaxes(title_text="mass per token", type="log" if log and positive else "linear")
+    fig.update_layout(barmode="group", showlegend=not single)
+    return fig
+
+
+def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None) -> go.Figure:
+    """Attention mass per token by layer (mean over heads), one line per span (and dash per model).
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens.analysis import AttentionMass
+        >>> m = AttentionMass(per_token={"needle": 0.05, "rest": 0.001},
+        ...                   by_layer_head={"needle": np.array([[0.1, 0.0], [0.04, 0.06]]), "rest": np.full((2, 2), 1e-3)},
+        ...                   span_lengths={"needle": 4, "rest": 300}, query=(320, 324), self_mass=np.zeros((2, 2)),
+        ...                   layers=[0, 1])
+        >>> fig = attention_mass_layers_figure(m)
+        >>> list(fig.data[0].x), [round(float(v), 3) for v in fig.data[0].y]
+        ([0, 1], [0.05, 0.05])
+    """
+    results = _as_mapping(masses)
+    dashes = ("solid", "dash", "dot", "dashdot")
+    fig = go.Figure()
+    for index, (label, mass) in enumerate(results.items()):
+        names = list(spans) if spans is not None else list(mass.by_layer_head)
+        for name in names:
+            by_layer = np.nanmean(np.asarray(mass.by_layer_head[name], dtype=np.float64), axis=1)
+            kinds = list(getattr(mass, "layer_kinds", []) or [])
+            fig.add_trace(go.Scatter(
+                x=list(mass.layers), y=by_layer, mode="lines+markers",
+                name=name if len(results) == 1 else f"{label}: {name}",
+                line=dict(color=SPAN_COLORS.get(name, OKABE_ITO[4]), dash=dashes[index % len(dashes)]),
+                customdata=kinds if len(kinds) == len(mass.layers) else None,
+                hovertemplate="layer %{x}: %{y:.4g}<extra>%{fullData.name}</extra>",
+            ))
+    styled(fig, "Attention mass per token by layer (mean over heads)", height=420)
+    fig.update_xaxes(title_text="layer", dtick=1)
+    fig.update_yaxes(title_text="mass per token", type="log")
+    return fig

@@ -1,0 +1,38 @@
+"""Word-boundary ROC-AUC of position increments per layer and head (seeds/002's Chinese protocol)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from repo_lens.errors import InputError
+from repo_lens.plots.heatmaps import layer_head_heatmap
+from repo_lens.plots.style import DIVERGING
+
+
+def boundary_auc_figure(auc: np.ndarray, layer_kinds: Sequence[str] | None = None, n_scored: int | None = None) -> go.Figure:
+    """Heatmap of the AUC (L, H) from :func:`repo_lens.analysis.boundary_auc` on a diverging scale
+    centred at 0.5 (chance): above 0.5 word boundaries get larger increments, below smaller ones.
+    Each layer's label carries its mean over heads.
+
+    Example:
+        >>> import numpy as np
+        >>> fig = boundary_auc_figure(np.array([[0.5, 0.7], [0.3, 0.5]]), ["rope", "repo"])
+        >>> list(fig.data[0].y), fig.data[0].zmid
+        (['L0 rope · mean 0.60', 'L1 repo · mean 0.40'], 0.5)
+    """
+    values = np.asarray(auc, dtype=np.float64)
+    if values.ndim != 2:
+        raise InputError(f"auc must be (n_layers, n_heads), got shape {values.shape}")
+    means = np.nanmean(values, axis=1)
+    kinds = list(layer_kinds) if layer_kinds is not None else None
+    title = "Chinese word-boundary AUC of position increments (0.5 = chance)"
+    if n_scored is not None:
+        title += f" — {n_scored} scored gaps"
+    fig = layer_head_heatmap(values, title=title, colorbar_title="AUC", colorscale=DIVERGING,
+                             zmin=0.0, zmax=1.0, zmid=0.5)
+    labels = [f"L{layer}{' ' + kinds[layer] if kinds else ''} · mean {mean:.2f}" for layer, mean in enumerate(means)]
+    fig.data[0].y = labels
+    return fig

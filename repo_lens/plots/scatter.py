@@ -1,0 +1,152 @@
+"""Token index vs position, per layer and head: a focus view (IQR outliers clipped) and a global view."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+import plotly.graph_objects as go
+
+from repo_lens.errors import InputError
+from repo_lens.plots.style import (
+    OKABE_ITO,
+    SPAN_COLORS,
+    check_layer,
+    layer_label,
+    positions_of,
+    sample_indices,
+    styled,
+    token_contexts,
+)
+
+
+def iqr_bounds(values: np.ndarray, k: float = 1.5) -> tuple[float, float]:
+    """Tukey's fences (Q1 − k·IQR, Q3 + k·IQR) of the finite ``values``.
+
+    Example:
+        >>> iqr_bounds(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
+        (-1.0, 7.0)
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        raise InputError("no finite values to compute quartiles of; every position is NaN or infinite")
+    if not np.isfinite(k) or k < 0:
+        raise InputError(f"k must be a finite number >= 0, got {k!r}")
+    q1, q3 = np.percentile(v, [25.0, 75.0])
+    spread = q3 - q1
+    return float(q1 - k * spread), float(q3 + k * spread)
+
+
+def iqr_outliers(values: np.ndarray, k: float = 1.5) -> np.ndarray:
+    """Boolean mask of the finite values outside :func:`iqr_bounds` (NaN/inf are not outliers).
+
+    Example:
+        >>> iqr_outliers(np.array([1.0, 2.0, 3.0, 4.0, 100.0])).tolist()
+        [False, False, False, False, True]
+    """
+    v = np.asarray(values, dtype=np.float64)
+    low, high = iqr_bounds(v, k)
+    return np.isfinite(v) & ((v < low) | (v > high))
+
+
+def position_scatter_figure(
+    trace: Any,
+    layer: int,
+    head: int | Literal["all", "mean"] = 0,
+    *,
+    view: Literal["focus", "global"] = "focus",
+    k: float = 1.5,
+    max_points: int = 4000,
+    context: int = 8,
+    highlight: Mapping[str, tuple[int, int]] | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """Scatter of token index (x) against position (y) for one layer: one head, every head, or their mean.
+
+    ``view="global"`` shows every finite position. ``view="focus"`` sets the y range to Tukey's
+    fences of the plotted positions (:func:`iqr_bounds`, pooled over the plotted heads) and draws
+    the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
+    named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the token and
+    ``context`` tokens either side. Beyond ``max_points`` tokens each head is min-max decimated.
+    ``highlight``: named token spans (e.g. needle, query) shaded in the background.
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens.trace import Trace
+        >>> z = np.array([[[0.0, 1.0, 2.0, 3.0, 40.0]]], dtype=np.float32)
+        >>> t = Trace(tokens=list("abcde"), token_ids=[97, 98, 99, 100, 101], positions=z, layer_kinds=["repo"])
+        >>> fig = position_scatter_figure(t, layer=0, head=0, view="focus")
+        >>> [(d.name, d.x.tolist()) for d in fig.data]
+        [('head 0', [0, 1, 2, 3]), ('clipped outliers', [4])]
+    """
+    positions, tokens, kinds = positions_of(trace)
+    n_layers, n_heads, n_tokens = positions.shape
+    layer = check_layer(layer, n_layers)
+    if view not in ("focus", "global"):
+        raise InputError(f"view must be 'focus' or 'global', got {view!r}")
+    heads, values = _head_values(positions[layer], head, n_heads)
+    finite = np.isfinite(values)
+    if not finite.any():
+        raise InputError(f"every position of layer {layer} is NaN or infinite; nothing to plot")
+    keep = sample_indices(n_tokens, max_points, values)
+    contexts = np.asarray(token_contexts(tokens, keep, context), dtype=str)  # not object: plotly deep-copies those
+    fig = go.Figure()
+    for name, (start, end) in (highlight or {}).items():
+        fig.add_vrect(x0=start - 0.5, x1=end - 0.5, fillcolor=SPAN_COLORS.get(name, OKABE_ITO[4]), opacity=0.15,
+                      line_width=0, annotation_text=name, annotation_position="top left")
+    if view == "focus":
+        low, high = iqr_bounds(values[finite], k)
+        outside = finite & ((values < low) | (values > high))
+    else:
+        outside = np.zeros_like(finite)
+    many = len(heads) > 1
+    for row, label in enumerate(heads):
+        show = finite[row, keep] & ~outside[row, keep]
+        idx = keep[show]
+        fig.add_trace(go.Scatter(
+            x=idx, y=values[row, idx], mode="markers", name=label,
+            marker=dict(size=5 if n_tokens > 500 else 7, color=OKABE_ITO[row % len(OKABE_ITO)],
+                        opacity=0.75 if many else 0.9),
+            hovertext=contexts[show], hovertemplate="t=%{x}  z=%{y:.3f}<br>%{hovertext}<extra>%{fullData.name}</extra>",
+        ))
+    if view == "focus" and outside.any():
+        rows, cols = np.nonzero(outside[:, keep])
+        idx = keep[cols]
+        true = values[rows, idx]
+        clipped = np.clip(true, low, high)
+        labels = np.char.add(np.asarray(heads, dtype=str)[rows], ": ")
+        fig.add_trace(go.Scatter(
+            x=idx, y=clipped, mode="markers", name="clipped outliers",
+            marker=dict(symbol=np.where(true > high, "triangle-up", "triangle-down"), size=9,
+                        color="#D55E00", line=dict(width=0)),
+            customdata=true, hovertext=np.char.add(labels, contexts[cols]),
+            hovertemplate="t=%{x}  true z=%{customdata:.3f} (clipped)<br>%{hovertext}<extra></extra>",
+        ))
+        pad = 0.04 * (high - low or 1.0)
+        fig.update_yaxes(range=[low - pad, high + pad])
+    hidden = int((~finite).sum())
+    suffix = f" — {hidden} non-finite positions not shown" if hidden else ""
+    sampled = " (min-max decimated)" if len(keep) < n_tokens else ""
+    head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
+    view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
+    styled(fig, title or f"Position vs token index — {layer_label(layer, kinds)}, {head_text} ({view_text}){sampled}{suffix}",
+           height=460)
+    fig.update_xaxes(title_text="token index", range=[-0.5, n_tokens - 0.5])
+    fig.update_yaxes(title_text="position")
+    fig.update_layout(hovermode="closest", showlegend=many or bool(outside.any()),
+                      meta={"kind": "scatter", "layer": layer, "head": head, "view": view,
+                            "n_outliers": int(outside.sum())})
+    return fig
+
+
+def _head_values(layer_positions: np.ndarray, head: Any, n_heads: int) -> tuple[list[str], np.ndarray]:
+    z = np.asarray(layer_positions, dtype=np.float64)
+    if head == "all":
+        return [f"head {h}" for h in range(n_heads)], z
+    if head == "mean":
+        return ["mean of heads"], z.mean(axis=0, keepdims=True)
+    if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not -n_heads <= head < n_heads:
+        raise InputError(f"head {head!r} does not exist; pass 0..{n_heads - 1}, 'all' or 'mean'")
+    return [f"head {int(head) % n_heads}"], z[int(head)][None]

@@ -1,0 +1,178 @@
+"""Shared look of every figure: colour-blind-safe colours, fonts with a CJK family, sampling helpers.
+
+Colours are Okabe & Ito's palette (distinguishable under the common colour-vision deficiencies);
+continuous scales are Cividis (sequential) and PuOr (diverging), both colour-blind safe. Fonts list
+a CJK family so Chinese tokens render in the browser and in exported files alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from repo_lens.errors import InputError
+
+OKABE_ITO: tuple[str, ...] = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#CC79A7",  # reddish purple
+    "#56B4E9",  # sky blue
+    "#D55E00",  # vermillion
+    "#F0E442",  # yellow
+    "#000000",  # black
+)
+# position mechanisms: integer RoPE in grey, learned ones in strong colours
+KIND_COLORS: dict[str, str] = {
+    "rope": "#6E6E6E",
+    "nope": OKABE_ITO[1],
+    "repo": OKABE_ITO[0],
+    "lpi": OKABE_ITO[2],
+    "cope": OKABE_ITO[3],
+    "grape": OKABE_ITO[5],
+}
+PATTERN_COLORS: dict[str, str] = {"constant": OKABE_ITO[0], "mono": OKABE_ITO[1], "hybrid": OKABE_ITO[3]}
+SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": OKABE_ITO[0], "rest": "#8C8C8C"}
+SEQUENTIAL = "Cividis"
+DIVERGING = "PuOr"
+FONT_FAMILY = "'DejaVu Sans', 'WenQuanYi Micro Hei', 'Noto Sans CJK SC', 'Microsoft YaHei', sans-serif"
+MONO_FAMILY = "'DejaVu Sans Mono', 'WenQuanYi Micro Hei Mono', 'WenQuanYi Micro Hei', monospace"
+DEFAULT_WIDTH = 1100
+
+
+def kind_color(kind: str, index: int = 0) -> str:
+    """Colour of a layer kind (unknown kinds cycle through the palette)."""
+    return KIND_COLORS.get(kind, OKABE_ITO[index % len(OKABE_ITO)])
+
+
+def styled(fig: go.Figure, title: str | None = None, height: int | None = None) -> go.Figure:
+    """Apply the shared template, fonts, colours and margins; returns ``fig``.
+
+    Example:
+        >>> fig = styled(go.Figure(), "hello", height=300)
+        >>> fig.layout.title.text, fig.layout.height, "WenQuanYi" in fig.layout.font.family
+        ('hello', 300, True)
+    """
+    fig.update_layout(
+        template="plotly_white",
+        font=dict(family=FONT_FAMILY, size=13, color="#222222"),
+        colorway=list(OKABE_ITO),
+        title=dict(text=title, x=0.01, xanchor="left") if title else None,
+        margin=dict(l=70, r=30, t=60 if title else 30, b=50),
+        hoverlabel=dict(font_family=FONT_FAMILY),
+    )
+    if height is not None:
+        fig.update_layout(height=int(height))
+    return fig
+
+
+def layer_label(layer: int, kinds: Sequence[str] | None) -> str:
+    """'L3 repo' (or 'L3' without kinds)."""
+    return f"L{layer} {kinds[layer]}" if kinds is not None and layer < len(kinds) else f"L{layer}"
+
+
+def select_head(positions: np.ndarray, head: int | str) -> np.ndarray:
+    """(L, T) positions of one head, or their mean over heads with ``head="mean"``.
+
+    Example:
+        >>> z = np.arange(12, dtype=np.float32).reshape(1, 2, 6)
+        >>> select_head(z, 1).tolist(), select_head(z, "mean").tolist()
+        ([[6.0, 7.0, 8.0, 9.0, 10.0, 11.0]], [[3.0, 4.0, 5.0, 6.0, 7.0, 8.0]])
+    """
+    z = np.asarray(positions)
+    if z.ndim != 3:
+        raise InputError(f"positions must be (n_layers, n_heads, T), got shape {z.shape}")
+    if isinstance(head, str):
+        if head != "mean":
+            raise InputError(f"head must be an index or 'mean', got {head!r}")
+        return z.astype(np.float64).mean(axis=1)
+    if isinstance(head, bool) or not -z.shape[1] <= int(head) < z.shape[1]:
+        raise InputError(f"head {head!r} does not exist; this trace has heads 0..{z.shape[1] - 1}")
+    return z[:, int(head)].astype(np.float64)
+
+
+def check_layer(layer: int, n_layers: int) -> int:
+    if isinstance(layer, bool) or not -n_layers <= int(layer) < n_layers:
+        raise InputError(f"layer {layer!r} does not exist; this trace has layers 0..{n_layers - 1}")
+    return int(layer) % n_layers
+
+
+def sample_indices(n: int, max_points: int, values: np.ndarray | None = None) -> np.ndarray:
+    """Indices of at most ``max_points`` of ``n`` points, sorted; all of them when n <= max_points.
+
+    Without ``values``: an even stride. With ``values`` (n,) or (k, n): min-max decimation, keeping in
+    each of max_points/2 buckets the indices of the smallest and largest value (of every row), so the
+    envelope and the extremes survive.
+
+    Example:
+        >>> sample_indices(10, 4).tolist()
+        [0, 3, 6, 9]
+        >>> v = np.array([0, 9, 1, 1, 1, 1, -5, 1, 1, 1], dtype=float)
+        >>> sample_indices(10, 4, v).tolist()
+        [0, 1, 5, 6]
+    """
+    if max_points < 2:
+        raise InputError(f"max_points must be >= 2, got {max_points}")
+    if n <= max_points:
+        return np.arange(n)
+    if values is None:
+        return np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
+    rows = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    n_buckets = max(1, max_points // (2 * rows.shape[0]))
+    edges = np.linspace(0, n, n_buckets + 1).astype(np.int64)
+    keep: list[np.ndarray] = []
+    filled = np.where(np.isfinite(rows), rows, np.nan)
+    for start, end in zip(edges[:-1], edges[1:]):
+        if end <= start:
+            continue
+        block = filled[:, start:end]
+        finite = np.isfinite(block).any(axis=1)
+        if finite.any():
+            keep.append(start + np.nanargmin(block[finite], axis=1))
+            keep.append(start + np.nanargmax(block[finite], axis=1))
+        else:
+            keep.append(np.array([start]))
+    return np.unique(np.concatenate(keep))
+
+
+def token_contexts(tokens: Sequence[str], indices: Sequence[int] | np.ndarray, width: int = 8) -> list[str]:
+    """For each index: the ``width`` tokens either side with the token itself in brackets, HTML-escaped.
+
+    Example:
+        >>> token_contexts(["a", "b", "c", "d"], [1], width=1)
+        ['a⟦b⟧c']
+    """
+    out = []
+    n = len(tokens)
+    for index in np.asarray(indices, dtype=np.int64).tolist():
+        left = "".join(tokens[max(0, index - width):index])
+        right = "".join(tokens[index + 1:min(n, index + 1 + width)])
+        out.append(_escape(left + "⟦" + tokens[index] + "⟧" + right))
+    return out
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "↵")
+
+
+def escape_tokens(tokens: Sequence[str]) -> list[str]:
+    """Tokens made safe for plotly's HTML-like text (``<``, ``&``, newlines)."""
+    return [_escape(token) for token in tokens]
+
+
+def positions_of(trace: Any) -> tuple[np.ndarray, list[str], list[str] | None]:
+    """(positions (L, H, T), tokens, layer kinds) of a Trace-like object."""
+    try:
+        positions = np.asarray(trace.positions)
+        tokens = list(trace.tokens)
+    except AttributeError:
+        raise InputError(
+            f"expected a repo_lens Trace (with .positions and .tokens), got {type(trace).__name__}"
+        ) from None
+    if positions.ndim != 3 or positions.shape[2] != len(tokens):
+        raise InputError(f"positions of shape {positions.shape} do not match {len(tokens)} tokens")
+    kinds = getattr(trace, "layer_kinds", None)
+    return positions, tokens, list(kinds) if kinds is not None else None

@@ -1,0 +1,84 @@
+"""Fixtures and helpers of the app tests: tiny random checkpoints under a temporary root (never the
+zoo), and readers of what the app rendered in an AppTest.
+
+A module, not a conftest.py: tests elsewhere do ``from conftest import ...``, which a second conftest
+on sys.path would shadow. Test modules import the fixtures they use from here."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+APP_DIR = Path(__file__).resolve().parents[2] / "app"
+if str(APP_DIR) not in sys.path:  # the app's helper package, lens_app, as the app itself imports it
+    sys.path.insert(0, str(APP_DIR))
+APP = APP_DIR / "streamlit_app.py"
+CONTEXT = 1024
+
+
+@pytest.fixture(scope="session")
+def checkpoint_root(tmp_path_factory) -> Path:
+    from repo_lens.model.loaders import save_checkpoint
+    from repo_lens.model.tiny import tiny_model
+
+    root = tmp_path_factory.mktemp("app-checkpoints")
+    for mechanism in ("repo", "rope"):
+        model = tiny_model(mechanism, n_layers=3, d_model=32, n_heads=2, context=CONTEXT)
+        save_checkpoint(model, root / f"tiny-{mechanism}", info={"name": f"tiny-{mechanism}"})
+    (root / "not-a-checkpoint").mkdir()
+    (root / "not-a-checkpoint" / "notes.txt").write_text("hello")
+    return root
+
+
+@pytest.fixture
+def app_env(monkeypatch, checkpoint_root) -> Path:
+    """The app reads only the temporary root; the zoo looks empty, so no test depends on it."""
+    import repo_lens.zoo
+
+    monkeypatch.setenv("REPO_LENS_APP_ROOTS", str(checkpoint_root))
+    monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", str(checkpoint_root / "tiny-repo"))
+    monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: [])
+    return checkpoint_root
+
+
+@pytest.fixture
+def app(app_env):
+    from streamlit.testing.v1 import AppTest
+
+    def make() -> AppTest:
+        return AppTest.from_file(str(APP), default_timeout=180)
+
+    return make
+
+
+def figures(at) -> list[dict]:
+    """The plotly figures the app sent, as dicts (plotly's base64 typed arrays decoded to lists)."""
+    return [_decode(json.loads(element.proto.spec)) for element in at.get("plotly_chart")]
+
+
+def _decode(value):
+    if isinstance(value, dict):
+        if "bdata" in value and "dtype" in value:
+            array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+            if "shape" in value:
+                shape = value["shape"]
+                array = array.reshape([int(n) for n in (shape.split(",") if isinstance(shape, str) else shape)])
+            return array.tolist()
+        return {key: _decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
+
+
+def messages(at, kind: str) -> list[str]:
+    return [element.value for element in getattr(at, kind)]
+
+
+def assert_clean(at) -> None:
+    """No traceback reached the page."""
+    assert not at.exception, [e.value for e in at.exception]

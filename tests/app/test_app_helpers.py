@@ -1,0 +1,143 @@
+"""The app's non-UI helpers: path checks, presets, traces with their text, file round trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import repo_lens
+from app_helpers import APP_DIR, checkpoint_root  # noqa: F401  (fixture; also puts app/ on sys.path)
+from lens_app import config
+from lens_app.documents import PRESET_TEXT, PRESETS, build_document, document_of_trace, encode_text, trace_document
+from lens_app.results import boundary_result, load_trace_bytes, niah_mass, positions_csv, trace_bytes
+from repo_lens import InputError, TraceFileError
+
+
+@pytest.fixture(scope="module")
+def lens(checkpoint_root):
+    return repo_lens.load(checkpoint_root / "tiny-repo")
+
+
+def test_checkpoints_only_under_the_roots(checkpoint_root, tmp_path):
+    roots = [checkpoint_root.resolve()]
+    assert config.resolve_checkpoint(str(checkpoint_root / "tiny-rope"), roots) == (checkpoint_root / "tiny-rope").resolve()
+    escape = checkpoint_root / "escape"
+    if not escape.exists():
+        escape.symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(InputError, match="outside the directories"):
+        config.resolve_checkpoint(str(escape), roots)  # a symlink out of the root
+    with pytest.raises(InputError, match="outside the directories"):
+        config.resolve_checkpoint(str(checkpoint_root / ".." / "x"), roots)
+    with pytest.raises(InputError, match="REPO_LENS_APP_ROOTS"):
+        config.resolve_checkpoint(str(checkpoint_root / "tiny-rope"), [])
+    found = config.discover_checkpoints(roots)
+    assert str((checkpoint_root / "tiny-repo").resolve()) in found
+    assert not any("not-a-checkpoint" in path for path in found)
+
+
+def test_default_model_prefers_the_environment_then_bytes_repo(monkeypatch, checkpoint_root):
+    import repo_lens.zoo
+
+    monkeypatch.delenv(config.DEFAULT_MODEL_ENV, raising=False)
+    monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["bytes-nope", "bytes-repo"])
+    assert config.default_source() == "zoo:bytes-repo"
+    monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["reversal-rope"])
+    assert config.default_source() == "zoo:reversal-rope"
+    monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: [])
+    assert config.default_source() is None
+    monkeypatch.setenv(config.DEFAULT_MODEL_ENV, "zoo:nothing")
+    with pytest.raises(InputError, match="unknown zoo model"):
+        config.default_source()
+    monkeypatch.setenv(config.ROOTS_ENV, str(checkpoint_root))
+    monkeypatch.setenv(config.DEFAULT_MODEL_ENV, str(checkpoint_root / "tiny-rope"))
+    assert config.default_source() == str((checkpoint_root / "tiny-rope").resolve())
+
+
+@pytest.mark.parametrize("kind", [p for p in PRESETS if p != "Upload text file"])
+def test_every_preset_builds_and_traces(lens, kind):
+    params = {"length": 512, "depth": 0.25} if kind == "NIAH" else {}
+    doc = build_document(lens, kind, PRESET_TEXT.get(kind, ""), params)
+    assert doc.ids and doc.offsets is not None and len(doc.offsets) == len(doc.ids)
+    trace = trace_document(lens, doc, truncate=True)
+    assert len(trace) == len(doc.ids) and trace.meta["input"]["kind"] == kind
+    np.testing.assert_array_equal(trace.extras["char_offsets"], np.asarray(doc.offsets))
+    if kind == "NIAH":
+        assert doc.targets == ["value"] and doc.query == trace.spans["answer"]
+        start, end = doc.spans["value"]
+        value = doc.text[doc.offsets[start][0]:doc.offsets[end - 1][1]]
+        assert value.isdigit() and len(value) == 7
+    if kind == "Reversal":
+        assert {"input", "output"} <= set(doc.spans)
+
+
+def test_reversal_prompt_uses_the_reversal_vocabulary():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from lens_app.documents import reversal_prompt
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "<bos>", "<sep>", "<eos>", "Reverse", "the", "following", "words",
+                                         ":", "ba", "ko", "mi"])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>",
+                                        eos_token="<eos>", sep_token="<sep>")
+    prompt = reversal_prompt(tokenizer, 5)
+    assert prompt.text.startswith("<bos> Reverse the following words : ")
+    assert 0 not in prompt.ids.tolist()  # no unknown word
+    items = prompt.span_text("input").split()
+    assert prompt.text.endswith(" ".join(reversed(items)))
+    with pytest.raises(InputError, match="2..64"):
+        reversal_prompt(tokenizer, 1)
+
+
+def test_text_limits_and_empty_text(lens):
+    with pytest.raises(InputError, match="empty"):
+        encode_text(lens.tokenizer, "Free text", "  \n")
+    with pytest.raises(InputError, match="at most 200,000 bytes"):
+        encode_text(lens.tokenizer, "Free text", "é" * 100_001)
+
+
+def test_trace_file_round_trip_keeps_text_offsets_and_spans(lens):
+    doc = build_document(lens, "Table", "", {})
+    trace = trace_document(lens, doc, truncate=False)
+    loaded = load_trace_bytes(trace_bytes(trace))
+    np.testing.assert_array_equal(loaded.positions, trace.positions)
+    assert loaded.spans == trace.spans and loaded.tokens == trace.tokens
+    again = document_of_trace(loaded)
+    assert again.text == doc.text and again.offsets == [tuple(pair) for pair in doc.offsets]
+    assert again.query == tuple(doc.query)
+    with pytest.raises(TraceFileError):
+        load_trace_bytes(b"\x00" * 64)
+    assert positions_csv(trace).decode().splitlines()[0] == "token_index,token,token_id,layer,kind,head,position"
+    assert len(positions_csv(trace).decode().splitlines()) == 1 + trace.positions.size
+
+
+def test_boundary_result_and_attention_mass(lens):
+    doc = build_document(lens, "Chinese", "人工智能是计算机科学的一个分支。它企图了解智能的实质。", {})
+    result = boundary_result(trace_document(lens, doc, truncate=False), doc)
+    assert result.auc.shape == (3, 2) and result.n_scored > 10
+    np.testing.assert_allclose(result.auc[0], 0.5)
+    with pytest.raises(InputError, match="Chinese"):
+        english = build_document(lens, "Free text", "No Chinese here at all.", {})
+        boundary_result(trace_document(lens, english, truncate=False), english)
+    niah = build_document(lens, "NIAH", "", {"length": 512})
+    mass = niah_mass(lens, niah)
+    assert set(mass.per_token) == {"needle", "query", "rest"} and mass.span_lengths["needle"] == 7
+    with pytest.raises(InputError, match="NIAH"):
+        niah_mass(lens, doc)
+
+
+def test_the_app_uses_only_the_public_api():
+    import ast
+
+    allowed = {"repo_lens", "repo_lens.analysis", "repo_lens.data", "repo_lens.plots", "repo_lens.zoo"}
+    used = set()
+    for path in APP_DIR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("repo_lens"):
+                used.add(node.module)
+            elif isinstance(node, ast.Import):
+                used.update(alias.name for alias in node.names if alias.name.startswith("repo_lens"))
+    assert used and used <= allowed, used - allowed

@@ -1,0 +1,100 @@
+"""The shipped zoo: every model loads offline and traces; its metrics are re-measured here, not
+read from its card; and RePo's learned positions are really not the integer index."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import repo_lens
+from repo_lens.zoo import ZOO_DIR, available_models, zoo_entries
+
+EXPECTED = {f"{task}-{mechanism}" for task in ("bytes", "reversal") for mechanism in ("rope", "nope", "repo")}
+
+
+def test_the_zoo_ships_every_model_with_a_card():
+    assert set(available_models()) == EXPECTED
+    for entry in [e for e in zoo_entries() if e["name"] in EXPECTED]:
+        assert entry["mechanism"] in ("rope", "nope", "repo") and entry["task"] in ("bytes", "reversal")
+        assert entry["metrics"]
+        assert (ZOO_DIR / entry["name"] / "README.md").read_text().startswith(f"# zoo:{entry['name']}")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_zoo_model_loads_and_traces(name):
+    lens = repo_lens.load(f"zoo:{name}", device="cpu")
+    text = "Reverse the following words : ba ko <sep>" if name.startswith("reversal") else "Hello, 世界!"
+    trace = lens.trace(text)
+    assert trace.positions.shape[:2] == (lens.model.cfg.n_layers, lens.model.cfg.n_heads)
+    assert np.isfinite(trace.positions).all()
+    mechanism = name.split("-")[1]
+    assert set(trace.layer_kinds) <= {"rope", mechanism}
+
+
+def test_zoo_json_command_lists_the_models():
+    output = subprocess.run([sys.executable, "-m", "repo_lens.cli", "zoo", "--json"], check=True,
+                            capture_output=True, text=True).stdout
+    entries = json.loads(output)
+    assert {e["name"] for e in entries} >= EXPECTED  # plus external models such as smollm2-135m
+    assert all(set(e) == {"name", "mechanism", "task", "metrics"} for e in entries)
+
+
+@pytest.fixture(scope="module")
+def byte_task():
+    from repo_lens.data.bilingual import bilingual_splits
+    from repo_lens.data.corpora import CorpusFetchError
+    from repo_lens.errors import RepoLensError
+    from repo_lens.train import ByteLMTask
+
+    try:
+        splits = bilingual_splits()
+    except (CorpusFetchError, RepoLensError) as error:  # only when the registries cannot be reached
+        pytest.skip(f"corpora could not be fetched: {error}")
+    cfg = repo_lens.load("zoo:bytes-repo", device="cpu").meta["info"]["train_config"]
+    return ByteLMTask(splits, cfg["context"], cfg["batch_size"], seed=cfg["seed"], eval_batches=cfg["eval_batches"])
+
+
+@pytest.mark.parametrize("mechanism", ["rope", "nope", "repo"])
+def test_byte_models_beat_a_unigram_model_on_held_out_text(byte_task, mechanism):
+    lens = repo_lens.load(f"zoo:bytes-{mechanism}", device="cpu")
+    measured = byte_task.evaluate(lens.model)
+    unigram = byte_task.unigram_bpb()
+    for lang in ("en", "zh"):
+        assert measured[f"val_bpb_{lang}"] < unigram[f"unigram_bpb_{lang}"] - 0.5, lang
+    # the card reports what the shipped weights do
+    assert lens.meta["info"]["metrics"]["val_bpb"] == pytest.approx(measured["val_bpb"], abs=1e-3)
+
+
+@pytest.mark.parametrize("mechanism", ["rope", "nope", "repo"])
+def test_reversal_models_are_accurate_in_domain(mechanism):
+    from repo_lens.train import ReversalTask
+
+    lens = repo_lens.load(f"zoo:reversal-{mechanism}", device="cpu")
+    task = ReversalTask(batch_size=1)
+    metrics = task.evaluate(lens.model, lengths=range(2, 21))
+    assert metrics["acc_in_domain"] >= 0.95
+    assert lens.meta["info"]["metrics"]["acc_in_domain"] == pytest.approx(metrics["acc_in_domain"], abs=1e-6)
+
+
+def test_repo_positions_are_not_a_linear_function_of_the_index():
+    lens = repo_lens.load("zoo:bytes-repo", device="cpu")
+    text = ("The Fulton County Grand Jury said Friday an investigation of recent primary election produced "
+            "no evidence. 中共中央总书记、国家主席江泽民发表新年讲话。")
+    trace = lens.trace(text)
+    index = np.arange(len(trace), dtype=np.float64)
+    nonlinear_heads = 0
+    for layer, kind in enumerate(trace.layer_kinds):
+        if kind != "repo":
+            continue
+        for head in range(trace.n_heads):
+            z = trace.positions[layer, head].astype(np.float64)
+            if z.std() < 1e-3:
+                continue
+            r_squared = np.corrcoef(index, z)[0, 1] ** 2
+            nonlinear_heads += r_squared < 0.9
+    assert nonlinear_heads >= 1

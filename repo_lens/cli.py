@@ -137,8 +137,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     lens = repo_lens.load(args.model, device=args.device)
     if args.study == "niah":
         lengths, depths, seeds = _numbers(args.lengths, int), _numbers(args.depths), _numbers(args.seeds, int)
-        settings.update(lengths=lengths, depths=depths, seeds=seeds)
-        items = studies.niah_items(lens, lengths, depths, seeds)
+        settings.update(lengths=lengths, depths=depths, seeds=seeds, beyond_context=args.beyond_context)
+        items = studies.niah_items(lens, lengths, depths, seeds, beyond_context=args.beyond_context)
         summarize = studies.summarize_niah
     elif args.study == "positions":
         settings.update(file=args.file, corpus=None if args.file else args.corpus, samples=args.samples)
@@ -200,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--lengths", default="256,512", help="niah: prompt lengths in tokens")
     analyze.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="niah: needle depths")
     analyze.add_argument("--seeds", default="0", help="niah: seeds")
+    analyze.add_argument("--beyond-context", action="store_true",
+                         help="niah: allow prompts longer than the model's training context (extrapolation)")
     analyze.add_argument("--file", help="positions: a UTF-8 text file (paragraphs separated by blank lines)")
     analyze.add_argument("--corpus", default="brown", choices=["brown", "peoples-daily"], help="positions: corpus")
     analyze.add_argument("--samples", type=int, default=50, help="positions/boundaries: number of texts")

@@ -24,17 +24,19 @@ from repo_lens.data import encode_with_offsets, niah_single
 from repo_lens.runs import Item
 
 
-def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int]) -> list[Item]:
+def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int],
+               beyond_context: bool = False) -> list[Item]:
     """Attention mass per token on needle / query / rest (RePo Table 4) over lengths × depths × seeds.
 
     The query rows are the appended answer tokens; ``needle`` is the needle's value (the tokens
-    of the golden answer), ``query`` the question plus the answer prefix.
+    of the golden answer), ``query`` the question plus the answer prefix. ``beyond_context``
+    measures prompts longer than the model's training context (length extrapolation).
     """
 
     def compute(length: int, depth: float, seed: int) -> dict[str, Any]:
         prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
         spans = {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]}
-        mass = attention_mass(lens, prompt.ids, spans, prompt.query)
+        mass = attention_mass(lens, prompt.ids, spans, prompt.query, allow_beyond_context=beyond_context)
         return {
             "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
             "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],

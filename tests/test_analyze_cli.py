@@ -82,3 +82,14 @@ def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch)
     # gaps between CJK characters: 迈向充满希望的新世纪 has 9, 中共中央总书记 6 and 国家主席江泽民 6
     assert summary["n_gaps_gold"] == 21
     assert summary["auc_gold_by_layer"][:2] == [0.5, 0.5]  # RoPE increments are all 1: chance
+
+
+def test_niah_beyond_the_training_context_needs_the_flag(tmp_path, capsys):
+    directory = tmp_path / "short"
+    save_checkpoint(tiny_model("repo", seed=1, context=256), directory)
+    argv = ["analyze", "--model", str(directory), "--study", "niah", "--lengths", "400", "--depths", "0.5",
+            "--out", str(tmp_path / "out"), "--quiet", "--device", "cpu"]
+    assert main(argv) == 2
+    assert "longer than the model's context of 256" in capsys.readouterr().err
+    assert main(argv[:-1] + ["cpu", "--beyond-context"]) == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())[0]["n_tokens"] > 256

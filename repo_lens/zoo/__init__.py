@@ -18,11 +18,16 @@ def available_models() -> list[str]:
 
 
 def resolve_zoo_name(name: str) -> Path:
-    """Directory of the shipped model ``name``; unknown names list what is available."""
+    """Directory of the shipped model ``name`` (for an external model such as ``smollm2-135m``: its
+    model file inside the installed package); unknown names list what is available."""
+    from repo_lens.zoo.external import EXTERNAL_MODELS, external_path
+
+    if name in EXTERNAL_MODELS:
+        return external_path(name)
     names = available_models()
     if name not in names:
-        shipped = ", ".join(names) if names else "none in this version"
-        raise InputError(f"unknown zoo model {name!r}; available: {shipped}")
+        known = ", ".join(names + sorted(EXTERNAL_MODELS))
+        raise InputError(f"unknown zoo model {name!r}; available: {known}")
     return ZOO_DIR / name
 
 
@@ -34,4 +39,6 @@ def zoo_entries() -> list[dict[str, Any]]:
         train_config = info.get("train_config", {})
         entries.append({"name": name, "mechanism": train_config.get("mechanism"), "task": train_config.get("task"),
                         "metrics": info.get("metrics", {})})
-    return entries
+    from repo_lens.zoo.external import external_entries
+
+    return entries + external_entries()

@@ -52,8 +52,13 @@ def read_config(directory: Path) -> dict[str, Any]:
 def load_checkpoint(
     source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
 ) -> LoadedCheckpoint:
-    """Load an HF OLMo-2/Llama directory (RePo layout included) or a repo_lens checkpoint, strictly."""
+    """Load an HF OLMo-2/Llama directory (RePo layout included), a repo_lens checkpoint or a
+    Llama-family .gguf file, strictly."""
     directory = Path(source).expanduser()
+    if directory.suffix.lower() == ".gguf" and directory.is_file():
+        from repo_lens.model.loaders.gguf import load_gguf
+
+        return load_gguf(directory, device=device, dtype=dtype)
     config = read_config(directory)
     native = is_native_config(config)
     model_config = native_model_config(config, directory) if native else model_config_from_hf(config)

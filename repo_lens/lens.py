@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from repo_lens.capture import capture_positions
 from repo_lens.errors import InputError
+from repo_lens.inputs import check_text, token_ids
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.transformer import LensModel
 from repo_lens.trace import Trace
@@ -44,12 +45,7 @@ class Lens:
         return int(self.model.cfg.max_position_embeddings)
 
     def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise InputError(f"expected text as str, got {type(text).__name__}")
-        if not text.strip():
-            raise InputError("the text is empty; pass non-empty text (or a list of token ids)")
-        if self.tokenizer is None:
-            raise InputError("this checkpoint has no tokenizer; pass token ids instead of text")
+        check_text(text, self.tokenizer is not None)
         if isinstance(self.tokenizer, ByteTokenizer):
             return self.tokenizer.encode(text)
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
@@ -74,27 +70,8 @@ class Lens:
             ]
         return self._trace_one(inputs, truncate)
 
-    def _token_ids(self, inputs: Any) -> list[int]:
-        if isinstance(inputs, str):
-            return self.encode(inputs)
-        if isinstance(inputs, torch.Tensor):
-            inputs = inputs.detach().cpu().numpy()
-        array = np.asarray(inputs)
-        if array.ndim == 2 and array.shape[0] == 1:
-            array = array[0]
-        if array.ndim != 1 or array.size == 0:
-            raise InputError(
-                f"expected text, a non-empty 1-D sequence of token ids or a list of texts; got shape {array.shape}"
-            )
-        if not np.issubdtype(array.dtype, np.integer):
-            raise InputError(f"token ids must be integers, got dtype {array.dtype}")
-        vocab = self.model.cfg.vocab_size
-        if array.min() < 0 or array.max() >= vocab:
-            raise InputError(f"token ids must lie in 0..{vocab - 1} (the model's vocabulary); got {array.min()}..{array.max()}")
-        return array.astype(np.int64).tolist()
-
     def _trace_one(self, inputs: Any, truncate: bool) -> Trace:
-        ids = self._token_ids(inputs)
+        ids = token_ids(inputs, self.encode, self.model.cfg.vocab_size)
         meta: dict[str, Any] = {**self.meta, "warnings": [], "truncation": None}
         limit = self.context_length
         if len(ids) > limit:

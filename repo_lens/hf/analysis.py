@@ -18,27 +18,15 @@ import torch
 
 from repo_lens.analysis.attention_mass import REST, AttentionMass, _validate
 from repo_lens.errors import InputError
+from repo_lens.inputs import token_ids
 from repo_lens.hf import model as _model
 from repo_lens.hf.model import HFLens, eager_attention_bytes, find_rotary_path, layer_kinds, load_hf, memory_message
 from repo_lens.trace import Trace
 
 
 def _ids(hf_lens: HFLens, inputs: Any) -> list[int]:
-    if isinstance(inputs, str):
-        return hf_lens.encode(inputs)
-    if isinstance(inputs, torch.Tensor):
-        inputs = inputs.detach().cpu().numpy()
-    array = np.asarray(inputs)
-    if array.ndim == 2 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 1 or array.size == 0:
-        raise InputError(f"expected text or a non-empty 1-D sequence of token ids; got shape {array.shape}")
-    if not np.issubdtype(array.dtype, np.integer):
-        raise InputError(f"token ids must be integers, got dtype {array.dtype}")
     vocab = int(hf_lens.hf_model.get_input_embeddings().weight.shape[0])
-    if array.min() < 0 or array.max() >= vocab:
-        raise InputError(f"token ids must lie in 0..{vocab - 1} (the model's vocabulary); got {array.min()}..{array.max()}")
-    return array.astype(np.int64).tolist()
+    return token_ids(inputs, hf_lens.encode, vocab)
 
 
 def _check_length(hf_lens: HFLens, n_tokens: int, allowed: bool, what: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from repo_lens.errors import CheckpointError, InputError
+from repo_lens.inputs import check_text
 
 NNSIGHT_HINT = "pip install nnsight   (or: pip install 'repo_lens[hf]')"
 # warn when one layer's eager attention (scores + probabilities) would exceed this many bytes
@@ -68,12 +69,7 @@ class HFLens:
         return node
 
     def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            raise InputError(f"expected text as str, got {type(text).__name__}")
-        if not text.strip():
-            raise InputError("the text is empty; pass non-empty text (or a list of token ids)")
-        if self.tokenizer is None:
-            raise InputError("this model has no tokenizer; pass token ids instead of text")
+        check_text(text, self.tokenizer is not None)
         ids = list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
         if not ids:
             raise InputError(f"the tokenizer turns {text[:40]!r} into no tokens; pass other text or token ids")

@@ -90,7 +90,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         metrics = entry["metrics"]
         headline = {k: v for k, v in metrics.items() if k in ("val_bpb", "acc_in_domain", "acc_out_of_domain")}
         shown = ", ".join(f"{k}={v:.3f}" for k, v in headline.items())
-        print(f"zoo:{entry['name']:<18} {entry['task']:<9} {entry['mechanism']:<5} {shown}")
+        print(f"zoo:{entry['name']:<18} {entry['task']:<10} {entry['mechanism']:<5} {shown}")
     return 0
 
 

@@ -70,29 +70,20 @@ def _edit_config(directory, edit):
     (directory / "config.json").write_text(json.dumps(config))
 
 
-def test_missing_repo_weight_is_an_error_naming_it(repo_dir, tmp_path):
+@pytest.mark.parametrize(
+    "key, edit, message",
+    [
+        ("model.layers.3.self_attn.final_map.weight", lambda weights, key: weights.pop(key), "missing weights"),
+        ("model.layers.0.self_attn.gate_map.weight",  # layer 0 does not re-position
+         lambda weights, key: weights.__setitem__(key, torch.zeros(8, 64)), "surplus weights"),
+        ("model.layers.2.self_attn.gate_map.weight",
+         lambda weights, key: weights.__setitem__(key, torch.zeros(4, 64)), "shape mismatches"),
+    ],
+)
+def test_unfaithful_weights_are_an_error_naming_the_key(repo_dir, tmp_path, key, edit, message):
     directory = _copy(repo_dir, tmp_path)
-    key = "model.layers.3.self_attn.final_map.weight"
-    _edit_weights(directory, lambda weights: weights.pop(key))
-    with pytest.raises(repo_lens.CheckpointError, match="missing weights") as error:
-        repo_lens.load(directory, device="cpu")
-    assert key in str(error.value)
-
-
-def test_surplus_repo_weight_is_an_error_naming_it(repo_dir, tmp_path):
-    directory = _copy(repo_dir, tmp_path)
-    key = "model.layers.0.self_attn.gate_map.weight"
-    _edit_weights(directory, lambda weights: weights.__setitem__(key, torch.zeros(8, 64)))
-    with pytest.raises(repo_lens.CheckpointError, match="surplus weights") as error:
-        repo_lens.load(directory, device="cpu")
-    assert key in str(error.value)
-
-
-def test_shape_mismatch_is_an_error(repo_dir, tmp_path):
-    directory = _copy(repo_dir, tmp_path)
-    key = "model.layers.2.self_attn.gate_map.weight"
-    _edit_weights(directory, lambda weights: weights.__setitem__(key, torch.zeros(4, 64)))
-    with pytest.raises(repo_lens.CheckpointError, match="shape mismatches") as error:
+    _edit_weights(directory, lambda weights: edit(weights, key))
+    with pytest.raises(repo_lens.CheckpointError, match=message) as error:
         repo_lens.load(directory, device="cpu")
     assert key in str(error.value)
 

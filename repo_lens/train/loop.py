@@ -128,7 +128,7 @@ def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
         bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             model.eval()
-            metrics = task.evaluate(model) if cfg.task != "reversal" else task.evaluate(model, lengths=[5, 10, 20])
+            metrics = task.progress_metrics(model)
             model.train()
             history.append({"step": step, "train_loss": loss.item(), **metrics})
             bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in history[-1].items() if k != "step"))
@@ -141,9 +141,7 @@ def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
     with torch.no_grad():  # measure what is shipped: weights rounded to the saved dtype
         for param in model.parameters():
             param.copy_(param.to(ship_dtype).float())
-    final = task.evaluate(model)
-    if cfg.task == "bytes":
-        final.update(task.unigram_bpb())
+    final = task.final_metrics(model)
     card = {"train_config": cfg.to_dict(), "steps": step, "wall_seconds": round(wall, 1),
             "parameters": sum(p.numel() for p in model.parameters()), "metrics": final, "history": history,
             **(info or {})}

@@ -84,6 +84,12 @@ class ByteLMTask:
         metrics["val_bpb"] = float(np.mean([metrics[f"val_bpb_{lang}"] for lang in self.languages]))
         return metrics
 
+    def progress_metrics(self, model) -> dict[str, float]:
+        return self.evaluate(model)
+
+    def final_metrics(self, model) -> dict[str, float]:
+        return {**self.evaluate(model), **self.unigram_bpb()}
+
     def unigram_bpb(self) -> dict[str, float]:
         """Cross-entropy (bits/byte) of a unigram byte model fitted on train, on the validation text."""
         result = {}
@@ -175,6 +181,13 @@ class ReversalTask:
         metrics["acc_in_domain"] = float(np.mean(in_domain)) if in_domain else float("nan")
         metrics["acc_out_of_domain"] = float(np.mean(out_domain)) if out_domain else float("nan")
         return metrics
+
+    def progress_metrics(self, model) -> dict[str, float]:
+        """A quick look during training: three lengths only."""
+        return self.evaluate(model, lengths=[5, 10, 20])
+
+    def final_metrics(self, model) -> dict[str, float]:
+        return self.evaluate(model)
 
     def save_tokenizer(self, directory: Path) -> None:
         from tokenizers import Tokenizer, models, pre_tokenizers, processors

@@ -78,14 +78,12 @@ def load_checkpoint(
     meta = {
         "source": str(directory.resolve()),
         "format": "repo_lens" if native else f"hf-{model_config.family}",
-        "name": config.get("info", {}).get("name") if native else config.get("_name_or_path") or directory.name,
+        "name": (config.get("info", {}).get("name") if native else config.get("_name_or_path")) or directory.name,
         "dtype": str(target_dtype).replace("torch.", ""),
         "device": str(target_device),
         "pe_config": config.get("pe_config"),
         "info": config.get("info", {}) if native else {},
     }
-    if not meta["name"]:
-        meta["name"] = directory.name
     return LoadedCheckpoint(model=model, tokenizer=tokenizer, meta=meta)
 
 

@@ -159,6 +159,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from repo_lens.model.positions import POSITION_MECHANISMS
+
     parser = argparse.ArgumentParser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -175,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tiny = commands.add_parser("tiny", help="write a small random byte-level checkpoint (for pipeline checks)")
     tiny.add_argument("directory")
-    tiny.add_argument("--mechanism", default="repo", choices=["rope", "nope", "repo"])
+    tiny.add_argument("--mechanism", default="repo", choices=list(POSITION_MECHANISMS))
     tiny.add_argument("--layers", type=int, default=4)
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true")
@@ -183,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a small model (resumes if OUT has a train_state)")
     train.add_argument("--preset", required=True, help="bytes-small, reversal or tiny")
-    train.add_argument("--mechanism", default="repo", choices=["rope", "nope", "repo"])
+    train.add_argument("--mechanism", default="repo", choices=list(POSITION_MECHANISMS))
     train.add_argument("--out", required=True, help="output directory (a repo_lens checkpoint)")
     train.add_argument("--steps", type=int, default=None)
     train.add_argument("--seed", type=int, default=None)

@@ -84,14 +84,14 @@ class Lens:
             meta["truncation"] = {"original_tokens": len(ids), "kept_tokens": limit}
             ids = ids[:limit]
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        positions = capture_positions(self.model, input_ids)
+        learned: dict[int, np.ndarray] = {}
+        positions = capture_positions(self.model, input_ids, increments=learned)
         cfg = self.model.cfg
-        meta["mechanism"] = {
-            "layer_kinds": list(cfg.layer_mechanisms),
-            "rope_theta": cfg.rope_theta,
-            "rope_scaling": cfg.rope_scaling,
-            "repo_dim": cfg.d_position if "repo" in cfg.layer_mechanisms else None,
-        }
+        meta["mechanism"] = mechanism_settings(cfg)
+        extras = {}
+        if learned:
+            extras["increments"] = increments_array(positions, learned)
+            meta["increments"] = {"learned_layers": sorted(learned), "definition": INCREMENTS_DEFINITION}
         _flag_nonfinite(positions, meta)
         return Trace(
             tokens=self.display_tokens(ids),
@@ -99,7 +99,42 @@ class Lens:
             positions=positions,
             layer_kinds=list(cfg.layer_mechanisms),
             meta=meta,
+            extras=extras,
         )
+
+
+INCREMENTS_DEFINITION = (
+    "extras['increments'][layer] is what the layer's mechanism sums: lpi / lpi-layer δ, grape-m ω, "
+    "fox −log f, cope the last token's gates, grape-ap −ψ(last token, ·); positions = cumsum(increments) "
+    "(grape-m: exclusive, positions = cumsum − increments). Layers without learned increments hold "
+    "the differences of their positions (first entry = the first position)."
+)
+
+
+def increments_array(positions: np.ndarray, learned: dict[int, np.ndarray]) -> np.ndarray:
+    """(L, H, T) float32: the learned increments where a layer has them, position differences elsewhere."""
+    result = np.diff(positions, axis=-1, prepend=0.0).astype(np.float32)
+    for layer, delta in learned.items():
+        result[layer] = delta
+    return result
+
+
+def mechanism_settings(cfg) -> dict[str, Any]:
+    """The position settings a trace records in ``meta["mechanism"]`` (only those the layers use)."""
+    kinds = set(cfg.layer_mechanisms)
+    settings: dict[str, Any] = {
+        "layer_kinds": list(cfg.layer_mechanisms),
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": cfg.rope_scaling,
+        "repo_dim": cfg.d_position if "repo" in kinds else None,
+    }
+    if kinds & {"lpi", "lpi-layer"}:
+        settings["lpi_hidden"] = cfg.lpi_hidden_dim
+    if "lpi-layer" in kinds:
+        settings["lpi_max_delta"] = cfg.lpi_max_delta
+    if "cope" in kinds:
+        settings["cope_max_position"] = cfg.cope_max_position
+    return settings
 
 
 def _flag_nonfinite(positions: np.ndarray, meta: dict[str, Any]) -> None:

@@ -59,33 +59,60 @@ class Attention(nn.Module):
             x = x.repeat_interleave(self.n_heads // n_heads, dim=1)
         return x
 
-    def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
         batch, pos, _ = h.shape
-        positions = self.hook_pos(self.positions(h, offset))
+        mechanism = self.positions
+        state = cache.position_states[self.layer] if cache is not None else None
         q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = (self._split_heads(q, self.n_heads), self._split_heads(k, self.n_kv_heads),
                    self._split_heads(v, self.n_kv_heads))
-        cos, sin = rotary_cos_sin(positions, self.inv_freq, self.attention_scaling)
-        q = self.hook_q(apply_rotary(q, cos, sin))
-        k = self.hook_k(apply_rotary(k, cos, sin))
-        v = self.hook_v(v)
+        if mechanism.role != "contextual":
+            positions = self.hook_pos(mechanism(h, offset, state=state, shared=shared))
+        if mechanism.role == "rotary":
+            cos, sin = rotary_cos_sin(positions, self.inv_freq, self.attention_scaling)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cache is not None:
             k, v = cache.append(self.layer, k, v)
         n_keys = k.shape[2]
-        mask = None if n_keys == pos else causal_mask(pos, n_keys, h.device)
-        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        plain = mechanism.role == "rotary"
+        allowed = None if plain and n_keys == pos else causal_mask(pos, n_keys, h.device)
+        bias = None
+        if mechanism.role == "additive":
+            key_positions = positions
+            if state is not None:
+                past = state.get("key_positions")
+                key_positions = positions if past is None else torch.cat((past, positions), dim=-1)
+                state["key_positions"] = key_positions.detach()
+            bias = mechanism.logit_bias(positions, key_positions)
+        elif mechanism.role == "contextual":
+            scores = self._scores(q, k).masked_fill(~allowed, float("-inf"))
+            bias, positions = mechanism(q, scores, allowed)
+            self.hook_pos(positions)
+        if bias is None:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
+        else:
+            bias = bias.masked_fill(~allowed, float("-inf"))
+            z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias).to(v.dtype)
         if self.hook_pattern.fwd_hooks:
-            z = self._attend_through_pattern(q, k, v, z)
+            z = self._attend_through_pattern(q, k, v, z, allowed, bias)
         z = self.hook_z(z.transpose(1, 2))
         return self.o_proj(z.reshape(batch, pos, self.n_heads * self.d_head))
 
-    def _attend_through_pattern(self, q, k, v, fused_out):
+    def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5
+
+    def _attend_through_pattern(self, q, k, v, fused_out, allowed, bias):
         """Materialise the pattern for hooks; recompute the output only if a hook replaced it."""
-        scores = (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5
-        mask = causal_mask(q.shape[2], k.shape[2], q.device)
-        pattern = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        scores = self._scores(q, k)
+        if bias is not None:
+            scores = scores + bias
+        if allowed is None:
+            allowed = causal_mask(q.shape[2], k.shape[2], q.device)
+        pattern = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
         hooked = self.hook_pattern(pattern)
         if hooked is pattern:
             return fused_out

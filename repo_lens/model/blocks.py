@@ -34,9 +34,10 @@ class Olmo2Block(_Block):
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
         self.post_feedforward_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.post_attention_layernorm(self.attn(resid_pre, cache, offset)))
+        attn_out = self.hook_attn_out(self.post_attention_layernorm(self.attn(resid_pre, cache, offset, shared)))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self.post_feedforward_layernorm(self.mlp(resid_mid)))
         return self.hook_resid_post(resid_mid + mlp_out)
@@ -50,9 +51,10 @@ class LlamaBlock(_Block):
         self.input_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=False)
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=False)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.attn(self.input_layernorm(resid_pre), cache, offset))
+        attn_out = self.hook_attn_out(self.attn(self.input_layernorm(resid_pre), cache, offset, shared))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self.mlp(self.post_attention_layernorm(resid_mid)))
         return self.hook_resid_post(resid_mid + mlp_out)

@@ -17,6 +17,8 @@ class KVCache:
     def __init__(self, n_layers: int) -> None:
         self.keys: list[torch.Tensor | None] = [None] * n_layers
         self.values: list[torch.Tensor | None] = [None] * n_layers
+        # per-layer state of position mechanisms with running sums (carry, FoX key positions)
+        self.position_states: list[dict] = [{} for _ in range(n_layers)]
 
     @property
     def seq_len(self) -> int:

@@ -44,6 +44,13 @@ class ModelConfig:
     repo_dim: int | None = None
     # position assigned by "nope" layers (RePo App. A: NoPE == RoPE at a constant position)
     nope_position: float = 0.0
+    # learned position increments (seeds/002): DeltaMLP width (None = d_model // 4) and the
+    # per-layer variant's bound on δ
+    lpi_hidden: int | None = None
+    lpi_max_delta: float = 10.0
+    # CoPE's p_max (position embeddings e[0..p_max]); FoX / GRAPE-AP gate bias at initialisation
+    cope_max_position: int = 64
+    forget_bias_init: float = 3.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -78,6 +85,10 @@ class ModelConfig:
     @property
     def d_position(self) -> int:
         return self.repo_dim if self.repo_dim is not None else self.d_model // 8
+
+    @property
+    def lpi_hidden_dim(self) -> int:
+        return self.lpi_hidden if self.lpi_hidden is not None else self.d_model // 4
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

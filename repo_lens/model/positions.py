@@ -1,7 +1,11 @@
 """Position mechanisms: each assigns every token, in every head, the position its layer rotates by.
 
-A mechanism maps the attention block's input h [batch, pos, d_model] and the index of the
-first new token (non-zero when decoding with a KV cache) to positions [batch, head, pos].
+A "rotary" mechanism maps the attention block's input h [batch, pos, d_model] and the index of
+the first new token (non-zero when decoding with a KV cache) to positions [batch, head, pos], at
+which q and k are rotated. ``state`` is the layer's slot in the KV cache (running sums continue
+from it); ``shared`` carries model-level increments (``lpi``). The registry at the bottom also
+lists the mechanisms of ``increments.py`` (running sums of learned increments) and
+``additive.py`` (biases added to the attention logits: FoX, CoPE, GRAPE-AP).
 """
 
 from __future__ import annotations
@@ -11,19 +15,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from repo_lens.errors import CheckpointError
+from repo_lens.model.additive import ContextualPositions, ForgetGatePositions, PathIntegralPositions
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions, SharedIncrementPositions
 
 
 class IntegerPositions(nn.Module):
     """RoPE's linear assignment: token t sits at t (the same in every head)."""
 
     kind = "rope"
+    role = "rotary"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
 
-    def forward(self, h: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
         batch, pos, _ = h.shape
         index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
         return index.expand(batch, self.n_heads, pos)
@@ -33,13 +41,15 @@ class ConstantPositions(nn.Module):
     """NoPE: every token at one constant position, so the rotation cancels in q·k (RePo App. A)."""
 
     kind = "nope"
+    role = "rotary"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
         self.value = float(cfg.nope_position)
 
-    def forward(self, h: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
         batch, pos, _ = h.shape
         return torch.full((1, 1, 1), self.value, device=h.device).expand(batch, self.n_heads, pos)
 
@@ -52,6 +62,7 @@ class RepoPositions(nn.Module):
     """
 
     kind = "repo"
+    role = "rotary"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -59,7 +70,8 @@ class RepoPositions(nn.Module):
         self.content_map = nn.Linear(cfg.d_model, cfg.d_position, bias=False)
         self.final_map = nn.Linear(cfg.d_position, cfg.n_heads, bias=False)
 
-    def forward(self, h: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
         h32 = h.float()
         gate = F.linear(h32, self.gate_map.weight.float())
         content = F.linear(h32, self.content_map.weight.float())
@@ -71,6 +83,12 @@ POSITION_MECHANISMS: dict[str, type[nn.Module]] = {
     "rope": IntegerPositions,
     "nope": ConstantPositions,
     "repo": RepoPositions,
+    "lpi": SharedIncrementPositions,
+    "lpi-layer": LayerIncrementPositions,
+    "grape-m": ContentPhasePositions,
+    "fox": ForgetGatePositions,
+    "cope": ContextualPositions,
+    "grape-ap": PathIntegralPositions,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
@@ -10,6 +11,7 @@ from transformer_lens.hook_points import HookPoint
 from repo_lens.model.blocks import BLOCKS
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.increments import shared_delta_mlp
 from repo_lens.model.layers import RMSNorm
 
 
@@ -30,6 +32,9 @@ class LensModel(HookedRootModule):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        if "lpi" in cfg.layer_mechanisms:
+            self.increments = shared_delta_mlp(cfg)  # seeds/002's shared DeltaMLP, read from the embeddings
+            self.hook_delta = HookPoint()  # [batch, pos]
         self.blocks = nn.ModuleList(BLOCKS[cfg.family](cfg, layer) for layer in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=cfg.family == "olmo2")
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -42,8 +47,9 @@ class LensModel(HookedRootModule):
         tokens after the cached ones and the cache is extended in place."""
         offset = cache.seq_len if cache is not None else 0
         x = self.hook_embed(self.embed(input_ids))
+        shared = self.hook_delta(F.softplus(self.increments(x))[..., 0]) if hasattr(self, "increments") else None
         for block in self.blocks:
-            x = block(x, cache, offset)
+            x = block(x, cache, offset, shared)
         return self.unembed(self.final_norm(x))
 
     def new_cache(self) -> KVCache:

@@ -16,6 +16,10 @@ def build_task(cfg: TrainConfig):
                           eval_batches=cfg.eval_batches)
     if cfg.task == "reversal":
         return ReversalTask(cfg.batch_size, seed=cfg.seed)
+    if cfg.task == "flipflop":
+        from repo_lens.train.flipflop import FlipFlopTask
+
+        return FlipFlopTask(cfg.batch_size, length=cfg.context, seed=cfg.seed)
     from repo_lens.errors import InputError
 
-    raise InputError(f"unknown task {cfg.task!r}; available: bytes, reversal")
+    raise InputError(f"unknown task {cfg.task!r}; available: bytes, reversal, flipflop")

@@ -34,10 +34,18 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+def layer_mechanisms(cfg: TrainConfig) -> list[str]:
+    """RePo keeps RoPE below ``repo_from`` (default ⌈L/3⌉, RePo §3.2); every other mechanism
+    replaces the position encoding of every layer, as its source does (seeds/002, 003, 004)."""
+    if cfg.mechanism != "repo":
+        return [cfg.mechanism] * cfg.n_layers
+    start = cfg.repo_from if cfg.repo_from is not None else repo_start_layer(cfg.n_layers)
+    return ["rope" if layer < start else "repo" for layer in range(cfg.n_layers)]
+
+
 def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
     """The architecture a TrainConfig describes, initialised N(0, 0.02) (norms at 1), seeded."""
-    start = cfg.repo_from if cfg.repo_from is not None else repo_start_layer(cfg.n_layers)
-    mechanisms = ["rope" if (layer < start and cfg.mechanism != "nope") else cfg.mechanism for layer in range(cfg.n_layers)]
+    mechanisms = layer_mechanisms(cfg)
     model_cfg = ModelConfig(family=cfg.family, vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                             n_heads=cfg.n_heads, d_mlp=cfg.d_mlp, max_position_embeddings=cfg.context,
                             layer_mechanisms=mechanisms)

@@ -1,0 +1,121 @@
+"""Mechanisms that add a bias to the attention logits instead of rotating q and k.
+
+- ``fox``: Forgetting Transformer forget gates (the GRAPE-A special case in seeds/003):
+  f_t = sigmoid(w_h·h_t + b_h) per head; logit_ij += Σ_{l=j+1}^{i} log f_l. We publish
+  δ_t = −log f_t through ``hook_delta`` and positions = Σ_{s≤t} δ_s (``hook_pos``), so the bias is
+  −(position_i − position_j): a head that forgets fast spreads tokens far apart.
+- ``cope``: contextual position encoding (seeds/004, Eq. 3–9 and Listing 1): gates
+  g_ij = sigmoid(q_i·k_j/√d) (the scaled logits, as in the paper's code), p_ij = Σ_{t=j}^{i} g_it
+  clamped to p_max, logit_ij += interpolation of q_i·e[⌊p_ij⌋] and q_i·e[⌈p_ij⌉].
+- ``grape-ap``: path-integral additive GRAPE (seeds/003): logit_tj += Σ_{l=j+1}^{t} ψ(t, l) with
+  the edge potential ψ(t, l) = log sigmoid(q_t·k_l/√d + b_h) — a query-dependent forget gate, so
+  FoX is the special case where ψ does not depend on t. (seeds/003 gives b_h(t, j) = Σ ψ_h(t, l)
+  but not ψ; this is our reading, documented in the README.)
+
+CoPE and GRAPE-AP positions depend on the query. Their ``hook_pos`` shows the positions *as seen
+from the last query of the forward pass*: δ_j = the last query's gate on key j (CoPE) or −ψ(T, j)
+(GRAPE-AP), published through ``hook_delta``, and position_j = Σ_{s≤j} δ_s. For CoPE,
+p_{T,j} = position_T − position_j + δ_j (before clamping); for GRAPE-AP the bias of the last query is
+−(position_T − position_j). These two hooks are read-outs: the layer uses the full query × key
+gates (CoPE ``hook_gates``) or potentials (GRAPE-AP ``hook_potential``), [batch, head, query_pos, key_pos].
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from repo_lens.model.config import ModelConfig
+
+
+class ForgetGatePositions(nn.Module):
+    """FoX: positions are the running sum of −log f; the layer adds −(position_i − position_j)."""
+
+    kind = "fox"
+    role = "additive"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.forget_gate = nn.Linear(cfg.d_model, cfg.n_heads)
+        nn.init.constant_(self.forget_gate.bias, cfg.forget_bias_init)
+        self.hook_delta = HookPoint()  # [batch, head, pos]
+
+    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
+        logit = F.linear(h.float(), self.forget_gate.weight.float(), self.forget_gate.bias.float())
+        delta = self.hook_delta(F.softplus(-logit).transpose(1, 2))  # −log sigmoid(x) = softplus(−x)
+        positions = torch.cumsum(delta, dim=-1)
+        if state is not None and "carry" in state:
+            positions = positions + state["carry"]
+        if state is not None:
+            state["carry"] = positions[..., -1:].detach()
+        return positions
+
+    @staticmethod
+    def logit_bias(query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """[batch, head, query, key] bias Σ_{l=j+1}^{i} log f_l = key_position_j − query_position_i."""
+        return key_positions[..., None, :] - query_positions[..., :, None]
+
+
+class _QueryKeyPositions(nn.Module):
+    """Base for mechanisms whose bias comes from every query-key pair's logit."""
+
+    role = "contextual"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_delta = HookPoint()  # [batch, head, key_pos] (the last query's view)
+
+    @staticmethod
+    def last_query_positions(delta: torch.Tensor, n_new: int) -> torch.Tensor:
+        """Running sum of the last query's increments over its keys, for the ``n_new`` newest tokens."""
+        return torch.cumsum(delta, dim=-1)[..., -n_new:]
+
+
+class ContextualPositions(_QueryKeyPositions):
+    """CoPE (seeds/004). ``position_embeddings`` is e[0..p_max] as columns, shared by the layer's heads."""
+
+    kind = "cope"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.hook_gates = HookPoint()  # [batch, head, query_pos, key_pos]
+        self.max_position = int(cfg.cope_max_position)
+        self.position_embeddings = nn.Parameter(torch.zeros(cfg.d_head, self.max_position + 1))
+
+    def forward(self, q: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [batch, head, query, d_head]; scores = q·k/√d fp32 [batch, head, query, key]; allowed:
+        boolean causal mask [query, key]. Returns (logit bias, last-query positions)."""
+        gates = self.hook_gates(torch.sigmoid(scores)).masked_fill(~allowed, 0.0)  # keys after the query never count
+        pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=float(self.max_position))
+        floor = pos.floor()
+        weight = pos - floor
+        floor = floor.long()
+        ceil = torch.clamp(floor + 1, max=self.max_position)  # where pos is an integer weight is 0
+        logits_at = q.float() @ self.position_embeddings.float()  # [batch, head, query, p_max + 1]
+        bias = logits_at.gather(-1, ceil) * weight + logits_at.gather(-1, floor) * (1.0 - weight)
+        delta = self.hook_delta(gates[:, :, -1, :])
+        return bias, self.last_query_positions(delta, q.shape[2])
+
+
+class PathIntegralPositions(_QueryKeyPositions):
+    """GRAPE-AP: bias_tj = Σ_{l=j+1}^{t} log sigmoid(q_t·k_l/√d + b_h)."""
+
+    kind = "grape-ap"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.hook_potential = HookPoint()  # [batch, head, query_pos, key_pos]
+        self.potential_bias = nn.Parameter(torch.full((cfg.n_heads,), float(cfg.forget_bias_init)))
+
+    def forward(self, q: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        potential = F.logsigmoid(scores + self.potential_bias.float()[None, :, None, None])
+        potential = self.hook_potential(potential.masked_fill(~allowed, 0.0)).masked_fill(~allowed, 0.0)  # ψ(t, l)
+        through = potential.flip(-1).cumsum(-1).flip(-1)  # Σ_{l≥j} ψ(t, l)
+        bias = through - potential  # Σ_{l>j} ψ(t, l)
+        delta = self.hook_delta(-potential[:, :, -1, :])
+        return bias, self.last_query_positions(delta, q.shape[2])

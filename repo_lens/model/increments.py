@@ -1,0 +1,119 @@
+"""Mechanisms whose positions are a running sum of learned per-token increments.
+
+- ``lpi``: learned position increments with one DeltaMLP shared by every layer, reading the
+  token embeddings (seeds/002): δ = softplus(MLP(e)), position = Σ_{s≤t} δ_s.
+- ``lpi-layer``: one bounded DeltaMLP per layer reading that layer's attention input:
+  δ = max_delta · sigmoid(MLP(h)) (seeds/002 bounds it at 10 so it cannot explode).
+- ``grape-m``: multiplicative GRAPE with a content-dependent phase (seeds/003): one
+  ω = softplus(W h + b) per head, phase = exclusive running sum Σ_{s<t} ω_s.
+
+All three rotate q and k with RoPE's frequencies at these real-valued positions, so q·k depends
+only on the difference of two positions. Every mechanism publishes the increments it sums through
+``hook_delta`` [batch, head, pos]; replacing them there changes the positions the layer uses.
+With a KV cache the running sum continues from the cached tokens (``state["carry"]``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from repo_lens.model.config import ModelConfig
+
+SOFTPLUS_ONE = math.log(math.e - 1.0)  # softplus(SOFTPLUS_ONE) == 1
+
+
+class DeltaMLP(nn.Module):
+    """Linear → GELU → Linear (seeds/002's DeltaMLP before its output squashing)."""
+
+    def __init__(self, d_model: int, d_hidden: int, n_out: int, output_bias: float) -> None:
+        super().__init__()
+        self.fc_in = nn.Linear(d_model, d_hidden)
+        self.fc_out = nn.Linear(d_hidden, n_out)
+        nn.init.zeros_(self.fc_in.bias)
+        nn.init.constant_(self.fc_out.bias, output_bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h32 = h.float()
+        hidden = F.gelu(F.linear(h32, self.fc_in.weight.float(), self.fc_in.bias.float()))
+        return F.linear(hidden, self.fc_out.weight.float(), self.fc_out.bias.float())
+
+
+class CumulativePositions(nn.Module):
+    """Base: positions = carry + running sum of ``increments(h, shared)`` (inclusive unless ``exclusive``)."""
+
+    role = "rotary"
+    exclusive = False
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.hook_delta = HookPoint()  # [batch, head, pos]
+
+    def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
+        delta = self.hook_delta(self.increments(h, shared))
+        inclusive = torch.cumsum(delta, dim=-1)
+        if state is not None and "carry" in state:
+            inclusive = inclusive + state["carry"]
+        if state is not None:
+            state["carry"] = inclusive[..., -1:].detach()
+        return inclusive - delta if self.exclusive else inclusive
+
+
+class SharedIncrementPositions(CumulativePositions):
+    """seeds/002, shared variant: one δ per token from the embeddings, the same in every layer and
+    head. The DeltaMLP lives on the model (``LensModel.increments``); its δ arrives as ``shared``."""
+
+    kind = "lpi"
+
+    def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
+        if shared is None:
+            raise ValueError("lpi layers need the model's shared increments; run them through LensModel")
+        return shared[:, None, :].expand(h.shape[0], self.n_heads, h.shape[1])
+
+
+class LayerIncrementPositions(CumulativePositions):
+    """seeds/002, per-layer variant: δ = max_delta · sigmoid(DeltaMLP(h)) from this layer's input,
+    initialised so δ = 1 (integer RoPE) everywhere."""
+
+    kind = "lpi-layer"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.max_delta = float(cfg.lpi_max_delta)
+        one = math.log(1.0 / (self.max_delta - 1.0))  # logit(1 / max_delta)
+        self.delta_mlp = DeltaMLP(cfg.d_model, cfg.lpi_hidden_dim, 1, output_bias=one)
+
+    def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
+        delta = self.max_delta * torch.sigmoid(self.delta_mlp(h))  # [batch, pos, 1]
+        return delta.transpose(1, 2).expand(h.shape[0], self.n_heads, h.shape[1])
+
+
+class ContentPhasePositions(CumulativePositions):
+    """GRAPE-M with a content-dependent phase: ω = softplus(W h + b) per head, phase_t = Σ_{s<t} ω_s.
+    ``b`` starts at softplus⁻¹(1) so the layer starts as RoPE (shifted by one, which q·k cannot see)."""
+
+    kind = "grape-m"
+    exclusive = True
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.phase_map = nn.Linear(cfg.d_model, cfg.n_heads)
+        nn.init.constant_(self.phase_map.bias, SOFTPLUS_ONE)
+
+    def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
+        omega = F.softplus(F.linear(h.float(), self.phase_map.weight.float(), self.phase_map.bias.float()))
+        return omega.transpose(1, 2)
+
+
+def shared_delta_mlp(cfg: ModelConfig) -> DeltaMLP:
+    """The model-level DeltaMLP of ``lpi`` models: δ = softplus(·) with δ = 1 at initialisation."""
+    return DeltaMLP(cfg.d_model, cfg.lpi_hidden_dim, 1, output_bias=SOFTPLUS_ONE)

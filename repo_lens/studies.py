@@ -88,7 +88,7 @@ def boundary_items(lens, sentences) -> list[Item]:
         increments = position_increments(trace.positions, origin=np.nan)
         record: dict[str, Any] = {"n_tokens": len(ids), "layer_kinds": trace.layer_kinds}
         for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
-            words = _clip_words(words, len(text))
+            words = clip_words(words, len(text))
             labels = cjk_boundary_labels(text, offsets, words)
             record[f"{name}_labels"] = labels.labels[labels.scored].astype(int)
             record[f"{name}_increments"] = increments[:, :, labels.scored]
@@ -97,7 +97,12 @@ def boundary_items(lens, sentences) -> list[Item]:
     return [(f"sentence_{index:05d}", (lambda s=sentence: compute(s))) for index, sentence in enumerate(sentences)]
 
 
-def _clip_words(words, n_chars: int) -> list[str]:
+def clip_words(words, n_chars: int) -> list[str]:
+    """The segmentation of the first ``n_chars`` characters (the last word cut where the text is cut).
+
+    >>> clip_words(["人工智能", "是", "分支"], 6)
+    ['人工智能', '是', '分']
+    """
     clipped, total = [], 0
     for word in words:
         if total >= n_chars:

@@ -33,3 +33,10 @@ def bilingual_splits(cache: str | Path | None = None) -> dict[str, tuple[list[st
         val = [text for name, text in sorted(docs.items()) if is_validation(name)]
         splits[lang] = (train, val)
     return splits
+
+
+def held_out_chinese_sentences(cache: str | Path | None = None) -> list:
+    """People's Daily paragraphs (with gold segmentation) of the zoo's held-out Chinese blocks —
+    the text no zoo model trained on (same blocks as :func:`bilingual_splits`)."""
+    return [sentence for index, sentence in enumerate(peoples_daily(cache))
+            if is_validation(sentence.doc_id or f"block-{index // 40:04d}")]

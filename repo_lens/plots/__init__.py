@@ -14,6 +14,7 @@ Example:
 from repo_lens.plots.attention_mass import attention_mass_figure, attention_mass_layers_figure
 from repo_lens.plots.boundaries import boundary_auc_figure
 from repo_lens.plots.export import FORMATS, ExportError, export, figure_bytes, start_export_server
+from repo_lens.plots.increments import category_increments_figure, layer_series_figure
 from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
 from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
@@ -29,11 +30,13 @@ __all__ = [
     "attention_mass_figure",
     "attention_mass_layers_figure",
     "boundary_auc_figure",
+    "category_increments_figure",
     "export",
     "figure_bytes",
     "iqr_bounds",
     "iqr_outliers",
     "layer_head_heatmap",
+    "layer_series_figure",
     "pattern_fractions_figure",
     "pattern_strip_figure",
     "position_scatter_figure",

@@ -31,8 +31,11 @@ KIND_COLORS: dict[str, str] = {
     "nope": OKABE_ITO[1],
     "repo": OKABE_ITO[0],
     "lpi": OKABE_ITO[2],
+    "lpi-layer": OKABE_ITO[4],
     "cope": OKABE_ITO[3],
-    "grape": OKABE_ITO[5],
+    "fox": OKABE_ITO[5],
+    "grape-ap": OKABE_ITO[6],
+    "grape-m": OKABE_ITO[7],
 }
 PATTERN_COLORS: dict[str, str] = {"constant": OKABE_ITO[0], "mono": OKABE_ITO[1], "hybrid": OKABE_ITO[3]}
 SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": OKABE_ITO[0], "rest": "#8C8C8C"}

@@ -20,6 +20,10 @@ DATA = {
     "reversal": "Synthetic text reversal (RePo App. C): `<bos> Reverse the following words : x1 … xL <sep> "
                 "xL … x1 <eos>` over 120 made-up subword items; train lengths 2–20, test 2–30 (50 prompts "
                 "per length, greedy decoding, exact match). Loss on the output tokens only.",
+    "flipflop": "Synthetic Flip-Flop language (Liu et al. 2024; CoPE §5.1): 64 (instruction, bit) pairs per "
+                "sequence, instructions write / read / ignore, first w, last r; training and in-distribution test "
+                "ignore with probability 0.8, the out-of-distribution (sparse) test with 0.98. Loss on the read "
+                "bits only; error = fraction of read bits predicted wrongly over 1,000 test sequences.",
 }
 
 

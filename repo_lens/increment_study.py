@@ -1,0 +1,98 @@
+"""seeds/002's three analyses of learned position increments, on any byte-level lens.
+
+- :func:`category_table`: mean increment per byte category and layer over held-out text.
+- :func:`boundary_table`: Chinese word-boundary ROC-AUC per layer (gold and jieba segmentation).
+- :func:`entity_table`: increment at the space inside real vs reversed two-word entities, per
+  layer, with the two-sided Wilcoxon signed-rank p.
+
+Increments are the ones the mechanism sums (``trace.extras["increments"]``, e.g. δ of an LPI
+layer) and, for other mechanisms, differences of consecutive positions — so RoPE, NoPE and RePo
+models go through the same tables. Values are averaged over heads (LPI layers have one δ per token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from repo_lens.analysis import (
+    boundary_auc,
+    byte_categories,
+    cjk_boundary_labels,
+    entity_grouping_test,
+    entity_prompts,
+    increments_by_category,
+    jieba_words,
+    position_increments,
+)
+from repo_lens.analysis.entities import ENTITY_PAIRS, token_at_char
+from repo_lens.data import encode_with_offsets
+from repo_lens.studies import clip_words
+
+
+def trace_increments(trace) -> np.ndarray:
+    """(L, H, T) increments of a trace: the learned ones when stored, else position differences
+    (the first token's increment is NaN there: it has no predecessor)."""
+    if "increments" in trace.extras:
+        return np.asarray(trace.extras["increments"], dtype=np.float64)
+    return position_increments(trace.positions, origin=np.nan)
+
+
+def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[str, Any]:
+    """{"layers": [{category: mean}], "counts": {category: n}} pooled over ``texts`` (each cut to the
+    model's context), head-averaged. The first byte of every text is left out (it has no gap)."""
+    pooled_increments, pooled_categories = [], []
+    for text in tqdm(texts, desc="increments by category", disable=not progress):
+        ids = lens.encode(text)[: lens.context_length]
+        trace = lens.trace(ids)
+        pooled_increments.append(trace_increments(trace).mean(axis=1)[:, 1:])
+        pooled_categories.append(byte_categories(ids)[1:])
+    table = increments_by_category(np.concatenate(pooled_increments, axis=-1), np.concatenate(pooled_categories))
+    return {
+        "layers": [{label: float(table.mean[layer, i]) for i, label in enumerate(table.labels)}
+                   for layer in range(table.mean.shape[0])],
+        "counts": {label: int(table.count[0, i]) for i, label in enumerate(table.labels)},
+    }
+
+
+def boundary_table(lens, sentences: Sequence[Any], progress: bool = True) -> dict[str, Any]:
+    """Pooled ROC-AUC per layer of head-averaged increments at scored CJK gaps (seeds/002's protocol),
+    against the sentences' gold words and against jieba."""
+    scores: dict[str, list[np.ndarray]] = {"gold": [], "jieba": []}
+    labels: dict[str, list[np.ndarray]] = {"gold": [], "jieba": []}
+    for sentence in tqdm(sentences, desc="word boundaries", disable=not progress):
+        ids, offsets = encode_with_offsets(lens.tokenizer, sentence.text)
+        ids, offsets = ids[: lens.context_length], offsets[: lens.context_length]
+        text = sentence.text[: max(end for _, end in offsets)]
+        increments = trace_increments(lens.trace(ids)).mean(axis=1)
+        for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
+            result = cjk_boundary_labels(text, offsets, clip_words(words, len(text)))
+            scores[name].append(increments[:, result.scored])
+            labels[name].append(result.labels[result.scored])
+    out: dict[str, Any] = {}
+    for name in ("gold", "jieba"):
+        pooled_labels = np.concatenate(labels[name])
+        out[f"auc_{name}"] = boundary_auc(np.concatenate(scores[name], axis=-1), pooled_labels).tolist()
+        out[f"n_gaps_{name}"] = int(pooled_labels.size)
+        out[f"boundary_share_{name}"] = float(pooled_labels.mean())
+    return out
+
+
+def entity_table(lens, pairs: Sequence[tuple[str, str]] = ENTITY_PAIRS, progress: bool = True) -> dict[str, Any]:
+    """Increment at the space between the two words, real vs reversed order, per layer."""
+    real, reversed_ = entity_prompts(pairs)
+    values = []
+    for prompts in (real, reversed_):
+        rows = []
+        for prompt in tqdm(prompts, desc="entities", disable=not progress):
+            ids, offsets = encode_with_offsets(lens.tokenizer, prompt.text)
+            increments = trace_increments(lens.trace(ids)).mean(axis=1)
+            rows.append(increments[:, token_at_char(offsets, prompt.boundary)])
+        values.append(np.stack(rows))
+    test = entity_grouping_test(values[0], values[1])
+    return {"mean_real": test.mean_real.tolist(), "mean_reversed": test.mean_reversed.tolist(),
+            "share_smaller": test.share_smaller.tolist(), "p_value": test.p_value.tolist(), "n": test.n}
+

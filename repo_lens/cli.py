@@ -158,6 +158,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from repo_lens.reproduce import STUDIES, reproduce
+
+    if args.list:
+        for name, study in STUDIES.items():
+            print(f"{name:<20} {study.source}  [{', '.join(study.default_models)}]")
+        return 0
+    documents = reproduce(args.names or ["all"], args.out, models=args.model, quick=args.quick,
+                          figures=not args.no_figures, progress=not args.quiet)
+    for name, document in documents.items():
+        print(f"\n## {name} ({STUDIES[name].source}) — {document['seconds']} s -> {args.out}/{name}/\n")
+        print(document.get("markdown", ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from repo_lens.model.positions import POSITION_MECHANISMS
 
@@ -210,6 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--device", default="auto")
     analyze.add_argument("--quiet", action="store_true")
     analyze.set_defaults(handler=cmd_analyze)
+
+    reproduce = commands.add_parser("reproduce", help="regenerate the sources' tables and figures (JSON + PDF/SVG)")
+    reproduce.add_argument("names", nargs="*", help="results to regenerate (default: all); see --list")
+    reproduce.add_argument("--out", default="build/reproduce", help="output directory (one folder per result)")
+    reproduce.add_argument("--model", action="append", help="run on these models instead of the defaults (repeat)")
+    reproduce.add_argument("--quick", action="store_true", help="fewer texts and prompts")
+    reproduce.add_argument("--no-figures", action="store_true", help="skip the PDF/SVG export (needs Chromium)")
+    reproduce.add_argument("--list", action="store_true", help="list the results and their default models")
+    reproduce.add_argument("--quiet", action="store_true")
+    reproduce.set_defaults(handler=cmd_reproduce)
 
     zoo = commands.add_parser("zoo", help="list the shipped models")
     zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")

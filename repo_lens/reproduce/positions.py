@@ -14,10 +14,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import held_out_texts, script_main, stem, write_figures, write_json, write_text
+from repo_lens.reproduce.common import held_out_texts, stem, write_figures, write_json, write_text
 
-RANGE_MODELS = ("zoo:bytes-repo", "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-rope")
-PATTERN_MODELS = ("zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer", "zoo:bytes-fox")
 FIXED_KINDS = ("rope", "nope")
 PAPER_FIG3 = {"constant": 0.22, "mono": 0.04, "hybrid": 0.74}  # RePo §5.2 (hybrid = the rest)
 
@@ -127,11 +125,3 @@ def pattern_study(out: Path, models: list[str], quick: bool = False, figures: bo
     write_json(out, "results.json", document)
     write_text(out, "table.md", markdown + "\n")
     return document
-
-
-def range_main(argv=None) -> int:
-    return script_main(range_study, "RePo Fig. 2: ranges of learned positions", RANGE_MODELS, argv)
-
-
-def pattern_main(argv=None) -> int:
-    return script_main(pattern_study, "RePo Fig. 3: constant / mono / hybrid chunk patterns", PATTERN_MODELS, argv)

@@ -1,0 +1,77 @@
+"""One command per result of the sources, on the zoo models or your own checkpoint.
+
+``repo-lens reproduce NAME|all --out DIR`` (or ``python analyses/NAME.py --out DIR``) writes, per
+study, ``DIR/NAME/results.json``, a Markdown table and vector PDF + SVG figures sized for a
+two-column paper. ``--model`` replaces the study's default models. Every study is a function
+``study(out, models, quick=False, figures=True, progress=True) -> dict`` (the JSON document).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from repo_lens.errors import InputError
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    source: str
+    module: str
+    function: str
+    default_models: tuple[str, ...]
+
+    def load(self) -> Callable[..., dict[str, Any]]:
+        import importlib
+
+        return getattr(importlib.import_module(f"repo_lens.reproduce.{self.module}"), self.function)
+
+
+STUDIES: dict[str, Study] = {study.name: study for study in (
+    Study("range_stats", "RePo Fig. 2: ranges of assigned positions", "positions", "range_study",
+          ("zoo:bytes-repo", "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-rope")),
+    Study("pattern_fractions", "RePo Fig. 3: constant / mono / hybrid chunks", "positions", "pattern_study",
+          ("zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer", "zoo:bytes-fox")),
+    Study("attention_mass", "RePo Table 4: NIAH attention mass", "attention", "attention_study",
+          ("zoo:bytes-rope", "zoo:bytes-nope", "zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer",
+           "zoo:bytes-fox", "zoo:bytes-cope")),
+    Study("reversal_mirror", "RePo App. C Fig. 6: mirror effect", "reversal", "reversal_study",
+          ("zoo:reversal-repo", "zoo:reversal-rope", "zoo:reversal-nope")),
+    Study("case_study", "RePo App. D Fig. 8: case-study positions", "case_study", "case_study",
+          ("zoo:bytes-repo", "zoo:bytes-lpi-layer")),
+    Study("increment_findings", "seeds/002: increments by category, word boundaries, entities", "increments",
+          "increment_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
+    Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",
+          ("zoo:flipflop-rope", "zoo:flipflop-cope")),
+)}
+
+
+def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | None = None, quick: bool = False,
+              figures: bool = True, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """Run the named studies (``["all"]`` for every one) into ``out/NAME/``; returns their documents.
+
+    Example:
+        >>> sorted(STUDIES)[:3]
+        ['attention_mass', 'case_study', 'flipflop']
+    """
+    chosen = list(STUDIES) if list(names) == ["all"] else list(names)
+    unknown = [name for name in chosen if name not in STUDIES]
+    if unknown:
+        raise InputError(f"unknown result {unknown}; choose from: all, {', '.join(STUDIES)}")
+    documents = {}
+    bar = tqdm(chosen, desc="reproduce", unit="result", disable=not progress)
+    for name in bar:
+        bar.set_postfix_str(name)
+        study = STUDIES[name]
+        started = time.perf_counter()
+        document = study.load()(Path(out) / name, list(models or study.default_models), quick=quick,
+                                figures=figures, progress=progress)
+        document["seconds"] = round(time.perf_counter() - started, 1)
+        documents[name] = document
+    return documents

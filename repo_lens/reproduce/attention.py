@@ -1,0 +1,76 @@
+"""RePo Table 4 on the zoo: attention mass per token on needle / query / rest in NIAH prompts.
+
+RULER niah_single prompts (noise haystack, answer appended) of the models' training context
+(256 bytes — the paper measures "within the training context length"), needle depths 0–1 and a
+few seeds. Needle = the value tokens, query = question + answer prefix, query rows = the answer
+tokens; per token, averaged over rows, heads and layers (×10⁻², as the paper prints it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from repo_lens.reproduce.common import write_figures, write_json, write_text
+
+PAPER_TABLE4 = {"Linear (RoPE)": {"needle": 1.754, "query": 1.123, "rest": 0.014},
+                "Constant (NoPE)": {"needle": 1.572, "query": 1.135, "rest": 0.014},
+                "RePo": {"needle": 2.013, "query": 1.046, "rest": 0.015}}
+SPANS = ("needle", "query", "rest")
+
+
+def attention_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
+                    progress: bool = True) -> dict[str, Any]:
+    import repo_lens
+    from repo_lens.analysis import attention_mass
+    from repo_lens.data import niah_single
+
+    depths = (0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0)
+    seeds = (0,) if quick else (0, 1, 2)
+    results: dict[str, Any] = {}
+    for model in models:
+        lens = repo_lens.load(model, device="cpu")
+        cells = []
+        for depth in tqdm(depths, desc=f"NIAH mass {model}", disable=not progress):
+            for seed in seeds:
+                prompt = niah_single(lens.tokenizer, lens.context_length, depth=depth, seed=seed)
+                mass = attention_mass(lens, prompt.ids, {"needle": prompt.spans["value"], "query": prompt.spans["query"]},
+                                      prompt.query)
+                cells.append({"depth": depth, "seed": seed, "tokens": len(prompt.ids),
+                              "needle_token_depth": prompt.meta.get("needle_token_depth"),
+                              **{span: mass.per_token[span] for span in SPANS}})
+        results[model] = {"cells": cells, "layer_kinds": list(lens.model.cfg.layer_mechanisms),
+                          "per_token": {span: float(np.mean([c[span] for c in cells])) for span in SPANS}}
+    lines = ["| model | needle ×10⁻² | query ×10⁻² | rest ×10⁻² | needle / rest |", "|---|---|---|---|---|"]
+    for name, row in PAPER_TABLE4.items():
+        lines.append(f"| paper: {name}, OLMo-2 1B, 4K | {row['needle']:.3f} | {row['query']:.3f} | {row['rest']:.3f} | "
+                     f"{row['needle'] / row['rest']:.0f} |")
+    for model, result in results.items():
+        row = result["per_token"]
+        lines.append(f"| {model}, 256 bytes | {100 * row['needle']:.3f} | {100 * row['query']:.3f} | "
+                     f"{100 * row['rest']:.3f} | {row['needle'] / row['rest']:.2f} |")
+    markdown = "\n".join(lines)
+    document = {"study": "attention_mass", "paper": PAPER_TABLE4, "settings": {"depths": depths, "seeds": seeds},
+                "results": results, "markdown": markdown}
+    if figures:
+        document["figures"] = write_figures(out, {"table4_attention_mass": _figure(results)})
+    write_json(out, "results.json", document)
+    write_text(out, "table.md", markdown + "\n")
+    return document
+
+
+def _figure(results: dict[str, Any]):
+    import plotly.graph_objects as go
+
+    from repo_lens.plots.style import SPAN_COLORS, styled
+
+    figure = go.Figure()
+    names = [model.replace("zoo:", "") for model in results]
+    for span in SPANS:
+        figure.add_bar(name=span, x=names, y=[100 * results[m]["per_token"][span] for m in results],
+                       marker_color=SPAN_COLORS[span])
+    figure.update_layout(barmode="group", yaxis_title="attention mass per token (×10⁻²)")
+    return styled(figure, "NIAH attention mass per token (RePo Table 4)")

@@ -1,0 +1,101 @@
+"""RePo App. C Fig. 6 on the zoo: the mirror effect in the text-reversal models.
+
+Each prompt is "<bos> Reverse the following words : x1 … xL <sep> xL … x1"; the output copy of
+input item i sits at output index L − 1 − i. The *mirror ratio* of a head is the mean |z| gap
+between an input item and its own copy, divided by the mean gap between an input item and every
+output item: below 1, copies sit closer to their source than to the other items (1 = no
+mirroring; for RoPE the ratio is fixed by the index alone). Reported per layer as the mean and the
+minimum over heads, over prompts of the lengths the paper plots.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from repo_lens.reproduce.common import stem, write_figures, write_json, write_text
+
+
+
+def mirror_ratios(positions: np.ndarray, input_start: int, output_start: int, length: int) -> np.ndarray:
+    """(L, H) mirror ratio for one prompt; NaN where a head assigns all items the same position."""
+    inputs = positions[:, :, input_start:input_start + length]  # (L, H, n)
+    outputs = positions[:, :, output_start:output_start + length]
+    copies = outputs[:, :, ::-1]  # copies[..., i] is the output copy of input item i
+    own = np.abs(inputs - copies).mean(axis=-1)
+    every = np.abs(inputs[..., :, None] - outputs[..., None, :]).mean(axis=(-1, -2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(every > 1e-3, own / every, np.nan)  # below 1e-3 the head is constant (NoPE-like)
+
+
+def reversal_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
+                   progress: bool = True) -> dict[str, Any]:
+    import repo_lens
+    from repo_lens.train.tasks import REVERSAL_PROMPT, ReversalTask
+
+    task = ReversalTask(batch_size=1)
+    lengths = (10, 20) if quick else (5, 10, 15, 20)
+    per_length = 5 if quick else 20
+    results: dict[str, Any] = {}
+    plots = {}
+    for model in models:
+        lens = repo_lens.load(model, device="cpu")
+        ratios = []
+        for length in tqdm(lengths, desc=f"mirror {model}", disable=not progress):
+            rng = random.Random(f"mirror-{length}")
+            for _ in range(per_length):
+                example = task.example(rng, length)
+                trace = lens.trace(example.ids[:-1])  # without <eos>
+                ratios.append(mirror_ratios(trace.positions, 1 + len(REVERSAL_PROMPT), example.answer_start, length))
+        stacked = np.stack(ratios)  # (prompts, L, H)
+        with np.errstate(invalid="ignore"):
+            by_head = np.nanmean(stacked, axis=0) if np.isfinite(stacked).any() else stacked[0]
+        results[model] = {
+            "layer_kinds": list(lens.model.cfg.layer_mechanisms),
+            "mirror_ratio_by_layer_head": by_head,
+            "mean_by_layer": [None if np.isnan(row).all() else float(np.nanmean(row)) for row in by_head],
+            "min_by_layer": [None if np.isnan(row).all() else float(np.nanmin(row)) for row in by_head],
+            "constant_heads": int(np.isnan(by_head).sum()),
+        }
+        example = task.example(random.Random("figure"), 10)
+        plots[f"fig6_reversal_{stem(model)}"] = _figure(lens.trace(example.ids[:-1]), example.answer_start, model)
+    lines = ["| model | " + " | ".join(f"L{i} mean (min)" for i in range(len(next(iter(results.values()))["mean_by_layer"])))
+             + " |", "|---|" + "---|" * len(next(iter(results.values()))["mean_by_layer"])]
+    for model, result in results.items():
+        cells = [("constant" if mean is None else f"{mean:.2f} ({low:.2f})")
+                 for mean, low in zip(result["mean_by_layer"], result["min_by_layer"])]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    markdown = "Mirror ratio (1 = no mirror effect; the paper sees mirroring in layers 0, 2, 3):\n\n" + "\n".join(lines)
+    document = {"study": "reversal_mirror", "settings": {"lengths": lengths, "prompts_per_length": per_length},
+                "results": results, "markdown": markdown}
+    if figures:
+        document["figures"] = write_figures(out, plots)
+    write_json(out, "results.json", document)
+    write_text(out, "table.md", markdown + "\n")
+    return document
+
+
+def _figure(trace, answer_start: int, model: str):
+    from plotly.subplots import make_subplots
+
+    from repo_lens.plots.style import OKABE_ITO, styled
+
+    n_layers, n_heads, n_tokens = trace.positions.shape
+    figure = make_subplots(rows=1, cols=n_layers, subplot_titles=[f"L{layer} {trace.layer_kinds[layer]}"
+                                                                   for layer in range(n_layers)])
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            figure.add_scatter(x=list(range(n_tokens)), y=trace.positions[layer, head].tolist(), mode="lines+markers",
+                               line_color=OKABE_ITO[head % len(OKABE_ITO)], name=f"h{head}", showlegend=layer == 0,
+                               text=trace.tokens, row=1, col=layer + 1)
+        figure.add_vrect(x0=0, x1=answer_start - 0.5, fillcolor="#56B4E9", opacity=0.12, line_width=0,
+                         row=1, col=layer + 1)
+        figure.add_vrect(x0=answer_start - 0.5, x1=n_tokens - 1, fillcolor="#E69F00", opacity=0.12, line_width=0,
+                         row=1, col=layer + 1)
+    figure.update_xaxes(title_text="input order")
+    figure.update_yaxes(title_text="position z", col=1)
+    return styled(figure, f"{model}: positions in a reversal prompt (blue: input, orange: output)")

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test bench zoo clean app browser
+.PHONY: setup demo test bench zoo clean app browser reproduce
 
 setup: $(STAMP)
 
@@ -38,10 +38,18 @@ bench: setup
 # Retrain and ship every zoo model (about an hour on 2 CPU cores; not part of CI).
 ZOO_RUNS ?= build/zoo
 zoo: setup
-	for m in rope nope repo; do $(BIN)/repo-lens train --preset bytes-small --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/bytes-$$m & done; wait
+	# two lanes, one per core
+	(for m in rope repo cope; do $(BIN)/repo-lens train --preset bytes-small --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/bytes-$$m; done) & \
+	(for m in nope lpi lpi-layer fox; do $(BIN)/repo-lens train --preset bytes-small --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/bytes-$$m; done) & wait
 	for m in rope nope repo; do $(BIN)/repo-lens train --preset reversal --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/reversal-$$m; done
-	for m in rope nope repo; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/bytes-$$m bytes-$$m bytes-small; \
-	  $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/reversal-$$m reversal-$$m reversal; done
+	for m in rope cope; do $(BIN)/repo-lens train --preset flipflop --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/flipflop-$$m; done
+	for m in rope nope repo lpi lpi-layer cope fox; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/bytes-$$m bytes-$$m bytes-small; done
+	for m in rope nope repo; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/reversal-$$m reversal-$$m reversal; done
+	for m in rope cope; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/flipflop-$$m flipflop-$$m flipflop; done
+
+# Every table and figure of RESULTS.md (JSON + PDF/SVG per result in build/reproduce/).
+reproduce: setup browser
+	$(BIN)/repo-lens reproduce all --out build/reproduce
 
 # The Streamlit app on 127.0.0.1 (default model zoo:bytes-repo; REPO_LENS_APP_ROOTS allows local checkpoints).
 app: setup browser

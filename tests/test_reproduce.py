@@ -1,0 +1,107 @@
+"""`repo-lens reproduce` and the analyses/ scripts: each study's invariants on the zoo models,
+the helpers against hand-computed cases, and paper-sized vector export."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from repo_lens.reproduce import STUDIES, reproduce
+from repo_lens.reproduce.case_study import correlation_ratio
+from repo_lens.reproduce.reversal import mirror_ratios
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mirror_ratio_hand_cases():
+    # tokens: 2 prompt tokens, inputs a b c at 2..4, 1 separator, outputs c b a at 6..8
+    linear = np.arange(9.0)[None, None, :]
+    assert mirror_ratios(linear, 2, 6, 3)[0, 0] == pytest.approx(1.0)  # linear positions: no mirror effect
+    mirrored = np.array([0, 0, 1.0, 2.0, 3.0, 9.0, 3.0, 2.0, 1.0])[None, None, :]
+    assert mirror_ratios(mirrored, 2, 6, 3)[0, 0] == 0.0  # each copy at its source's position
+    assert np.isnan(mirror_ratios(np.zeros((1, 1, 9)), 2, 6, 3)[0, 0])  # constant head
+
+
+def test_correlation_ratio_hand_cases():
+    labels = np.array([0, 0, 1, 1])
+    assert correlation_ratio(np.array([1.0, 1.0, 5.0, 5.0]), labels) == pytest.approx(1.0)
+    assert correlation_ratio(np.array([1.0, 5.0, 1.0, 5.0]), labels) == pytest.approx(0.0)
+    assert correlation_ratio(np.array([0.0, 2.0, 4.0, 6.0]), labels) == pytest.approx(16 / 20)
+
+
+def test_rope_ranges_are_the_length_and_reversal_rope_does_not_mirror(tmp_path):
+    ranges = STUDIES["range_stats"].load()(tmp_path / "ranges", ["zoo:bytes-rope"], quick=True, figures=False,
+                                            progress=False)
+    for length, row in ranges["results"]["zoo:bytes-rope"]["lengths"].items():
+        np.testing.assert_allclose(row["d_by_layer_head"], int(length) - 1)
+    mirror = STUDIES["reversal_mirror"].load()(tmp_path / "mirror", ["zoo:reversal-rope", "zoo:reversal-repo"],
+                                              quick=True, figures=False, progress=False)
+    np.testing.assert_allclose(mirror["results"]["zoo:reversal-rope"]["mean_by_layer"], 1.0, atol=1e-6)
+    # the shipped RePo reversal model mirrors in its last layer (RePo App. C sees it in layers 0, 2, 3)
+    assert mirror["results"]["zoo:reversal-repo"]["mean_by_layer"][3] < 0.5
+    saved = json.loads((tmp_path / "mirror" / "results.json").read_text())
+    assert saved["markdown"] == mirror["markdown"]
+
+
+def test_attention_mass_study_writes_json_table_and_vector_figures(tmp_path):
+    document = STUDIES["attention_mass"].load()(tmp_path, ["zoo:bytes-rope", "zoo:bytes-fox"], quick=True,
+                                                progress=False)
+    for model in ("zoo:bytes-rope", "zoo:bytes-fox"):
+        row = document["results"][model]["per_token"]
+        assert all(0 < row[span] < 1 for span in ("needle", "query", "rest"))
+        assert len(document["results"][model]["cells"]) == 3
+    assert (tmp_path / "table4_attention_mass.pdf").read_bytes()[:4] == b"%PDF"
+    assert (tmp_path / "table4_attention_mass.svg").read_text().lstrip().startswith("<svg")
+    assert "| zoo:bytes-fox, 256 bytes |" in (tmp_path / "table.md").read_text()
+
+
+def test_flipflop_study_matches_the_cards_at_the_training_length(tmp_path):
+    import repo_lens
+
+    document = STUDIES["flipflop"].load()(tmp_path, ["zoo:flipflop-cope"], quick=True, progress=False)
+    rows = document["results"]["zoo:flipflop-cope"]["by_length"]
+    assert list(rows) == ["128", "256", "512"]
+    card = repo_lens.load("zoo:flipflop-cope", device="cpu").meta["info"]["metrics"]
+    assert card["error_in_distribution"] == 0.0 and rows["128"]["error_in_distribution"] == 0.0
+
+
+def test_reproduce_command_lists_and_refuses_unknown_results(tmp_path):
+    with pytest.raises(Exception, match="unknown result"):
+        reproduce(["fig99"], tmp_path, progress=False)
+    listed = subprocess.run([sys.executable, "-m", "repo_lens.cli", "reproduce", "--list"], check=True,
+                            capture_output=True, text=True).stdout
+    assert all(name in listed for name in STUDIES)
+    bad = subprocess.run([sys.executable, "-m", "repo_lens.cli", "reproduce", "fig99", "--out", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown result ['fig99']" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_analyses_script_runs_a_study(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "analyses" / "case_study.py"), "--out", str(tmp_path),
+                           "--model", "zoo:bytes-repo", "--quick", "--no-figures", "--quiet"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "results.json").read_text())["results"]["zoo:bytes-repo"]
+    assert result["learned_heads"] == 16  # 4 RePo layers x 4 heads
+    assert "| zoo:bytes-repo |" in done.stdout
+
+
+def test_paper_layouts_set_the_physical_size(tmp_path):
+    import plotly.graph_objects as go
+
+    from repo_lens.plots import export
+
+    fig = go.Figure(go.Bar(y=[1, 2]))
+    pdf = export(fig, tmp_path / "one_column.pdf", layout="one-column").read_bytes()
+    width = float(re.search(rb"MediaBox\s*\[0 0 ([0-9.]+)", pdf).group(1))
+    assert width == pytest.approx(3.25 * 72, abs=0.5)
+    from repo_lens.errors import InputError
+
+    with pytest.raises(InputError, match="unknown paper layout 'poster'"):
+        export(fig, tmp_path / "x.pdf", layout="poster")

@@ -21,7 +21,7 @@ PAPER_FIG3 = {"constant": 0.22, "mono": 0.04, "hybrid": 0.74}  # RePo §5.2 (hyb
 
 
 def _texts(quick: bool) -> list[str]:
-    count = 4 if quick else 20
+    count = 4 if quick else 12
     return held_out_texts("en", count) + held_out_texts("zh", count)
 
 

@@ -11,6 +11,7 @@ minimum over heads, over prompts of the lengths the paper plots.
 from __future__ import annotations
 
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,9 @@ def reversal_study(out: Path, models: list[str], quick: bool = False, figures: b
                 trace = lens.trace(example.ids[:-1])  # without <eos>
                 ratios.append(mirror_ratios(trace.positions, 1 + len(REVERSAL_PROMPT), example.answer_start, length))
         stacked = np.stack(ratios)  # (prompts, L, H)
-        with np.errstate(invalid="ignore"):
-            by_head = np.nanmean(stacked, axis=0) if np.isfinite(stacked).any() else stacked[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a head constant in every prompt stays NaN
+            by_head = np.nanmean(stacked, axis=0)
         results[model] = {
             "layer_kinds": list(lens.model.cfg.layer_mechanisms),
             "mirror_ratio_by_layer_head": by_head,

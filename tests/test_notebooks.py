@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nbclient  # the `notebooks` extra, installed by `make setup`
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))

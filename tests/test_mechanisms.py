@@ -145,7 +145,7 @@ def test_cope_with_all_gates_one_uses_token_relative_positions():
     hooks.append(("blocks.1.attn.hook_k", lambda x, hook: seen.setdefault("k", x)))
     with torch.no_grad():
         model.run_with_hooks(ids, fwd_hooks=hooks)
-    embeddings = model.blocks[1].attn.positions.position_embeddings.double()
+    embeddings = model.blocks[1].attn.positions.position_embeddings.detach().double()
     for head in range(4):
         q, k = seen["q"][0, head], seen["k"][0, head]
         q_dot_e = q.double() @ embeddings

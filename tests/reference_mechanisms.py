@@ -59,7 +59,7 @@ def content_phase(h, weight, bias) -> torch.Tensor:
     return running_sum(omega, exclusive=True)
 
 
-def _softmax_rows(logits: list[list[float]]) -> torch.Tensor:
+def _softmax_rows(logits: list[list[float]]) -> list[list[float]]:
     rows = []
     for row in logits:
         top = max(row)

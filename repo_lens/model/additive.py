@@ -22,7 +22,6 @@ gates (CoPE ``hook_gates``) or potentials (GRAPE-AP ``hook_potential``), [batch,
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -21,24 +21,13 @@ from tqdm.auto import tqdm
 from repo_lens.analysis import (
     boundary_auc,
     byte_categories,
-    cjk_boundary_labels,
     entity_grouping_test,
     entity_prompts,
     increments_by_category,
-    jieba_words,
-    position_increments,
 )
 from repo_lens.analysis.entities import ENTITY_PAIRS, token_at_char
 from repo_lens.data import encode_with_offsets
-from repo_lens.studies import clip_words
-
-
-def trace_increments(trace) -> np.ndarray:
-    """(L, H, T) increments of a trace: the learned ones when stored, else position differences
-    (the first token's increment is NaN there: it has no predecessor)."""
-    if "increments" in trace.extras:
-        return np.asarray(trace.extras["increments"], dtype=np.float64)
-    return position_increments(trace.positions, origin=np.nan)
+from repo_lens.studies import boundary_items, trace_increments
 
 
 def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[str, Any]:
@@ -60,22 +49,14 @@ def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[st
 
 def boundary_table(lens, sentences: Sequence[Any], progress: bool = True) -> dict[str, Any]:
     """Pooled ROC-AUC per layer of head-averaged increments at scored CJK gaps (seeds/002's protocol),
-    against the sentences' gold words and against jieba."""
-    scores: dict[str, list[np.ndarray]] = {"gold": [], "jieba": []}
-    labels: dict[str, list[np.ndarray]] = {"gold": [], "jieba": []}
-    for sentence in tqdm(sentences, desc="word boundaries", disable=not progress):
-        ids, offsets = encode_with_offsets(lens.tokenizer, sentence.text)
-        ids, offsets = ids[: lens.context_length], offsets[: lens.context_length]
-        text = sentence.text[: max(end for _, end in offsets)]
-        increments = trace_increments(lens.trace(ids)).mean(axis=1)
-        for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
-            result = cjk_boundary_labels(text, offsets, clip_words(words, len(text)))
-            scores[name].append(increments[:, result.scored])
-            labels[name].append(result.labels[result.scored])
+    against the sentences' gold words and against jieba (the records of :func:`boundary_items`)."""
+    records = [compute() for _, compute in tqdm(boundary_items(lens, sentences), desc="word boundaries",
+                                                 disable=not progress)]
     out: dict[str, Any] = {}
     for name in ("gold", "jieba"):
-        pooled_labels = np.concatenate(labels[name])
-        out[f"auc_{name}"] = boundary_auc(np.concatenate(scores[name], axis=-1), pooled_labels).tolist()
+        pooled_labels = np.concatenate([record[f"{name}_labels"] for record in records]).astype(bool)
+        scores = np.concatenate([record[f"{name}_increments"].mean(axis=1) for record in records], axis=-1)
+        out[f"auc_{name}"] = boundary_auc(scores, pooled_labels).tolist()
         out[f"n_gaps_{name}"] = int(pooled_labels.size)
         out[f"boundary_share_{name}"] = float(pooled_labels.mean())
     return out

@@ -73,6 +73,14 @@ def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2) ->
     return [(f"text_{index:05d}", (lambda t=text: compute(t))) for index, text in enumerate(texts)]
 
 
+def trace_increments(trace) -> np.ndarray:
+    """(L, H, T) increments of a trace: the learned ones when stored, else position differences
+    (the first token's increment is NaN there: it has no predecessor)."""
+    if "increments" in trace.extras:
+        return np.asarray(trace.extras["increments"], dtype=np.float64)
+    return position_increments(trace.positions, origin=np.nan)
+
+
 def boundary_items(lens, sentences) -> list[Item]:
     """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence.
 
@@ -85,7 +93,7 @@ def boundary_items(lens, sentences) -> list[Item]:
         ids, offsets = ids[:limit], offsets[:limit]
         text = sentence.text[: max(end for _, end in offsets)]
         trace = lens.trace(ids)
-        increments = position_increments(trace.positions, origin=np.nan)
+        increments = trace_increments(trace)
         record: dict[str, Any] = {"n_tokens": len(ids), "layer_kinds": trace.layer_kinds}
         for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
             words = clip_words(words, len(text))

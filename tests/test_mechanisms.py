@@ -156,12 +156,13 @@ def test_cope_with_all_gates_one_uses_token_relative_positions():
                                    atol=1e-5, rtol=1e-4)
 
 
-def test_fox_positions_give_the_bias_as_a_difference():
+def test_fox_positions_are_the_running_sum_of_minus_log_forget_gates():
     model = make_model("fox")
     _, cache = run(model, ids_for())
-    positions = cache["blocks.1.attn.hook_pos"][0]
-    delta = cache["blocks.1.attn.positions.hook_delta"][0]
-    torch.testing.assert_close(positions, torch.cumsum(delta, -1))
+    gate = model.blocks[1].attn.positions.forget_gate
+    h = cache["blocks.1.hook_resid_pre"][0].double()
+    delta = -torch.log(torch.sigmoid(h @ gate.weight.detach().double().T + gate.bias.detach().double())).T  # [H, T]
+    torch.testing.assert_close(cache["blocks.1.attn.hook_pos"][0].double(), ref.running_sum(delta), atol=1e-5, rtol=1e-5)
     assert (delta > 0).all()  # −log f > 0: the positions only grow
 
 

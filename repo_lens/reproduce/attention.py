@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import write_figures, write_json, write_text
+from repo_lens.reproduce.common import save_study
 
 PAPER_TABLE4 = {"Linear (RoPE)": {"needle": 1.754, "query": 1.123, "rest": 0.014},
                 "Constant (NoPE)": {"needle": 1.572, "query": 1.135, "rest": 0.014},
@@ -56,11 +56,7 @@ def attention_study(out: Path, models: list[str], quick: bool = False, figures: 
     markdown = "\n".join(lines)
     document = {"study": "attention_mass", "paper": PAPER_TABLE4, "settings": {"depths": depths, "seeds": seeds},
                 "results": results, "markdown": markdown}
-    if figures:
-        document["figures"] = write_figures(out, {"table4_attention_mass": _figure(results)})
-    write_json(out, "results.json", document)
-    write_text(out, "table.md", markdown + "\n")
-    return document
+    return save_study(out, document, {"table4_attention_mass": _figure(results)} if figures else None)
 
 
 def _figure(results: dict[str, Any]):

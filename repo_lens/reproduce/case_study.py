@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from repo_lens.reproduce.common import stem, write_figures, write_json, write_text
+from repo_lens.reproduce.common import save_study, stem
 
 EXAMPLES = (("What is the capital of France?", "Paris"), ("How many legs does a spider have?", "Eight"),
             ("Which planet is closest to the sun?", "Mercury"))
@@ -98,11 +98,7 @@ def case_study(out: Path, models: list[str], quick: bool = False, figures: bool 
                      f"{r['negative_share']:.2f} | {outlier} ({r['boundary_share_of_bytes']:.2f}) |")
     markdown = "\n".join(lines)
     document = {"study": "case_study", "results": results, "markdown": markdown}
-    if figures:
-        document["figures"] = write_figures(out, plots)
-    write_json(out, "results.json", document)
-    write_text(out, "table.md", markdown + "\n")
-    return document
+    return save_study(out, document, plots if figures else None)
 
 
 def _shuffled_segments(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -36,11 +36,24 @@ def script_main(run: Callable[..., dict], description: str, default_models: Sequ
     return 0
 
 
-def held_out_texts(language: str, count: int) -> list[str]:
-    """The first ``count`` held-out documents of the zoo's bilingual split (never trained on)."""
+def held_out_documents(count: int) -> list[str]:
+    """The first ``count`` held-out English documents, then as many Chinese ones, of the zoo's
+    bilingual split (never trained on)."""
     from repo_lens.data.bilingual import bilingual_splits
 
-    return bilingual_splits()[language][1][:count]
+    splits = bilingual_splits()
+    return splits["en"][1][:count] + splits["zh"][1][:count]
+
+
+def save_study(out: Path, document: dict[str, Any], figures: dict[str, Any] | None = None,
+               table: str = "table.md") -> dict[str, Any]:
+    """Write a study's figures (PDF + SVG; their names go into ``document["figures"]``), its
+    ``results.json`` and its Markdown table (``document["markdown"]``); returns ``document``."""
+    if figures is not None:
+        document["figures"] = write_figures(out, figures)
+    write_json(out, "results.json", document)
+    write_text(out, table, document["markdown"] + "\n")
+    return document
 
 
 def write_json(out: Path, name: str, document: dict[str, Any]) -> Path:

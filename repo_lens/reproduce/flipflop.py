@@ -7,7 +7,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import write_json, write_text
+from repo_lens.reproduce.common import save_study
 
 PAPER_TABLE2 = {"RoPE, d 256, 4 layers x 4 heads": (1.8, 20.3), "CoPE, d 256, 4 x 4": (0.0, 4.9),
                 "RoPE, d 128, 4 x 4 (Table 7)": (0.1, 8.9), "CoPE, d 128, 4 x 4 (Table 7)": (0.2, 33.2)}
@@ -46,6 +46,4 @@ def flipflop_study(out: Path, models: list[str], quick: bool = False, figures: b
     markdown = "Read-bit error, % (in distribution: ignore 0.8; OOD sparse: ignore 0.98):\n\n" + "\n".join(lines)
     document = {"study": "flipflop", "paper": PAPER_TABLE2, "results": results, "markdown": markdown,
                 "settings": {"test_sequences": count, "test_sequences_longer": min(count, 400)}}
-    write_json(out, "results.json", document)
-    write_text(out, "table.md", markdown + "\n")
-    return document
+    return save_study(out, document)

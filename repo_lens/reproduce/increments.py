@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from repo_lens.reproduce.common import stem, write_figures, write_json, write_text
+from repo_lens.reproduce.common import held_out_documents, save_study, stem
 
 # seeds/002's tables (shared model: whole-model δ; per-layer model: L0 for categories)
 POST_CATEGORIES = {
@@ -32,13 +32,6 @@ CATEGORY_ORDER = ["lowercase", "continuation", "cjk_lead", "digit", "space", "up
 
 
 
-def held_out_texts(windows: int) -> list[str]:
-    """``windows`` held-out documents per language (English Brown, Chinese People's Daily blocks)."""
-    from repo_lens.reproduce.common import held_out_texts as documents
-
-    return documents("en", windows) + documents("zh", windows)
-
-
 def analyse(model: str, windows: int, sentences: int, progress: bool) -> dict:
     import repo_lens
     from repo_lens.data.bilingual import held_out_chinese_sentences
@@ -47,7 +40,7 @@ def analyse(model: str, windows: int, sentences: int, progress: bool) -> dict:
     lens = repo_lens.load(model, device="cpu")
     return {
         "layer_kinds": list(lens.model.cfg.layer_mechanisms),
-        "categories": category_table(lens, held_out_texts(windows), progress=progress),
+        "categories": category_table(lens, held_out_documents(windows), progress=progress),
         "boundaries": boundary_table(lens, held_out_chinese_sentences()[:sentences], progress=progress),
         "entities": entity_table(lens, progress=progress),
     }
@@ -103,8 +96,4 @@ def increment_study(out: Path, models: list[str], quick: bool = False, figures: 
     document = {"study": "increment_findings", "settings": {"windows": windows, "sentences": sentences},
                 "results": results, "markdown": markdown,
                 "seeds_002": {"categories": POST_CATEGORIES, "auc_jieba": POST_AUC, "entities": POST_ENTITY}}
-    if figures:
-        document["figures"] = write_figures(out, figures_of(results))
-    write_json(out, "results.json", document)
-    write_text(out, "findings.md", markdown)
-    return document
+    return save_study(out, document, figures_of(results) if figures else None, table="findings.md")

@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import held_out_texts, stem, write_figures, write_json, write_text
+from repo_lens.reproduce.common import held_out_documents, save_study, stem
 
 FIXED_KINDS = ("rope", "nope")
 PAPER_FIG3 = {"constant": 0.22, "mono": 0.04, "hybrid": 0.74}  # RePo §5.2 (hybrid = the rest)
 
 
 def _texts(quick: bool) -> list[str]:
-    count = 4 if quick else 12
-    return held_out_texts("en", count) + held_out_texts("zh", count)
+    return held_out_documents(4 if quick else 12)
 
 
 def _traces(lens, texts: list[str], length: int, progress: bool, desc: str):
@@ -80,11 +79,7 @@ def range_study(out: Path, models: list[str], quick: bool = False, figures: bool
     document = {"study": "range_stats", "paper": "RePo Fig. 2: d grows with the context length (2K -> 4K) "
                 "but stays far below it; the distribution over heads is non-uniform", "results": results,
                 "markdown": markdown}
-    if figures:
-        document["figures"] = write_figures(out, plots)
-    write_json(out, "results.json", document)
-    write_text(out, "table.md", markdown + "\n")
-    return document
+    return save_study(out, document, plots if figures else None)
 
 
 def pattern_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
@@ -120,8 +115,4 @@ def pattern_study(out: Path, models: list[str], quick: bool = False, figures: bo
         lines.append(f"| {model} | {shares['constant']:.2f} | {shares['mono']:.2f} | {shares['hybrid']:.2f} |")
     markdown = "\n".join(lines)
     document = {"study": "pattern_fractions", "paper": PAPER_FIG3, "results": results, "markdown": markdown}
-    if figures:
-        document["figures"] = write_figures(out, plots)
-    write_json(out, "results.json", document)
-    write_text(out, "table.md", markdown + "\n")
-    return document
+    return save_study(out, document, plots if figures else None)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import stem, write_figures, write_json, write_text
+from repo_lens.reproduce.common import save_study, stem
 
 
 
@@ -74,11 +74,7 @@ def reversal_study(out: Path, models: list[str], quick: bool = False, figures: b
     markdown = "Mirror ratio (1 = no mirror effect; the paper sees mirroring in layers 0, 2, 3):\n\n" + "\n".join(lines)
     document = {"study": "reversal_mirror", "settings": {"lengths": lengths, "prompts_per_length": per_length},
                 "results": results, "markdown": markdown}
-    if figures:
-        document["figures"] = write_figures(out, plots)
-    write_json(out, "results.json", document)
-    write_text(out, "table.md", markdown + "\n")
-    return document
+    return save_study(out, document, plots if figures else None)
 
 
 def _figure(trace, answer_start: int, model: str):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from repo_lens.train.tasks import IGNORE, _device
@@ -113,9 +112,3 @@ class FlipFlopTask:
         backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per character
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend)
         tokenizer.save_pretrained(str(directory))
-
-
-def read_bit_count(task: FlipFlopTask, ignore: float) -> float:
-    """Mean number of scored read bits per test sequence (for reporting)."""
-    _, targets = task.test_batch(ignore, 100)
-    return float(np.mean((targets != IGNORE).sum(dim=1).numpy()))

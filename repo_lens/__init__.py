@@ -10,51 +10,24 @@ Example:
 
 from __future__ import annotations
 
-import os
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from repo_lens.errors import CheckpointError, InputError, RepoLensError, TraceFileError
 
 if TYPE_CHECKING:
     from repo_lens.lens import Lens
+    from repo_lens.loading import load
     from repo_lens.trace import Trace
 
 __all__ = ["CheckpointError", "InputError", "Lens", "RepoLensError", "Trace", "TraceFileError", "load"]
 __version__ = "0.1.0"
+# torch and transformers load only when a model or trace is used, so the numpy-only analyzers import fast
+# (the TYPE_CHECKING imports above name the same modules, for type checkers and tests/test_architecture.py)
+_LAZY_EXPORTS = {"Lens": "repo_lens.lens", "Trace": "repo_lens.trace", "load": "repo_lens.loading"}
 
 
 def __getattr__(name: str) -> Any:
-    # torch and transformers load only when a model or trace is used, so the numpy-only
-    # analyzers import fast
-    if name == "Lens":
-        from repo_lens.lens import Lens
-
-        return Lens
-    if name == "Trace":
-        from repo_lens.trace import Trace
-
-        return Trace
+    if name in _LAZY_EXPORTS:
+        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
     raise AttributeError(f"module 'repo_lens' has no attribute {name!r}")
-
-
-def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, device_map: Any = None,
-         max_memory: Any = None) -> "Lens":
-    """Load a checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens'
-    own format) into a :class:`Lens`. ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32.
-    ``device_map`` ("auto", "balanced", or a dict) spreads a big model over several GPUs with
-    accelerate, whole blocks per device (docs/big_checkpoints.md)."""
-    from repo_lens.model.loaders import load_checkpoint
-
-    text = str(source)
-    if text.startswith("zoo:"):
-        from repo_lens.zoo import resolve_zoo_name
-
-        source = resolve_zoo_name(text[len("zoo:"):])
-    from repo_lens.lens import Lens
-
-    if device_map is not None:
-        from repo_lens.model.loaders.device_map import load_dispatched
-
-        return load_dispatched(source, device_map=device_map, dtype=dtype, max_memory=max_memory)
-    loaded = load_checkpoint(source, device=device, dtype=dtype)
-    return Lens(loaded.model, loaded.tokenizer, loaded.meta)

@@ -24,7 +24,7 @@ def _read_text(args: argparse.Namespace) -> str:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     import repo_lens
-    from repo_lens.report import layer_summary
+    from repo_lens.studies.report import layer_summary
 
     lens = repo_lens.load(args.model, device=args.device, dtype=args.dtype)
     trace = lens.trace(_read_text(args), truncate=args.truncate)
@@ -129,9 +129,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     import json
 
     import repo_lens
-    from repo_lens import studies
-    from repo_lens.atomic import atomic_write_bytes
-    from repo_lens.runs import run_items
+    from repo_lens.studies import items as studies
+    from repo_lens.studies.runs import run_items, write_summary
 
     settings = {"model": args.model, "study": args.study}
     lens = repo_lens.load(args.model, device=args.device)
@@ -152,14 +151,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         summarize = studies.summarize_boundaries
     records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}")
     summary = summarize(records)
-    atomic_write_bytes(Path(args.out) / "summary.json", json.dumps(summary, indent=2).encode())
+    write_summary(args.out, summary)
     print(f"{len(records)} items -> {args.out}/results.json, results.csv, summary.json")
     print(json.dumps({k: v for k, v in summary.items() if not k.endswith("by_layer_head")}, indent=1)[:3000])
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from repo_lens.reproduce import STUDIES, reproduce
+    from repo_lens.studies.reproductions import STUDIES, reproduce
 
     if args.list:
         for name, study in STUDIES.items():
@@ -174,7 +173,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from repo_lens.model.positions import POSITION_MECHANISMS
+    from repo_lens.model.registry import DEFAULT_KIND, mechanism_kinds
 
     parser = argparse.ArgumentParser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -192,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tiny = commands.add_parser("tiny", help="write a small random byte-level checkpoint (for pipeline checks)")
     tiny.add_argument("directory")
-    tiny.add_argument("--mechanism", default="repo", choices=list(POSITION_MECHANISMS))
+    tiny.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
     tiny.add_argument("--layers", type=int, default=4)
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true")
@@ -200,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a small model (resumes if OUT has a train_state)")
     train.add_argument("--preset", required=True, help="bytes-small, reversal or tiny")
-    train.add_argument("--mechanism", default="repo", choices=list(POSITION_MECHANISMS))
+    train.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
     train.add_argument("--out", required=True, help="output directory (a repo_lens checkpoint)")
     train.add_argument("--steps", type=int, default=None)
     train.add_argument("--seed", type=int, default=None)

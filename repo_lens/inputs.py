@@ -20,13 +20,25 @@ def check_text(text: Any, has_tokenizer: bool) -> None:
         raise InputError("this model has no tokenizer; pass token ids instead of text")
 
 
-def token_ids(inputs: Any, encode: Callable[[str], list[int]], vocab_size: int) -> list[int]:
+def is_text_batch(inputs: Any) -> bool:
+    """Whether ``inputs`` is a non-empty list or tuple of texts (traced one by one into a list).
+
+    >>> is_text_batch(["a", "b"]), is_text_batch("a"), is_text_batch([1, 2])
+    (True, False, False)
+    """
+    return isinstance(inputs, (list, tuple)) and bool(inputs) and all(isinstance(item, str) for item in inputs)
+
+
+def token_ids(inputs: Any, encode: Callable[[str], list[int]] | None, vocab_size: int) -> list[int]:
     """Token ids from text (through ``encode``) or from a 1-D / [1, T] sequence, array or tensor.
+    With ``encode=None`` only token ids are accepted.
 
     >>> token_ids([3, 1, 2], encode=None, vocab_size=5)
     [3, 1, 2]
     """
     if isinstance(inputs, str):
+        if encode is None:
+            raise InputError("expected token ids, not text; encode the text first (e.g. lens.encode(text))")
         return encode(inputs)
     if hasattr(inputs, "detach"):  # a torch tensor
         inputs = inputs.detach().cpu().numpy()
@@ -44,3 +56,36 @@ def token_ids(inputs: Any, encode: Callable[[str], list[int]], vocab_size: int) 
             f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary); got {array.min()}..{array.max()}"
         )
     return array.astype(np.int64).tolist()
+
+
+def fit_to_context(
+    ids: list[int], context_length: int | None, *, truncate: bool = False, allow_beyond_context: bool = False,
+    offer_truncation: bool = True,
+) -> tuple[list[int], dict[str, Any]]:
+    """The ids to run and what a trace's ``meta`` records about the model's context.
+
+    Input longer than ``context_length`` raises InputError unless ``truncate=True`` (keep the
+    first ``context_length`` ids; ``meta["truncation"]``) or ``allow_beyond_context=True`` (keep
+    all, extrapolating; ``meta["beyond_context"]``). ``offer_truncation=False`` leaves truncation
+    out of the error's remedies, for callers whose spans would not survive it.
+    ``context_length=None`` (unknown) accepts any length.
+
+    >>> fit_to_context([5, 6, 7], 2, truncate=True)
+    ([5, 6], {'truncation': {'original_tokens': 3, 'kept_tokens': 2}})
+    >>> fit_to_context([5, 6, 7], 2, allow_beyond_context=True)
+    ([5, 6, 7], {'truncation': None, 'beyond_context': {'tokens': 3, 'context': 2}})
+    """
+    record: dict[str, Any] = {"truncation": None}
+    if not context_length or len(ids) <= context_length:
+        return ids, record
+    if allow_beyond_context:
+        record["beyond_context"] = {"tokens": len(ids), "context": context_length}
+        return ids, record
+    if not truncate:
+        remedies = (f"pass truncate=True to keep the first {context_length} tokens, or " if offer_truncation else "")
+        raise InputError(
+            f"the input is {len(ids)} tokens, longer than the model's context of {context_length}; shorten it, "
+            f"{remedies}pass allow_beyond_context=True to run all of them (extrapolation beyond the trained length)"
+        )
+    record["truncation"] = {"original_tokens": len(ids), "kept_tokens": context_length}
+    return ids[:context_length], record

@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from repo_lens.capture import capture_positions
-from repo_lens.errors import InputError
-from repo_lens.inputs import check_text, token_ids
+from repo_lens.inputs import check_text
 from repo_lens.model.byte_tokenizer import ByteTokenizer
+from repo_lens.model.config import ModelConfig
+from repo_lens.model.registry import is_learned, mechanism_traits, recorded_settings
 from repo_lens.model.transformer import LensModel
+from repo_lens.protocol import prepare_ids, trace_each
 from repo_lens.trace import Trace
 
 
@@ -37,12 +38,26 @@ class Lens:
         self.meta = dict(meta or {})
 
     @property
+    def n_layers(self) -> int:
+        return len(self.model.blocks)
+
+    @property
+    def n_heads(self) -> int:
+        """Query heads per layer (with GQA, groups of them share keys and values)."""
+        return int(self.model.cfg.n_heads)
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     @property
     def context_length(self) -> int:
         return int(self.model.cfg.max_position_embeddings)
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to vocab_size − 1."""
+        return self.model.embed.weight.shape[0]
 
     def encode(self, text: str) -> list[int]:
         check_text(text, self.tokenizer is not None)
@@ -66,37 +81,20 @@ class Lens:
         ``allow_beyond_context=True``, which traces all of it (extrapolation, e.g. RePo Fig. 2's
         longer inputs) and records ``meta["beyond_context"]``.
         """
-        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, str) for item in inputs):
-            return [
-                self._trace_one(text, truncate, allow_beyond_context)
-                for text in tqdm(inputs, desc="tracing", unit="text", disable=not progress)
-            ]
-        return self._trace_one(inputs, truncate, allow_beyond_context)
+        return trace_each(lambda one: self._trace_one(one, truncate, allow_beyond_context), inputs, progress=progress)
 
     def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool = False) -> Trace:
-        ids = token_ids(inputs, self.encode, self.model.cfg.vocab_size)
-        meta: dict[str, Any] = {**self.meta, "warnings": [], "truncation": None}
-        limit = self.context_length
-        if len(ids) > limit and allow_beyond_context:
-            meta["beyond_context"] = {"tokens": len(ids), "context": limit}
-        elif len(ids) > limit:
-            if not truncate:
-                raise InputError(
-                    f"the input is {len(ids)} tokens, longer than the model's context of {limit}; "
-                    f"shorten it, pass truncate=True to keep the first {limit} tokens, or "
-                    "allow_beyond_context=True to trace all of them (extrapolation)"
-                )
-            meta["truncation"] = {"original_tokens": len(ids), "kept_tokens": limit}
-            ids = ids[:limit]
+        ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        learned: dict[int, np.ndarray] = {}
-        positions = capture_positions(self.model, input_ids, increments=learned)
+        summed: dict[int, np.ndarray] = {}
+        positions = capture_positions(self.model, input_ids, increments=summed)
         cfg = self.model.cfg
         meta["mechanism"] = mechanism_settings(cfg)
         extras = {}
-        if learned:
-            extras["increments"] = increments_array(positions, learned)
-            meta["increments"] = {"learned_layers": sorted(learned), "definition": INCREMENTS_DEFINITION}
+        if summed:
+            extras["increments"] = increments_array(positions, summed)
+            learned = [layer for layer in sorted(summed) if is_learned(cfg.layer_mechanisms[layer])]
+            meta["increments"] = {"learned_layers": learned, "definition": increments_definition(cfg.layer_mechanisms)}
         _flag_nonfinite(positions, meta)
         return Trace(
             tokens=self.display_tokens(ids),
@@ -108,38 +106,39 @@ class Lens:
         )
 
 
-INCREMENTS_DEFINITION = (
-    "extras['increments'][layer] is what the layer's mechanism sums: lpi / lpi-layer δ, grape-m ω, "
-    "fox −log f, cope the last token's gates, grape-ap −ψ(last token, ·); positions = cumsum(increments) "
-    "(grape-m: exclusive, positions = cumsum − increments). Layers without learned increments hold "
-    "the differences of their positions (first entry = the first position)."
-)
+def increments_definition(kinds: Sequence[str]) -> str:
+    """What ``extras["increments"]`` holds for a model whose layers have ``kinds`` (each mechanism's
+    ``increments`` trait, from the registry).
+
+    >>> increments_definition(["rope", "fox"])[:64]
+    "extras['increments'][layer] is what the layer's mechanism sums: "
+    """
+    sums = [f"{kind}: {mechanism_traits(kind).increments}"
+            for kind in dict.fromkeys(kinds) if mechanism_traits(kind).increments is not None]
+    return (
+        "extras['increments'][layer] is what the layer's mechanism sums: " + "; ".join(sums)
+        + ". positions = cumsum(increments) unless an exclusive sum is noted. Layers without increments hold "
+        "the differences of their positions (first entry = the first position)."
+    )
 
 
-def increments_array(positions: np.ndarray, learned: dict[int, np.ndarray]) -> np.ndarray:
-    """(L, H, T) float32: the learned increments where a layer has them, position differences elsewhere."""
+def increments_array(positions: np.ndarray, summed: dict[int, np.ndarray]) -> np.ndarray:
+    """(L, H, T) float32: the increments a layer's mechanism sums where it has them, position differences elsewhere."""
     result = np.diff(positions, axis=-1, prepend=0.0).astype(np.float32)
-    for layer, delta in learned.items():
+    for layer, delta in summed.items():
         result[layer] = delta
     return result
 
 
-def mechanism_settings(cfg) -> dict[str, Any]:
-    """The position settings a trace records in ``meta["mechanism"]`` (only those the layers use)."""
-    kinds = set(cfg.layer_mechanisms)
-    settings: dict[str, Any] = {
+def mechanism_settings(cfg: ModelConfig) -> dict[str, Any]:
+    """The position settings a trace records in ``meta["mechanism"]``: the rotary frequencies, and the
+    settings of the mechanisms the layers use (each mechanism's ``settings`` trait, from the registry)."""
+    return {
         "layer_kinds": list(cfg.layer_mechanisms),
         "rope_theta": cfg.rope_theta,
         "rope_scaling": cfg.rope_scaling,
-        "repo_dim": cfg.d_position if "repo" in kinds else None,
+        **recorded_settings(cfg),
     }
-    if kinds & {"lpi", "lpi-layer"}:
-        settings["lpi_hidden"] = cfg.lpi_hidden_dim
-    if "lpi-layer" in kinds:
-        settings["lpi_max_delta"] = cfg.lpi_max_delta
-    if "cope" in kinds:
-        settings["cope_max_position"] = cfg.cope_max_position
-    return settings
 
 
 def _flag_nonfinite(positions: np.ndarray, meta: dict[str, Any]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,9 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from repo_lens.atomic import atomic_write
 from repo_lens.errors import InputError, TraceFileError
+from repo_lens.validation import check_index
 
 TRACE_MARKER = "repo_lens_trace"
 TRACE_FORMAT_VERSION = 1
@@ -74,12 +75,9 @@ class Trace:
         return int(self.positions.shape[1])
 
     def head(self, layer: int, head: int) -> np.ndarray:
-        """Positions (T,) of one head; a clear error names the valid ranges."""
-        if not -self.n_layers <= layer < self.n_layers:
-            raise InputError(f"layer {layer} does not exist; this trace has layers 0..{self.n_layers - 1}")
-        if not -self.n_heads <= head < self.n_heads:
-            raise InputError(f"head {head} does not exist; this trace has heads 0..{self.n_heads - 1}")
-        return self.positions[layer, head]
+        """Positions (T,) of one head (negative indices count from the end); a clear error names
+        the valid ranges (:func:`repo_lens.validation.check_index`)."""
+        return self.positions[check_index(layer, self.n_layers, "layer"), check_index(head, self.n_heads, "head")]
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically as one .safetensors file (arrays) with the rest as JSON in its header."""
@@ -93,16 +91,8 @@ class Trace:
         }
         arrays = {"positions": np.ascontiguousarray(self.positions), "token_ids": np.ascontiguousarray(self.token_ids)}
         arrays.update({f"extras.{name}": np.ascontiguousarray(value) for name, value in self.extras.items()})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(handle)
-        try:
-            save_file(arrays, temp, metadata={TRACE_MARKER: json.dumps(document, default=_jsonable)})
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-        return path
+        metadata = {TRACE_MARKER: json.dumps(document, default=_jsonable)}
+        return atomic_write(path, lambda temp: save_file(arrays, str(temp), metadata=metadata))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Trace":

@@ -99,13 +99,14 @@ def test_misspelled_keys_take_precedence_like_the_authors_code(repo_dir, tmp_pat
     directory = _copy(repo_dir, tmp_path)
     # the correct spelling says layer 1, the misspelled (authoritative) one says 2: weights exist for 2..3 only
     _edit_config(directory, lambda config: config["pe_config"].__setitem__("dynamic_pe_start_layer", 1))
-    assert repo_lens.load(directory, device="cpu").model.layer_kinds == ["rope", "rope", "repo", "repo"]
+    with pytest.warns(UserWarning, match="dynamic_pe_start_layer=1.*reads only the misspelled"):
+        assert repo_lens.load(directory, device="cpu").model.layer_kinds == ["rope", "rope", "repo", "repo"]
 
 
 def test_explicit_layer_ids_select_the_repo_layers(repo_dir, tmp_path):
     directory = _copy(repo_dir, tmp_path)
     _edit_config(directory, lambda config: config["pe_config"].update(dynmaic_pe_layer_ids="3", dynmaic_pe_start_layer=0))
-    with pytest.raises(repo_lens.CheckpointError, match="model.layers.2.self_attn.gate_map.weight"):
+    with pytest.warns(UserWarning), pytest.raises(repo_lens.CheckpointError, match="model.layers.2.self_attn.gate_map.weight"):
         repo_lens.load(directory, device="cpu")  # layer 2's maps are now surplus
 
 
@@ -138,3 +139,51 @@ def test_bf16_weights_keep_fp32_positions(repo_dir):
     # bf16 weights perturb z, but only at bf16 precision relative to its scale
     scale = np.abs(fp32.positions[REPO_START:]).max()
     assert np.abs(bf16.positions[REPO_START:] - fp32.positions[REPO_START:]).max() < 0.05 * scale
+
+
+def test_dynamic_rope_scaling_rotates_learned_positions_by_the_rescaled_frequencies(repo_dir, tmp_path):
+    """rope_scaling as the authors' config accepts it ({"type": "dynamic", "factor": f}): beyond the
+    original context the base is rescaled from the token count, and RePo's z use those frequencies."""
+    directory = _copy(repo_dir, tmp_path)
+    _edit_config(directory, lambda config: config.update(rope_scaling={"type": "dynamic", "factor": 2.0},
+                                                          rope_theta=config.pop("rope_parameters")["rope_theta"]))
+    lens = repo_lens.load(directory, device="cpu")
+    context = lens.context_length
+    ids = torch.randint(2, 64, (context + 40,), generator=torch.Generator().manual_seed(4)).tolist()
+    trace = lens.trace(ids, allow_beyond_context=True)
+    expected_logits, expected_positions = _reference(directory, ids)
+    np.testing.assert_allclose(trace.positions, expected_positions.numpy(), atol=TOLERANCE, rtol=0)
+    with torch.no_grad():
+        logits = lens.model(torch.tensor([ids]))[0]
+    assert (logits.double() - expected_logits).abs().max().item() < TOLERANCE
+    unscaled, _ = _reference(repo_dir, ids)
+    assert (logits.double() - unscaled).abs().max().item() > 100 * TOLERANCE
+
+
+def test_bf16_fp32_position_arithmetic_is_as_accurate_as_the_authors_model_dtype_arithmetic(repo_dir, monkeypatch):
+    """The authors' code computes z (f's linear maps) and the rotation in the model dtype; repo_lens in
+    fp32. Against an fp32 run both bf16 runs are off by about the same: bf16 weights and hidden
+    states dominate. Their arithmetic is emulated here with a hook on f and a bf16 rotation."""
+    import torch.nn.functional as F
+
+    from repo_lens.model import attention
+    from repo_lens.model.rotary import rotate_half
+
+    ids = torch.randint(2, 64, (120,), generator=torch.Generator().manual_seed(5)).tolist()
+    fp32 = repo_lens.load(repo_dir, device="cpu").trace(ids).positions[REPO_START:]
+    ours = repo_lens.load(repo_dir, device="cpu", dtype="bfloat16").trace(ids).positions[REPO_START:]
+
+    def z_in_model_dtype(module, args, output):
+        h = args[0]
+        gated = F.silu(F.linear(h, module.gate_map.weight)) * F.linear(h, module.content_map.weight)
+        return F.linear(gated, module.final_map.weight).transpose(1, 2).float()
+
+    theirs_lens = repo_lens.load(repo_dir, device="cpu", dtype="bfloat16")
+    for block in theirs_lens.model.blocks[REPO_START:]:
+        block.attn.positions.register_forward_hook(z_in_model_dtype)
+    monkeypatch.setattr(attention, "apply_rotary",
+                        lambda x, cos, sin: x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype))
+    theirs = theirs_lens.trace(ids).positions[REPO_START:]
+    ours_error, their_error = np.abs(ours - fp32).mean(), np.abs(theirs - fp32).mean()
+    assert 0 < ours_error <= 1.1 * their_error
+    assert not np.array_equal(ours, theirs)

@@ -89,38 +89,37 @@ def discover_checkpoints(roots: list[Path] | None = None, depth: int = 2, limit:
 
 
 def zoo_sources() -> list[str]:
-    return [f"zoo:{name}" for name in zoo.available_models()]
+    return [zoo.zoo_source(name) for name in zoo.available_models()]
 
 
 def default_source() -> str | None:
     """The model to show first; raises InputError when the configured default cannot be used."""
     configured = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
     if configured:
-        if configured.startswith("zoo:"):
-            zoo.resolve_zoo_name(configured[len("zoo:"):])
-            return configured
-        return str(resolve_checkpoint(configured))
+        return loadable(configured)
     names = zoo.available_models()
     if PREFERRED_ZOO_MODEL in names:
-        return f"zoo:{PREFERRED_ZOO_MODEL}"
-    return f"zoo:{names[0]}" if names else None
+        return zoo.zoo_source(PREFERRED_ZOO_MODEL)
+    return zoo.zoo_source(names[0]) if names else None
 
 
 def loadable(source: str) -> str:
     """What to pass to repo_lens.load: "zoo:NAME" as is, a local path re-checked against the roots."""
-    if source.startswith("zoo:"):
-        zoo.resolve_zoo_name(source[len("zoo:"):])
+    name = zoo.parse_zoo_name(source)
+    if name is not None:
+        zoo.resolve_zoo_name(name)
         return source
     return str(resolve_checkpoint(source))
 
 
 def source_stamp(source: str) -> float:
     """Latest modification time of the checkpoint's files, so a retrained checkpoint is reloaded."""
-    path = zoo.resolve_zoo_name(source[len("zoo:"):]) if source.startswith("zoo:") else resolve_checkpoint(source)
+    name = zoo.parse_zoo_name(source)
+    path = zoo.resolve_zoo_name(name) if name is not None else resolve_checkpoint(source)
     if path.is_file():  # a single-file model (e.g. an external zoo model)
         return path.stat().st_mtime
     return max((p.stat().st_mtime for p in path.iterdir() if p.is_file()), default=0.0)
 
 
 def source_label(source: str) -> str:
-    return source if source.startswith("zoo:") else Path(source).name
+    return source if zoo.parse_zoo_name(source) is not None else Path(source).name

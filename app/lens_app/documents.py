@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from repo_lens import InputError, Trace
-from repo_lens.data import PromptBuilder, encode_with_offsets, fewshot_prompt, niah_single, table_prompt
+from repo_lens.data import encode_with_offsets, fewshot_prompt, niah_single, reversal_prompt, table_prompt
 
 from lens_app.config import MAX_TEXT_BYTES
 
@@ -32,7 +32,6 @@ CHINESE = ("人工智能是计算机科学的一个分支。它企图了解智�
 FEWSHOT_EXAMPLES = (("cat", "chat"), ("dog", "chien"), ("house", "maison"), ("water", "eau"))
 TABLE_HEADER = ("city", "country", "population (M)")
 TABLE_ROWS = (("Oslo", "Norway", 0.7), ("Rome", "Italy", 2.8), ("Lima", "Peru", 10.0), ("Pune", "India", 7.4))
-REVERSAL_FALLBACK = ("ba", "ko", "mi", "zu", "te", "lo", "ri", "sa", "nu", "pe", "dovi", "kala", "mora", "tesu")
 
 PRESET_TEXT = {"Free text": FREE_TEXT, "Code": CODE, "Chinese": CHINESE}
 
@@ -94,27 +93,6 @@ def _offsets_or_none(tokenizer: Any, text: str, n: int) -> list[tuple[int, int]]
     except InputError:
         return None
     return offsets if len(ids) == n else None
-
-
-def reversal_prompt(tokenizer: Any, n_words: int, seed: int = 0) -> Any:
-    """RePo App. C's task, ``<bos> Reverse the following words : x1 … xn <sep> xn … x1`` for the
-    reversal models (items drawn from their vocabulary), plain text for other models.
-    Spans: ``input`` (the items) and ``output`` (reversed); the query rows are the last token."""
-    if not 2 <= n_words <= 64:
-        raise InputError(f"the reversal prompt takes 2..64 words, got {n_words}")
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    special = "<sep>" in vocab
-    pool = sorted(w for w in vocab if w.isalpha() and w.islower() and w not in {"the", "following", "words"}) \
-        if special else []
-    pool = pool or list(REVERSAL_FALLBACK)
-    rng = np.random.default_rng(seed)
-    items = [pool[i] for i in rng.integers(0, len(pool), size=n_words)]
-    b = PromptBuilder()
-    b.add("<bos> Reverse the following words : " if special else "Reverse the following words: ")
-    b.add(" ".join(items), "input")
-    b.add(" <sep> " if special else "\n")
-    b.add(" ".join(reversed(items)), "output")
-    return b.build(tokenizer, append_answer=False, last_k=1, trim_from="output", meta={"task": "reversal"})
 
 
 def trace_document(lens: Any, doc: Document, truncate: bool) -> Trace:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsIndex
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from repo_lens import RepoLensError, Trace
+from repo_lens.model.registry import learned_layers
 from repo_lens.plots import figure_bytes
+from repo_lens.plots.export import export_unavailable
+from repo_lens.validation import check_index
 
 from lens_app.documents import Document
 
@@ -20,6 +24,7 @@ LOG = logging.getLogger("repo_lens.app")
 _CONTROL_FLOW = {"StopException", "RerunException", "ScriptControlException"}
 EXPORT_FORMATS = (("PNG", "png", "image/png"), ("SVG", "svg", "image/svg+xml"), ("PDF", "pdf", "application/pdf"),
                   ("HTML", "html", "text/html"))
+HEAD_CHOICES = ("mean", "all")  # what head_picker offers besides head indices
 
 
 @dataclass
@@ -54,10 +59,15 @@ def show_figure(fig: go.Figure, key: str, name: str) -> None:
     st.plotly_chart(fig, theme=None, key=f"chart-{key}", width="stretch",
                     config={"displaylogo": False, "toImageButtonOptions": {"format": "svg", "filename": name}})
     columns = st.columns([1, 1, 1, 1, 6], gap="small")
+    problem = export_unavailable()  # no Chromium: static formats are off and say why; HTML still works
     for column, (label, fmt, mime) in zip(columns, EXPORT_FORMATS):
+        static = fmt != "html"
         column.download_button(label, data=_renderer(fig, fmt), file_name=f"{name}.{fmt}", mime=mime,
                                key=f"export-{fmt}-{key}", on_click="ignore", icon=":material/download:",
-                               help=f"Download this figure as {label}")
+                               help=problem if static and problem else f"Download this figure as {label}",
+                               disabled=bool(static and problem))
+    if problem:
+        columns[-1].caption(f"PNG / SVG / PDF export is off: {problem}")
 
 
 def _renderer(fig: go.Figure, fmt: str) -> Callable[[], bytes]:
@@ -82,7 +92,15 @@ def head_picker(label: str, key: str, n_heads: int, extra: Sequence[str] = ("mea
 
 
 def clamp_head(head: Any, n_heads: int) -> Any:
-    return min(head, n_heads - 1) if isinstance(head, int) else head
+    """The picked head for a model with ``n_heads`` heads: "mean" / "all" as they are; an index
+    beyond this model's heads (picked for a wider model in the comparison) becomes its last head;
+    anything else goes through :func:`repo_lens.validation.check_index`.
+    """
+    if isinstance(head, str) and head in HEAD_CHOICES:
+        return head
+    if isinstance(head, SupportsIndex) and not isinstance(head, bool):
+        head = min(operator.index(head), n_heads - 1)
+    return check_index(head, n_heads, "head")
 
 
 def per_item(items: Sequence[Item], render: Callable[[Item], None]) -> None:
@@ -99,7 +117,6 @@ def per_item(items: Sequence[Item], render: Callable[[Item], None]) -> None:
 
 
 def first_learned_layer(trace: Trace) -> int:
-    for layer, kind in enumerate(trace.layer_kinds):
-        if kind not in ("rope", "nope"):
-            return layer
-    return trace.n_layers - 1
+    """The first layer whose positions are learned (the registry says which kinds are), else the last layer."""
+    learned = learned_layers(trace.layer_kinds)
+    return learned[0] if learned else trace.n_layers - 1

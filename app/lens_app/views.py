@@ -1,10 +1,12 @@
-"""The views (one function per tab). Each reads cached traces and builds figures with repo_lens.plots,
-so changing a layer or head re-renders without a forward pass."""
+"""The views: one function per tab, each listed once in :data:`VIEWS`, which both the tab bar and
+the dispatch read. Each view reads cached traces and builds figures with repo_lens.plots, so changing
+a layer or head re-renders without a forward pass. Adding a view = a function and a ``View`` entry."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import streamlit as st
@@ -26,7 +28,6 @@ from lens_app import cache, config, results
 from lens_app.sidebar import Selection
 from lens_app.ui import Item, clamp_head, csv_button, first_learned_layer, guard, head_picker, per_item, show_figure
 
-VIEWS = ("Spaced tokens", "Scatter", "Heatmaps", "Attention mass", "Word boundaries", "Trace & data")
 HIGHLIGHT_ORDER = ("needle", "query", "answer", "input", "output", "question")
 
 
@@ -46,7 +47,7 @@ def _head_patterns(trace: Trace, head: int | str, size: int, eps: float) -> np.n
     return chunk_pattern_codes(z[:, head:head + 1], size, eps)[:, 0]
 
 
-def spaced_view(items: Sequence[Item]) -> None:
+def spaced_view(items: Sequence[Item], selection: Selection) -> None:
     n_heads = max(item.trace.n_heads for item in items)
     n_tokens = max(len(item.trace) for item in items)
     c1, c2, c3, c4 = st.columns([1.3, 1.4, 3.5, 1.2])
@@ -92,7 +93,7 @@ def _highlights(trace: Trace, item: Item) -> dict[str, tuple[int, int]]:
     return {name: spans[name] for name in HIGHLIGHT_ORDER if name in spans}
 
 
-def scatter_view(items: Sequence[Item]) -> None:
+def scatter_view(items: Sequence[Item], selection: Selection) -> None:
     n_layers = max(item.trace.n_layers for item in items)
     n_heads = max(item.trace.n_heads for item in items)
     kinds = items[0].trace.layer_kinds
@@ -119,7 +120,7 @@ def scatter_view(items: Sequence[Item]) -> None:
     per_item(items, render)
 
 
-def heatmaps_view(items: Sequence[Item]) -> None:
+def heatmaps_view(items: Sequence[Item], selection: Selection) -> None:
     n_heads = max(item.trace.n_heads for item in items)
     c1, c2, c3 = st.columns([1, 1, 1.5])
     size = int(c1.number_input("Chunk size (tokens)", 2, 512, 16, key="chunk_size"))
@@ -182,7 +183,7 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
     csv_button("Attention mass by layer and head (CSV)", results.mass_csv(masses), "attention-mass.csv", "csv-mass")
 
 
-def boundaries_view(items: Sequence[Item]) -> None:
+def boundaries_view(items: Sequence[Item], selection: Selection) -> None:
     st.caption("ROC-AUC of each head's position increments z(t) − z(t−1) against jieba's word boundaries, scored "
                "only at gaps between two Chinese characters (seeds/002). 0.5 = chance.")
 
@@ -198,7 +199,7 @@ def boundaries_view(items: Sequence[Item]) -> None:
     per_item(items, render)
 
 
-def data_view(items: Sequence[Item]) -> None:
+def data_view(items: Sequence[Item], selection: Selection) -> None:
     def render(item: Item) -> None:
         trace = item.trace
         st.markdown(f"{len(trace):,} tokens · {trace.n_layers} layers ({', '.join(trace.layer_kinds)}) · "
@@ -220,3 +221,23 @@ def data_view(items: Sequence[Item]) -> None:
             st.json({k: v for k, v in trace.meta.items() if k != "input"}, expanded=False)
 
     per_item(items, render)
+
+
+@dataclass(frozen=True)
+class View:
+    """One tab: its ``name`` (the tab label and the ``?view=`` query value), the function that
+    renders it for the traces shown, and the sidebar ``preset`` input it is made for (None: any)."""
+
+    name: str
+    render: Callable[[Sequence[Item], Selection], None]
+    preset: str | None = None
+
+
+VIEWS: tuple[View, ...] = (
+    View("Spaced tokens", spaced_view),
+    View("Scatter", scatter_view),
+    View("Heatmaps", heatmaps_view),
+    View("Attention mass", mass_view, preset="NIAH"),
+    View("Word boundaries", boundaries_view, preset="Chinese"),
+    View("Trace & data", data_view),
+)

@@ -8,9 +8,9 @@ layers and heads (``per_token``). The extra span ``rest`` holds every other key 
 
 Only the query rows of the attention pattern are ever computed: in one forward pass, hooks
 take the query rows of ``hook_q`` and the keys of ``hook_k`` (both after rotary, so this
-holds for RoPE, NoPE, RePo, learned increments, GRAPE-M and GQA layers alike; FoX, CoPE and
-GRAPE-AP add their bias for the query rows only), compute softmax(q·kᵀ/√d_head + bias + causal
-mask) in fp32 for at most ``_ELEMENT_BUDGET`` scores at a time, and reduce them to per-span
+holds for every rotary mechanism and GQA alike; a mechanism that biases the logits gives the bias
+of the query rows only, through its ``query_rows_bias``), compute softmax(q·kᵀ/√d_head + bias +
+causal mask) in fp32 for at most ``_ELEMENT_BUDGET`` scores at a time, and reduce them to per-span
 sums at once. Memory is O(heads · rows · T) in bounded chunks, never T × T. The forward
 pass stops after the last layer's keys, so the MLPs of that layer and the unembedding are
 skipped.
@@ -27,15 +27,11 @@ import numpy as np
 import torch
 
 from repo_lens.errors import InputError
+from repo_lens.inputs import fit_to_context, token_ids
+from repo_lens.validation import check_index
+from repo_lens.model.registry import mechanism_traits
 
 REST = "rest"
-# Position mechanisms whose attention logits are exactly q·k/√d_head with rotated q and k.
-DOT_PRODUCT_KINDS = frozenset({"rope", "nope", "repo", "lpi", "lpi-layer", "grape-m"})
-# Mechanisms that add a bias to the logits: FoX from the layer's positions (hook_pos), CoPE and
-# GRAPE-AP from the query rows' own gates over the keys (each row's bias needs only that row).
-# Any other kind is refused rather than given wrong numbers.
-BIASED_KINDS = frozenset({"fox", "cope", "grape-ap"})
-SUPPORTED_KINDS = DOT_PRODUCT_KINDS | BIASED_KINDS
 # Largest number of fp32 scores materialised at once (heads × rows × keys): 8 MiB.
 _ELEMENT_BUDGET = 1 << 21
 
@@ -65,6 +61,74 @@ class AttentionMass:
         return float(self.per_token[name] * self.span_lengths[name])
 
 
+@dataclass(frozen=True)
+class KeyGroups:
+    """The group of every key the query rows can see (keys 0 .. query end − 1).
+
+    ``index[key]`` is i for the i-th named span, ``len(spans)`` (``rest``) for any other key
+    before the query rows and :attr:`own` for keys inside the query rows. ``names``: the spans,
+    then ``rest``; ``lengths``: tokens in each of them.
+    """
+
+    names: list[str]
+    index: torch.Tensor
+    lengths: dict[str, int]
+    query: tuple[int, int]
+
+    @property
+    def own(self) -> int:
+        """Group of the keys inside the query rows (counted in no span)."""
+        return len(self.names)
+
+    @property
+    def count(self) -> int:
+        return len(self.names) + 1
+
+
+def key_groups(spans: Mapping[str, tuple[int, int]], query: tuple[int, int]) -> KeyGroups:
+    """Group keys by span for checked ``spans`` and ``query`` (:func:`validate_spans`).
+
+    Example:
+        >>> groups = key_groups({"needle": (1, 3)}, (5, 7))
+        >>> groups.index.tolist(), groups.names, groups.lengths
+        ([1, 0, 0, 1, 1, 2, 2], ['needle', 'rest'], {'needle': 2, 'rest': 3})
+    """
+    q_start, q_end = query
+    index = torch.full((q_end,), len(spans), dtype=torch.long)
+    index[q_start:q_end] = len(spans) + 1
+    lengths = {}
+    for group, (name, (start, end)) in enumerate(spans.items()):
+        index[start:min(end, q_end)] = group
+        lengths[name] = end - start
+    before_query = sum(min(end, q_start) - min(start, q_start) for start, end in spans.values())
+    lengths[REST] = q_start - before_query
+    return KeyGroups(names=[*spans, REST], index=index, lengths=lengths, query=(q_start, q_end))
+
+
+def mass_from_group_sums(sums: Any, groups: KeyGroups, layers: Sequence[int], layer_kinds: Sequence[str]) -> AttentionMass:
+    """The :class:`AttentionMass` of attention probabilities summed per key group and averaged over
+    the query rows: ``sums`` (len(layers), n_heads, groups.count), any lens.
+
+    Example:
+        >>> groups = key_groups({"needle": (0, 2)}, (4, 5))
+        >>> sums = np.array([[[0.5, 0.3, 0.2]]])   # one layer, one head: needle, rest, own row
+        >>> mass = mass_from_group_sums(sums, groups, [0], ["rope"])
+        >>> mass.per_token, mass.self_mass.tolist()
+        ({'needle': 0.25, 'rest': 0.15}, [[0.2]])
+    """
+    stacked = np.asarray(sums, dtype=np.float64)
+    by_layer_head: dict[str, np.ndarray] = {}
+    per_token: dict[str, float] = {}
+    for group, name in enumerate(groups.names):
+        length = groups.lengths[name]
+        values = stacked[:, :, group] / length if length > 0 else np.full(stacked.shape[:2], np.nan)
+        by_layer_head[name] = values
+        per_token[name] = float(values.mean())
+    return AttentionMass(per_token=per_token, by_layer_head=by_layer_head, span_lengths=dict(groups.lengths),
+                         query=groups.query, self_mass=stacked[:, :, groups.own], layers=list(layers),
+                         layer_kinds=list(layer_kinds))
+
+
 class _StopForward(Exception):
     """Raised by the last needed hook: the rest of the forward pass is not needed."""
 
@@ -76,25 +140,6 @@ def _model_of(lens_or_model: Any) -> Any:
             f"attention_mass needs a Lens (with .model) or a LensModel; got {type(lens_or_model).__name__}"
         )
     return model
-
-
-def _as_ids(ids: Any, vocab_size: int) -> np.ndarray:
-    if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
-    if isinstance(ids, str):
-        raise InputError("attention_mass takes token ids, not text; encode the text first (e.g. lens.encode)")
-    array = np.asarray(ids)
-    if array.ndim == 2 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 1 or array.size == 0:
-        raise InputError(f"ids must be a non-empty 1-D sequence of token ids (or shape [1, T]); got shape {array.shape}")
-    if not np.issubdtype(array.dtype, np.integer):
-        raise InputError(f"token ids must be integers, got dtype {array.dtype}")
-    if array.min() < 0 or array.max() >= vocab_size:
-        raise InputError(
-            f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary); got {array.min()}..{array.max()}"
-        )
-    return array.astype(np.int64)
 
 
 def _as_pair(value: Any, what: str) -> tuple[int, int]:
@@ -110,7 +155,10 @@ def _as_pair(value: Any, what: str) -> tuple[int, int]:
     return pair
 
 
-def _validate(spans: Mapping[str, Any], query: Any, n_tokens: int) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
+def validate_spans(spans: Mapping[str, Any], query: Any,
+                   n_tokens: int) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
+    """Checked ``(spans, query)`` for :func:`attention_mass`: integer pairs, non-empty, within the
+    ``n_tokens`` ids, spans disjoint and apart from the query rows, ``rest`` not used as a name."""
     q_start, q_end = _as_pair(query, "query")
     if not 0 <= q_start < q_end <= n_tokens:
         raise InputError(
@@ -149,25 +197,37 @@ def _validate(spans: Mapping[str, Any], query: Any, n_tokens: int) -> tuple[dict
     return checked, (q_start, q_end)
 
 
-def _validate_layers(layers: Sequence[int] | None, n_layers: int, kinds: list[str]) -> list[int]:
-    if layers is None:
-        chosen = list(range(n_layers))
-    else:
-        chosen = []
-        for layer in layers:
-            if isinstance(layer, bool) or int(layer) != layer or not 0 <= int(layer) < n_layers:
-                raise InputError(f"unknown layer {layer!r}; the model has layers 0..{n_layers - 1}")
-            if int(layer) not in chosen:
-                chosen.append(int(layer))
-        if not chosen:
-            raise InputError(f"layers is empty; pass None (all layers) or indices in 0..{n_layers - 1}")
-        chosen.sort()
-    unsupported = sorted({kinds[layer] for layer in chosen} - SUPPORTED_KINDS)
-    if unsupported:
+def checked_inputs(ids: Any, spans: Mapping[str, Any], query: Any, vocab_size: int, context_length: int | None,
+                   allow_beyond_context: bool) -> tuple[np.ndarray, tuple[dict[str, tuple[int, int]], tuple[int, int]]]:
+    """Token ids (int64, 1-D) within the vocabulary and the context, and the checked spans and query
+    rows (:func:`validate_spans`): the input checks of every lens' attention mass."""
+    checked = token_ids(ids, None, vocab_size)
+    fit_to_context(checked, context_length, allow_beyond_context=allow_beyond_context, offer_truncation=False)
+    return np.asarray(checked, dtype=np.int64), validate_spans(spans, query, len(checked))
+
+
+def _row_bias_of(mechanism: Any, kind: str) -> Any:
+    """The mechanism's ``query_rows_bias`` if its logits are more than q·k/√d, else None. A biasing
+    mechanism without one is refused rather than given wrong numbers."""
+    if not mechanism_traits(kind).biases_logits:
+        return None
+    row_bias = getattr(mechanism, "query_rows_bias", None)
+    if row_bias is None:
         raise InputError(
-            f"attention_mass recomputes attention row by row and does not know layers of kind {unsupported}. "
-            f"Restrict `layers` to kinds {sorted(SUPPORTED_KINDS)}"
+            f"attention_mass recomputes attention row by row and cannot bias the rows of layers of kind {kind!r} "
+            "(its mechanism has no query_rows_bias); restrict `layers` to the other layers"
         )
+    return row_bias
+
+
+def validate_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
+    """The layers to average over, sorted and distinct: all for None, else each checked by
+    :func:`repo_lens.validation.check_index` (negatives count from the end)."""
+    if layers is None:
+        return list(range(n_layers))
+    chosen = sorted({check_index(layer, n_layers, "layer", owner="model") for layer in layers})
+    if not chosen:
+        raise InputError(f"layers is empty; pass None (all layers) or indices in 0..{n_layers - 1}")
     return chosen
 
 
@@ -239,28 +299,16 @@ def attention_mass(
     """
     model = _model_of(lens)
     cfg = model.cfg
-    array = _as_ids(ids, int(cfg.vocab_size))
-    n_tokens = int(array.size)
-    limit = int(getattr(cfg, "max_position_embeddings", n_tokens) or n_tokens)
-    if n_tokens > limit and not allow_beyond_context:
-        raise InputError(
-            f"the input is {n_tokens} tokens, longer than the model's context of {limit}; shorten it or "
-            "pass allow_beyond_context=True to measure attention beyond the trained length"
-        )
-    named, (q_start, q_end) = _validate(spans, query, n_tokens)
+    array, (named, (q_start, q_end)) = checked_inputs(ids, spans, query, int(cfg.vocab_size),
+                                                      getattr(cfg, "max_position_embeddings", None),
+                                                      allow_beyond_context)
     kinds = list(cfg.layer_mechanisms)
-    chosen = _validate_layers(layers, int(cfg.n_layers), kinds)
+    chosen = validate_layers(layers, int(cfg.n_layers))
+    mechanisms = {layer: model.blocks[layer].attn.positions for layer in chosen}
+    row_biases = {layer: _row_bias_of(mechanisms[layer], kinds[layer]) for layer in chosen}
 
-    names = list(named) + [REST]
-    rest_group, self_group = len(named), len(named) + 1
-    groups = torch.full((q_end,), rest_group, dtype=torch.long)
-    groups[q_start:q_end] = self_group
-    lengths = {}
-    for index, (name, (start, end)) in enumerate(named.items()):
-        groups[start:min(end, q_end)] = index
-        lengths[name] = end - start
-    lengths[REST] = q_start - sum(min(end, q_start) - min(start, q_start) for start, end in named.values())
-    reducer = _RowReducer(groups, n_groups=self_group, query=(q_start, q_end), d_head=int(cfg.d_head))
+    groups = key_groups(named, (q_start, q_end))
+    reducer = _RowReducer(groups.index, n_groups=groups.own, query=(q_start, q_end), d_head=int(cfg.d_head))
 
     sums: dict[int, torch.Tensor] = {}
     pending: dict[int, torch.Tensor] = {}
@@ -272,24 +320,19 @@ def attention_mass(
 
         return hook
 
-    layer_positions: dict[int, torch.Tensor] = {}
+    hooked: dict[int, dict[str, torch.Tensor]] = {layer: {} for layer in chosen}
 
-    def keep_positions(layer: int):
-        def hook(positions: torch.Tensor, hook: Any) -> None:
-            layer_positions[layer] = positions[0].float()  # [head, T]
+    def keep_hooked(layer: int, name: str):
+        def hook(value: torch.Tensor, hook: Any) -> None:
+            hooked[layer][name] = value[0].float()  # the one sequence, e.g. hook_pos [head, T]
 
         return hook
 
     def bias_of(layer: int):
-        kind = kinds[layer]
-        if kind == "fox":  # Σ_{l=j+1}^{i} log f_l = position_j − position_i
-            return lambda rows, scores, row_index, key_index: (
-                layer_positions[layer][:, None, key_index] - layer_positions[layer][:, row_index, None])
-        if kind in ("cope", "grape-ap"):
-            mechanism = model.blocks[layer].attn.positions
-            return lambda rows, scores, row_index, key_index: mechanism(
-                rows[None], scores[None], key_index[None, :] <= row_index[:, None])[0][0]
-        return None
+        row_bias = row_biases[layer]
+        if row_bias is None:
+            return None
+        return lambda rows, scores, row_index, key_index: row_bias(hooked[layer], rows, scores, row_index, key_index)
 
     def reduce_rows(layer: int):
         def hook(k: torch.Tensor, hook: Any) -> None:
@@ -302,8 +345,9 @@ def attention_mass(
 
     fwd_hooks = []
     for layer in chosen:
-        if kinds[layer] == "fox":
-            fwd_hooks.append((f"blocks.{layer}.attn.hook_pos", keep_positions(layer)))
+        if row_biases[layer] is not None:
+            fwd_hooks += [(f"blocks.{layer}.attn.{name}", keep_hooked(layer, name))
+                          for name in mechanisms[layer].row_bias_hooks]
         fwd_hooks.append((f"blocks.{layer}.attn.hook_q", keep_rows(layer)))
         fwd_hooks.append((f"blocks.{layer}.attn.hook_k", reduce_rows(layer)))
     device = next(model.parameters()).device
@@ -319,20 +363,5 @@ def attention_mass(
             "hook_q/hook_k for every layer"
         )
 
-    stacked = torch.stack([sums[layer] for layer in chosen]).double().numpy()  # [L, H, groups]
-    by_layer_head: dict[str, np.ndarray] = {}
-    per_token: dict[str, float] = {}
-    for index, name in enumerate(names):
-        length = lengths[name]
-        values = stacked[:, :, index] / length if length > 0 else np.full(stacked.shape[:2], np.nan)
-        by_layer_head[name] = values
-        per_token[name] = float(values.mean())
-    return AttentionMass(
-        per_token=per_token,
-        by_layer_head=by_layer_head,
-        span_lengths=lengths,
-        query=(q_start, q_end),
-        self_mass=stacked[:, :, self_group],
-        layers=chosen,
-        layer_kinds=[kinds[layer] for layer in chosen],
-    )
+    stacked = torch.stack([sums[layer] for layer in chosen]).numpy()  # [L, H, groups]
+    return mass_from_group_sums(stacked, groups, chosen, [kinds[layer] for layer in chosen])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import mannwhitneyu
 
 from repo_lens.analysis._checks import as_float_array, check_same_length
 from repo_lens.analysis.categories import is_cjk_char
@@ -48,12 +48,15 @@ def _scored_labels(labels: object, scored: object | None) -> tuple[np.ndarray, n
 def boundary_auc(scores: np.ndarray, labels: np.ndarray, scored: np.ndarray | None = None) -> np.ndarray:
     """ROC-AUC of ``scores`` (..., T) for the positive tokens of ``labels`` (T,), over leading axes.
 
-    AUC = P(score of a random positive > score of a random negative) + 0.5 P(tie): the
-    Mann-Whitney U from average ranks (tie-corrected), equal to sklearn's roc_auc_score. 0.5 is
-    chance; above 0.5 boundaries get larger increments, below 0.5 smaller ones. ``labels`` is bool
-    or 0/1 with NaN or -1 for tokens not scored; ``scored`` (bool, (T,)) further restricts the
-    tokens (e.g. the mask from :func:`cjk_boundary_labels`). Scored tokens must have finite scores
-    and both classes must occur. Returns a float array of shape ``scores.shape[:-1]`` (0-d for 1-D).
+    AUC = P(score of a random positive > score of a random negative) + 0.5 P(tie) = U / (n_pos n_neg),
+    U the Mann-Whitney statistic of the positives from ``scipy.stats.mannwhitneyu``, vectorised over
+    the leading axes. It equals ``sklearn.metrics.roc_auc_score`` on each head (tested), which takes
+    one head per call and is several times slower over 16 x 16 heads. 0.5 is chance; above 0.5
+    boundaries get larger increments, below 0.5 smaller ones. ``labels`` is bool or 0/1 with NaN or
+    -1 for tokens not scored; ``scored`` (bool, (T,)) further restricts the tokens (e.g. the mask
+    from :func:`cjk_boundary_labels`). Scored tokens must have finite scores and both classes must
+    occur (a single class raises InputError: the AUC is undefined). Returns a float array of shape
+    ``scores.shape[:-1]`` (0-d for 1-D).
 
     Example:
         >>> import numpy as np
@@ -78,9 +81,10 @@ def boundary_auc(scores: np.ndarray, labels: np.ndarray, scored: np.ndarray | No
             "scores contain NaN at scored tokens; mark those tokens not scored (NaN/-1 label) "
             "or compute increments with a finite origin"
         )
-    ranks = rankdata(kept, axis=-1)  # average ranks resolve ties
-    rank_sum = ranks[..., positive[keep]].sum(axis=-1)
-    return np.asarray((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    is_positive = positive[keep]
+    test = mannwhitneyu(kept[..., is_positive], kept[..., ~is_positive], axis=-1, method="asymptotic",
+                        use_continuity=False)
+    return np.asarray(test.statistic / (n_pos * n_neg))
 
 
 class BoundaryLabels(NamedTuple):

@@ -6,7 +6,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import pearsonr, rankdata
 
 from repo_lens.analysis._checks import as_float_array
 from repo_lens.errors import InputError
@@ -62,25 +62,29 @@ class LookbackCorrelation:
     n: np.ndarray  # tokens used per head
 
 
-def _pearson(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Pearson r along the last axis over the tokens in ``mask``; NaN for < 3 tokens or a
-    constant series. Deviations are rescaled by their largest magnitude (no under/overflow)."""
-    n = mask.sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        centred = []
-        for v in (x, y):
-            mean = np.where(mask, v, 0.0).sum(axis=-1) / n
-            d = np.where(mask, v - mean[..., None], 0.0)
-            scale = np.abs(d).max(axis=-1, keepdims=True)
-            centred.append(d / np.where(scale > 0, scale, 1.0))
-        dx, dy = centred
-        r = (dx * dy).sum(-1) / np.sqrt((dx * dx).sum(-1) * (dy * dy).sum(-1))
-    constant = (_masked_ptp(x, mask) == 0) | (_masked_ptp(y, mask) == 0)
-    return np.where((n >= 3) & ~constant, np.clip(r, -1.0, 1.0), np.nan)
-
-
-def _masked_ptp(v: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask, v, -np.inf).max(axis=-1) - np.where(mask, v, np.inf).min(axis=-1)
+def _correlations(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pearson and Spearman r along the last axis over the tokens in ``mask``, from
+    ``scipy.stats.pearsonr`` (Spearman's rho is Pearson's r of the average ranks, as
+    ``scipy.stats.spearmanr`` defines it); heads sharing a mask go in one vectorised call.
+    NaN for fewer than 3 tokens or a constant series."""
+    lead, n_tokens = x.shape[:-1], x.shape[-1]
+    x2, y2, m2 = (a.reshape(-1, n_tokens) for a in (x, y, mask))
+    pearson = np.full(x2.shape[0], np.nan)
+    spearman = np.full(x2.shape[0], np.nan)
+    heads_by_mask: dict[bytes, list[int]] = {}
+    for row, packed in enumerate(np.packbits(m2, axis=-1)):
+        heads_by_mask.setdefault(packed.tobytes(), []).append(row)
+    for heads in heads_by_mask.values():
+        rows, pattern = np.asarray(heads), m2[heads[0]]
+        if pattern.sum() < 3:
+            continue
+        xs, ys = x2[rows][:, pattern], y2[rows][:, pattern]
+        varying = (np.ptp(xs, axis=-1) > 0) & (np.ptp(ys, axis=-1) > 0)
+        rows, xs, ys = rows[varying], xs[varying], ys[varying]
+        if rows.size:
+            pearson[rows] = pearsonr(xs, ys, axis=-1).statistic
+            spearman[rows] = pearsonr(rankdata(xs, axis=-1), rankdata(ys, axis=-1), axis=-1).statistic
+    return pearson.reshape(lead), spearman.reshape(lead)
 
 
 def lookback_correlation(increments: np.ndarray, lookback: np.ndarray) -> LookbackCorrelation:
@@ -100,8 +104,7 @@ def lookback_correlation(increments: np.ndarray, lookback: np.ndarray) -> Lookba
     if x.shape != y.shape:
         raise InputError(f"increments has shape {x.shape} but lookback has {y.shape}; pass arrays of the same (..., T)")
     mask = ~np.isnan(x) & ~np.isnan(y)
-    xr = rankdata(np.where(mask, x, np.nan), axis=-1, nan_policy="omit")
-    yr = rankdata(np.where(mask, y, np.nan), axis=-1, nan_policy="omit")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return LookbackCorrelation(pearson=_pearson(x, y, mask), spearman=_pearson(xr, yr, mask), n=mask.sum(axis=-1))
+        warnings.simplefilter("ignore", RuntimeWarning)  # scipy's near-constant input warning
+        pearson, spearman = _correlations(x, y, mask)
+    return LookbackCorrelation(pearson=pearson, spearman=spearman, n=mask.sum(axis=-1))

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from repo_lens.errors import InputError
+from repo_lens.validation import check_index
 
 
 def _indices(chosen: int | Sequence[int] | None, count: int, what: str) -> np.ndarray:
     if chosen is None:
         return np.arange(count)
-    values = [chosen] if isinstance(chosen, (int, np.integer)) else list(chosen)
+    one = isinstance(chosen, (str, bytes)) or not isinstance(chosen, Iterable) or getattr(chosen, "ndim", 1) == 0
+    values = [chosen] if one else list(chosen)
     if not values:
         raise InputError(f"empty {what} selection; pass at least one {what} index or None for all")
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise InputError(f"{what} index {value!r} is not an int; pass ints in 0..{count - 1}")
-        if not -count <= value < count:
-            raise InputError(
-                f"unknown {what} index {value}: there are {count} {what}s; pass 0..{count - 1} (or -{count}..-1)"
-            )
-    return np.asarray(values, dtype=np.intp) % count
+    return np.asarray([check_index(value, count, what, owner="array") for value in values], dtype=np.intp)
 
 
 def select_heads(

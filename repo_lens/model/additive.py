@@ -18,6 +18,9 @@ from the last query of the forward pass*: δ_j = the last query's gate on key j 
 p_{T,j} = position_T − position_j + δ_j (before clamping); for GRAPE-AP the bias of the last query is
 −(position_T − position_j). These two hooks are read-outs: the layer uses the full query × key
 gates (CoPE ``hook_gates``) or potentials (GRAPE-AP ``hook_potential``), [batch, head, query_pos, key_pos].
+
+Every mechanism here answers ``query_rows_bias``: the bias of a block of query rows over the keys,
+from the layer's hooks named in ``row_bias_hooks`` (``analysis.attention_mass`` needs nothing more).
 """
 
 from __future__ import annotations
@@ -30,11 +33,37 @@ from transformer_lens.hook_points import HookPoint
 from repo_lens.model.config import ModelConfig
 
 
-class ForgetGatePositions(nn.Module):
-    """FoX: positions are the running sum of −log f; the layer adds −(position_i − position_j)."""
+class KeyMinusQueryBias:
+    """The "additive" role: the layer adds key_position − query_position to the logits (e.g. FoX).
+
+    Mixed into an ``nn.Module`` whose forward returns the positions [batch, head, pos] (``hook_pos``).
+    """
+
+    role = "additive"
+    row_bias_hooks: tuple[str, ...] = ("hook_pos",)  # attention hooks query_rows_bias reads
+
+    @staticmethod
+    def logit_bias(query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """[..., query, key] bias key_position_j − query_position_i.
+
+        >>> KeyMinusQueryBias.logit_bias(torch.tensor([2.0]), torch.tensor([0.0, 1.0, 2.0]))
+        tensor([[-2., -1.,  0.]])
+        """
+        return key_positions[..., None, :] - query_positions[..., :, None]
+
+    def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
+                        row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
+        """The bias [head, rows, keys] of query rows ``row_index`` over keys ``key_index``, from the
+        layer's positions ``hooked["hook_pos"]`` [head, pos] of one sequence."""
+        positions = hooked["hook_pos"]
+        return self.logit_bias(positions[:, row_index], positions[:, key_index])
+
+
+class ForgetGatePositions(KeyMinusQueryBias, nn.Module):
+    """FoX: positions are the running sum of −log f; the layer adds −(position_i − position_j)
+    = Σ_{l=j+1}^{i} log f_l."""
 
     kind = "fox"
-    role = "additive"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -53,20 +82,23 @@ class ForgetGatePositions(nn.Module):
             state["carry"] = positions[..., -1:].detach()
         return positions
 
-    @staticmethod
-    def logit_bias(query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        """[batch, head, query, key] bias Σ_{l=j+1}^{i} log f_l = key_position_j − query_position_i."""
-        return key_positions[..., None, :] - query_positions[..., :, None]
-
 
 class _QueryKeyPositions(nn.Module):
     """Base for mechanisms whose bias comes from every query-key pair's logit."""
 
     role = "contextual"
+    row_bias_hooks: tuple[str, ...] = ()  # the bias of a query row needs only that row's q and the keys
 
     def __init__(self) -> None:
         super().__init__()
         self.hook_delta = HookPoint()  # [batch, head, key_pos] (the last query's view)
+
+    def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
+                        row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
+        """The bias [head, rows, keys] of the query rows ``rows`` [head, rows, d_head] of one sequence,
+        whose scaled scores over the keys (−inf after each row) are ``scores``."""
+        allowed = key_index[None, :] <= row_index[:, None]
+        return self(rows[None], scores[None], allowed)[0][0]
 
     @staticmethod
     def last_query_positions(delta: torch.Tensor, n_new: int) -> torch.Tensor:

@@ -10,8 +10,8 @@ from transformer_lens.hook_points import HookPoint
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.layers import RMSNorm
-from repo_lens.model.positions import build_position_mechanism
-from repo_lens.model.rotary import apply_rotary, rope_frequencies, rotary_cos_sin
+from repo_lens.model.registry import build_position_mechanism
+from repo_lens.model.rotary import RopeSettings, apply_rotary, rope_frequencies, rotary_cos_sin
 
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
@@ -44,6 +44,7 @@ class Attention(nn.Module):
             self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings
         )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.rope = RopeSettings(self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
 
         self.hook_pos = HookPoint()  # [batch, head, pos]
         self.hook_q = HookPoint()  # [batch, head, pos, d_head] (after rotation)
@@ -72,7 +73,8 @@ class Attention(nn.Module):
         if mechanism.role != "contextual":
             positions = self.hook_pos(mechanism(h, offset, state=state, shared=shared))
         if mechanism.role == "rotary":
-            cos, sin = rotary_cos_sin(positions, self.inv_freq, self.attention_scaling)
+            inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
+            cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cache is not None:

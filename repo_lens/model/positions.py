@@ -3,9 +3,9 @@
 A "rotary" mechanism maps the attention block's input h [batch, pos, d_model] and the index of
 the first new token (non-zero when decoding with a KV cache) to positions [batch, head, pos], at
 which q and k are rotated. ``state`` is the layer's slot in the KV cache (running sums continue
-from it); ``shared`` carries model-level increments (``lpi``). The registry at the bottom also
-lists the mechanisms of ``increments.py`` (running sums of learned increments) and
-``additive.py`` (biases added to the attention logits: FoX, CoPE, GRAPE-AP).
+from it); ``shared`` carries model-level increments (``lpi``). The other mechanisms have modules
+of their own (``increments.py``: running sums of learned increments; ``additive.py``: biases added
+to the attention logits); ``registry.py`` lists every mechanism and what it is.
 """
 
 from __future__ import annotations
@@ -14,10 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repo_lens.errors import CheckpointError
-from repo_lens.model.additive import ContextualPositions, ForgetGatePositions, PathIntegralPositions
 from repo_lens.model.config import ModelConfig
-from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions, SharedIncrementPositions
 
 
 class IntegerPositions(nn.Module):
@@ -77,25 +74,3 @@ class RepoPositions(nn.Module):
         content = F.linear(h32, self.content_map.weight.float())
         z = F.linear(F.silu(gate) * content, self.final_map.weight.float())
         return z.transpose(1, 2)  # [batch, head, pos]
-
-
-POSITION_MECHANISMS: dict[str, type[nn.Module]] = {
-    "rope": IntegerPositions,
-    "nope": ConstantPositions,
-    "repo": RepoPositions,
-    "lpi": SharedIncrementPositions,
-    "lpi-layer": LayerIncrementPositions,
-    "grape-m": ContentPhasePositions,
-    "fox": ForgetGatePositions,
-    "cope": ContextualPositions,
-    "grape-ap": PathIntegralPositions,
-}
-
-
-def build_position_mechanism(kind: str, cfg: ModelConfig) -> nn.Module:
-    try:
-        return POSITION_MECHANISMS[kind](cfg)
-    except KeyError:
-        raise CheckpointError(
-            f"unknown position mechanism {kind!r}; supported: {', '.join(POSITION_MECHANISMS)}"
-        ) from None

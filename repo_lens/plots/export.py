@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -26,20 +27,57 @@ FORMATS: dict[str, str] = {
 }
 _lock = threading.Lock()
 _server_started = False
+EXPORT_TIMEOUT_S = float(os.environ.get("REPO_LENS_EXPORT_TIMEOUT", "120"))
+"""Seconds one static export may take (browser start included) before :class:`ExportError`."""
 
 
 class ExportError(RepoLensError, RuntimeError):
     """A figure could not be rendered to a static file (no Chromium, or the renderer failed)."""
 
 
+def find_browser() -> str | None:
+    """The Chromium executable kaleido would start (``BROWSER_PATH`` first), or None if there is none.
+
+    Example:
+        >>> find_browser() is None or Path(find_browser()).is_file()
+        True
+    """
+    from choreographer.browsers.chromium import Chromium
+
+    path = Chromium.find_browser(skip_local=False)
+    if path and Path(path).is_file() and os.access(path, os.X_OK):
+        return str(path)
+    return None
+
+
+def export_unavailable() -> str | None:
+    """Why PNG / SVG / PDF export cannot work here (the :class:`ExportError` message), or None if a browser is found.
+
+    Example:
+        >>> export_unavailable() is None or "make browser" in export_unavailable()
+        True
+    """
+    if find_browser() is not None:
+        return None
+    where = os.environ.get("BROWSER_PATH")
+    return _no_browser_message(f"BROWSER_PATH={where!r} is no executable file" if where else "no Chromium on PATH")
+
+
 def start_export_server() -> None:
-    """Start kaleido's shared Chromium (idempotent); later exports reuse it."""
+    """Start kaleido's shared Chromium (idempotent); later exports reuse it.
+
+    Raises :class:`ExportError` at once when no Chromium can be found, rather than letting
+    kaleido fail in its server thread while the caller waits.
+    """
     global _server_started
     with _lock:
-        if _server_started:
+        if _server_started and _server_alive():
             return
+        if (problem := export_unavailable()) is not None:
+            raise ExportError(problem)
         import kaleido
 
+        _stop_dead_server()
         try:
             kaleido.start_sync_server(mathjax=False, silence_warnings=True)
         except Exception as error:  # ChromeNotFoundError and friends
@@ -47,7 +85,59 @@ def start_export_server() -> None:
         _server_started = True
 
 
-def _no_browser_message(error: Exception) -> str:
+def _server_alive() -> bool:
+    import kaleido
+
+    server = kaleido._global_server  # kaleido keeps its one sync server here
+    thread = getattr(server, "_thread", None)
+    return server.is_running() and thread is not None and thread.is_alive()
+
+
+def _stop_dead_server() -> None:
+    # A server thread that died (browser failed to start or crashed) still reads as running.
+    global _server_started
+    import kaleido
+
+    server = kaleido._global_server
+    if server.is_running() and not _server_alive():
+        server.close(silence_warnings=True)
+    _server_started = False
+
+
+def _render(fig: go.Figure, opts: dict, timeout: float) -> bytes:
+    """kaleido's blocking render in a worker thread, given up after ``timeout`` s or when the browser dies."""
+    import kaleido
+
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outcome["data"] = kaleido.calc_fig_sync(fig, opts=opts)
+        except BaseException as error:  # handed to the caller below
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    with _lock:
+        threading.Thread(target=work, name="repo-lens-export", daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not done.wait(0.05):
+            if not _server_alive():
+                _stop_dead_server()
+                raise ExportError(_no_browser_message("the Chromium renderer stopped (it failed to start or crashed)"))
+            if time.monotonic() > deadline:
+                raise ExportError(f"rendering the figure as {opts['format'].upper()} took over {timeout:g} s "
+                                  "(set REPO_LENS_EXPORT_TIMEOUT to wait longer), or export HTML instead")
+    if "error" in outcome:
+        error = outcome["error"]
+        raise ExportError(f"rendering the figure as {opts['format'].upper()} failed: {error}") from None
+    return outcome["data"]  # type: ignore[return-value]
+
+
+def _no_browser_message(error: Exception | str) -> str:
     return (f"static export needs Chromium (kaleido ≥ 1 renders with it): {error}. Install it with "
             "`make browser` (apt-get install chromium fonts-wqy-microhei) or export HTML instead")
 
@@ -69,20 +159,13 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
     if fmt == "html":
         return fig.to_html(include_plotlyjs=True, full_html=True, include_mathjax=False).encode("utf-8")
     start_export_server()
-    import kaleido
-
     opts = {
         "format": fmt,
         "width": int(width or fig.layout.width or DEFAULT_WIDTH),
         "height": int(height or fig.layout.height or 500),
         "scale": scale if fmt == "png" else 1,
     }
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            data = kaleido.calc_fig_sync(fig, opts=opts)
-    except Exception as error:
-        raise ExportError(f"rendering the figure as {fmt.upper()} failed: {error}") from None
+    data = _render(fig, opts, EXPORT_TIMEOUT_S)
     if not data:
         raise ExportError(f"rendering the figure as {fmt.upper()} produced no data")
     return bytes(data)

@@ -14,6 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.model.registry import kind_index, mechanism_kinds
+from repo_lens.validation import check_index
 
 OKABE_ITO: tuple[str, ...] = (
     "#0072B2",  # blue
@@ -25,18 +27,12 @@ OKABE_ITO: tuple[str, ...] = (
     "#F0E442",  # yellow
     "#000000",  # black
 )
-# position mechanisms: integer RoPE in grey, learned ones in strong colours
-KIND_COLORS: dict[str, str] = {
-    "rope": "#6E6E6E",
-    "nope": OKABE_ITO[1],
-    "repo": OKABE_ITO[0],
-    "lpi": OKABE_ITO[2],
-    "lpi-layer": OKABE_ITO[4],
-    "cope": OKABE_ITO[3],
-    "fox": OKABE_ITO[5],
-    "grape-ap": OKABE_ITO[6],
-    "grape-m": OKABE_ITO[7],
-}
+# position mechanisms, by their slot in the registry (kind_index): slot 0, the RoPE baseline, in grey,
+# then Okabe–Ito, then Paul Tol's muted colour-blind-safe colours for mechanisms added later
+KIND_PALETTE: tuple[str, ...] = (
+    "#6E6E6E", OKABE_ITO[1], OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5],
+    OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288",
+)
 PATTERN_COLORS: dict[str, str] = {"constant": OKABE_ITO[0], "mono": OKABE_ITO[1], "hybrid": OKABE_ITO[3]}
 SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": OKABE_ITO[0], "rest": "#8C8C8C"}
 SEQUENTIAL = "Cividis"
@@ -47,8 +43,18 @@ DEFAULT_WIDTH = 1100
 
 
 def kind_color(kind: str, index: int = 0) -> str:
-    """Colour of a layer kind (unknown kinds cycle through the palette)."""
-    return KIND_COLORS.get(kind, OKABE_ITO[index % len(OKABE_ITO)])
+    """Colour of a layer kind: its registry slot's colour, so every registered mechanism has one (the
+    palette repeats after its last colour); kinds the registry does not know cycle through Okabe–Ito by ``index``.
+
+    >>> kind_color("rope"), kind_color("no-such-kind", index=1)
+    ('#6E6E6E', '#E69F00')
+    """
+    if kind not in mechanism_kinds():
+        return OKABE_ITO[index % len(OKABE_ITO)]
+    return KIND_PALETTE[kind_index(kind) % len(KIND_PALETTE)]
+
+
+KIND_COLORS: dict[str, str] = {kind: kind_color(kind) for kind in mechanism_kinds()}
 
 
 def styled(fig: go.Figure, title: str | None = None, height: int | None = None) -> go.Figure:
@@ -88,19 +94,18 @@ def select_head(positions: np.ndarray, head: int | str) -> np.ndarray:
     z = np.asarray(positions)
     if z.ndim != 3:
         raise InputError(f"positions must be (n_layers, n_heads, T), got shape {z.shape}")
-    if isinstance(head, str):
-        if head != "mean":
-            raise InputError(f"head must be an index or 'mean', got {head!r}")
+    if isinstance(head, str) and head == "mean":
         return z.astype(np.float64).mean(axis=1)
-    if isinstance(head, bool) or not -z.shape[1] <= int(head) < z.shape[1]:
-        raise InputError(f"head {head!r} does not exist; this trace has heads 0..{z.shape[1] - 1}")
-    return z[:, int(head)].astype(np.float64)
+    try:
+        index = check_index(head, z.shape[1], "head")
+    except InputError as error:
+        raise InputError(f"{error}, or 'mean' for the mean over heads") from None
+    return z[:, index].astype(np.float64)
 
 
 def check_layer(layer: int, n_layers: int) -> int:
-    if isinstance(layer, bool) or not -n_layers <= int(layer) < n_layers:
-        raise InputError(f"layer {layer!r} does not exist; this trace has layers 0..{n_layers - 1}")
-    return int(layer) % n_layers
+    """``layer`` as an index in 0..n_layers-1 (negatives count from the end), else InputError."""
+    return check_index(layer, n_layers, "layer")
 
 
 def sample_indices(n: int, max_points: int, values: np.ndarray | None = None) -> np.ndarray:

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repo_lens.errors import InputError
+from repo_lens.model.registry import DEFAULT_KIND
 
 
 @dataclass
 class TrainConfig:
     task: str  # "bytes" (bilingual byte LM), "reversal" (RePo App. C), "flipflop" (CoPE §5.1)
-    mechanism: str = "repo"  # a key of repo_lens.model.positions.POSITION_MECHANISMS
+    mechanism: str = DEFAULT_KIND  # a kind of the mechanism registry (repo_lens.model.registry.mechanism_kinds())
     family: str = "olmo2"
     d_model: int = 192
     n_layers: int = 6

@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from repo_lens.model.config import ModelConfig, repo_start_layer
-from repo_lens.atomic import atomic_write_bytes
+from repo_lens.model.config import ModelConfig
+from repo_lens.atomic import atomic_write, atomic_write_bytes
 from repo_lens.model.loaders.native import save_checkpoint
+from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
 from repo_lens.train.config import TrainConfig
 from repo_lens.train.schedule import learning_rate
@@ -35,12 +36,10 @@ class TrainResult:
 
 
 def layer_mechanisms(cfg: TrainConfig) -> list[str]:
-    """RePo keeps RoPE below ``repo_from`` (default ⌈L/3⌉, RePo §3.2); every other mechanism
-    replaces the position encoding of every layer, as its source does (seeds/002, 003, 004)."""
-    if cfg.mechanism != "repo":
-        return [cfg.mechanism] * cfg.n_layers
-    start = cfg.repo_from if cfg.repo_from is not None else repo_start_layer(cfg.n_layers)
-    return ["rope" if layer < start else "repo" for layer in range(cfg.n_layers)]
+    """A mechanism whose source keeps RoPE in the lower layers (RePo) starts at ``repo_from`` (default
+    ⌈L/3⌉, RePo §3.2); every other mechanism replaces the position encoding of every layer, as its
+    source does (seeds/002, 003, 004). The registry says which is which."""
+    return default_layer_kinds(cfg.mechanism, cfg.n_layers, first_layer=cfg.repo_from)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
@@ -76,9 +75,7 @@ def _save_state(directory: Path, model, optimizer, step: int, history, wall: flo
                     tensors[f"optim.{names[id(param)]}.{key}"] = value.contiguous()
     if model.cfg.tie_word_embeddings:
         tensors.pop("model.unembed.weight", None)
-    temp = state_dir / ".state.safetensors.tmp"
-    save_file(tensors, str(temp))
-    temp.replace(state_dir / "state.safetensors")
+    atomic_write(state_dir / "state.safetensors", lambda temp: save_file(tensors, str(temp)))
     atomic_write_bytes(state_dir / "progress.json",
                        json.dumps({"step": step, "history": history, "wall_seconds": wall}).encode())
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from repo_lens.data.reversal import REVERSAL_PROMPT, REVERSAL_SPECIALS, reversal_sequence, reversal_words
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
 IGNORE = -100
@@ -101,19 +102,7 @@ class ByteLMTask:
 
 
 # ---------------------------------------------------------------- text reversal (RePo App. C)
-
-REVERSAL_PROMPT = ["Reverse", "the", "following", "words", ":"]
-REVERSAL_SPECIALS = ["<pad>", "<bos>", "<sep>", "<eos>"]
-
-
-def reversal_words(count: int = 120, seed: int = 1234) -> list[str]:
-    """A fixed set of made-up subword-like items (Kazemnejad et al.'s data is not available offline)."""
-    rng = random.Random(seed)
-    consonants, vowels = "bcdfghklmnprstvz", "aeiou"
-    words: set[str] = set()
-    while len(words) < count:
-        words.add("".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(rng.randint(1, 2))))
-    return sorted(words)
+# the format (prompt words, special tokens, items) lives in repo_lens.data.reversal
 
 
 @dataclass
@@ -130,16 +119,15 @@ class ReversalTask:
     def __init__(self, batch_size: int, seed: int = 0, train_lengths=(2, 20), test_lengths=(2, 30),
                  eval_per_length: int = 50) -> None:
         self.words = reversal_words()
-        self.vocab = REVERSAL_SPECIALS + REVERSAL_PROMPT + self.words
+        self.vocab = [*REVERSAL_SPECIALS, *REVERSAL_PROMPT, *self.words]
         self.index = {token: i for i, token in enumerate(self.vocab)}
         self.vocab_size = len(self.vocab)
         self.batch_size, self.seed = batch_size, seed
         self.train_lengths, self.test_lengths, self.eval_per_length = train_lengths, test_lengths, eval_per_length
 
     def example(self, rng: random.Random, length: int) -> ReversalExample:
-        items = [self.index[rng.choice(self.words)] for _ in range(length)]
-        prefix = [self.index["<bos>"]] + [self.index[w] for w in REVERSAL_PROMPT] + items + [self.index["<sep>"]]
-        return ReversalExample(prefix + items[::-1] + [self.index["<eos>"]], len(prefix))
+        tokens, answer_start = reversal_sequence([rng.choice(self.words) for _ in range(length)])
+        return ReversalExample([self.index[token] for token in tokens], answer_start)
 
     def train_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = random.Random(f"{self.seed}-{step}")

@@ -1,20 +1,60 @@
-"""The models repo_lens ships, each a repo_lens checkpoint with its card in config.json["info"]."""
+"""The models repo_lens ships, each a repo_lens checkpoint with its card in config.json["info"], and the
+one place that reads a ``zoo:NAME`` source.
+
+Example:
+    >>> parse_zoo_name("zoo:bytes-repo"), parse_zoo_name("/checkpoints/run1")
+    ('bytes-repo', None)
+    >>> resolve_source("zoo:bytes-repo") == ZOO_DIR / "bytes-repo"
+    True
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from repo_lens.errors import InputError
 
 ZOO_DIR = Path(__file__).parent / "models"
+ZOO_PREFIX = "zoo:"
 
 
 def available_models() -> list[str]:
     if not ZOO_DIR.is_dir():
         return []
     return sorted(path.name for path in ZOO_DIR.iterdir() if (path / "config.json").exists())
+
+
+def parse_zoo_name(source: str | os.PathLike) -> str | None:
+    """NAME when ``source`` is ``"zoo:NAME"``, else None (a path). The name is not checked here.
+
+    >>> parse_zoo_name("zoo:smollm2-135m"), parse_zoo_name("zoo.gguf")
+    ('smollm2-135m', None)
+    """
+    text = os.fspath(source)
+    return text[len(ZOO_PREFIX):] if isinstance(text, str) and text.startswith(ZOO_PREFIX) else None
+
+
+def zoo_source(name: str) -> str:
+    """The source string of zoo model ``name``, the inverse of :func:`parse_zoo_name`.
+
+    >>> zoo_source("bytes-rope")
+    'zoo:bytes-rope'
+    """
+    return ZOO_PREFIX + name
+
+
+def resolve_source(source: str | os.PathLike) -> Path:
+    """The file or directory to load for ``source``: a zoo model's for ``"zoo:NAME"`` (unknown or
+    uninstalled names raise InputError saying what is available), else the path itself (``~`` expanded).
+
+    >>> resolve_source("~/ckpt") == Path.home() / "ckpt"
+    True
+    """
+    name = parse_zoo_name(source)
+    return resolve_zoo_name(name) if name is not None else Path(source).expanduser()
 
 
 def resolve_zoo_name(name: str) -> Path:

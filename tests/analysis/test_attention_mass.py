@@ -208,7 +208,7 @@ def test_bad_ids_layers_and_length():
         attention_mass(model, [1, 2, 300], {}, (2, 3))
     with pytest.raises(InputError, match="token ids, not text"):
         attention_mass(model, "hello", {}, (2, 3))
-    with pytest.raises(InputError, match=r"unknown layer 7; the model has layers 0..2"):
+    with pytest.raises(InputError, match=r"layer 7 does not exist; this model has layers 0..2"):
         attention_mass(model, random_ids(10), {}, (5, 10), layers=[7])
     with pytest.raises(InputError, match="longer than the model's context of 64"):
         attention_mass(model, random_ids(80), {}, (70, 80))

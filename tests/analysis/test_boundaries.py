@@ -66,6 +66,37 @@ def test_auc_matches_naive_pairwise(case):
         assert got[index] == pytest.approx(naive_auc(scores[index], labels), abs=1e-12)
 
 
+def test_sklearn_roc_auc_is_pair_counting_with_ties():
+    """The library's definition checked against brute force, then boundary_auc against the library."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(12)
+    for n_tokens in (7, 40, 300):
+        scores = rng.integers(-4, 5, size=(3, 4, n_tokens)).astype(np.float64)  # many ties
+        scores[0, 0] = 0.25  # one head all ties
+        labels = rng.integers(0, 2, size=n_tokens).astype(bool)
+        labels[:2] = (True, False)
+        scored = rng.random(n_tokens) < 0.8
+        scored[:2] = True
+        got = boundary_auc(scores, labels, scored=scored)
+        assert got.shape == (3, 4)
+        for head in np.ndindex(3, 4):
+            library = roc_auc_score(labels[scored], scores[head][scored])
+            assert library == pytest.approx(naive_auc(scores[head][scored], labels[scored]), abs=1e-12)
+            assert got[head] == pytest.approx(library, abs=1e-12)
+        assert got[0, 0] == 0.5
+
+
+def test_auc_of_float32_scores_with_distinct_values_matches_sklearn():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(3)
+    labels = rng.random(2000) < 0.3
+    scores = (rng.normal(size=(2, 2000)) + 0.5 * labels).astype(np.float32)
+    expected = [roc_auc_score(labels, row) for row in scores]
+    np.testing.assert_allclose(boundary_auc(scores, labels), expected, atol=1e-12)
+
+
 @FAST
 @given(auc_case())
 def test_auc_of_negated_scores_is_one_minus(case):

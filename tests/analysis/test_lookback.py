@@ -97,6 +97,28 @@ def test_correlation_matches_scipy(case):
         assert c.spearman[index] == pytest.approx(spearmanr(x, y).statistic, abs=1e-9)
 
 
+def test_correlation_heads_with_different_masks_match_scipy_one_by_one():
+    """Heads are grouped by their mask of usable tokens: each head must still get its own answer."""
+    rng = np.random.default_rng(5)
+    inc = rng.integers(-3, 4, size=(3, 4, 50)).astype(np.float64)  # ties, for Spearman's average ranks
+    look = rng.normal(size=(3, 4, 50)) + 0.3 * inc
+    inc[..., 0] = np.nan  # the usual origin=nan first increment
+    inc[1, 2, 10:20] = np.nan
+    inc[2, 0, 5] = np.nan
+    inc[0, 3] = 2.0  # a constant (RoPE-like) head
+    inc[2, 1, 3:] = np.nan  # two usable tokens
+    c = lookback_correlation(inc, look)
+    for index in np.ndindex(3, 4):
+        keep = ~np.isnan(inc[index])
+        x, y = inc[index][keep], look[index][keep]
+        if index in ((0, 3), (2, 1)):
+            assert np.isnan(c.pearson[index]) and np.isnan(c.spearman[index])
+            continue
+        assert c.pearson[index] == pytest.approx(pearsonr(x, y).statistic, abs=1e-12)
+        assert c.spearman[index] == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+    assert c.n[1, 2] == 39 and c.n[2, 0] == 48 and c.n[2, 1] == 2
+
+
 def test_correlation_bad_input():
     with pytest.raises(InputError, match="increments has shape \\(1, 1, 3\\) but lookback has \\(1, 1, 4\\)"):
         lookback_correlation(np.zeros((1, 1, 3)), np.zeros((1, 1, 4)))

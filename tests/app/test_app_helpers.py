@@ -71,27 +71,6 @@ def test_every_preset_builds_and_traces(lens, kind):
         assert {"input", "output"} <= set(doc.spans)
 
 
-def test_reversal_prompt_uses_the_reversal_vocabulary():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from lens_app.documents import reversal_prompt
-
-    vocab = {w: i for i, w in enumerate(["<pad>", "<bos>", "<sep>", "<eos>", "Reverse", "the", "following", "words",
-                                         ":", "ba", "ko", "mi"])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>",
-                                        eos_token="<eos>", sep_token="<sep>")
-    prompt = reversal_prompt(tokenizer, 5)
-    assert prompt.text.startswith("<bos> Reverse the following words : ")
-    assert 0 not in prompt.ids.tolist()  # no unknown word
-    items = prompt.span_text("input").split()
-    assert prompt.text.endswith(" ".join(reversed(items)))
-    with pytest.raises(InputError, match="2..64"):
-        reversal_prompt(tokenizer, 1)
-
-
 def test_text_limits_and_empty_text(lens):
     with pytest.raises(InputError, match="empty"):
         encode_text(lens.tokenizer, "Free text", "  \n")
@@ -132,7 +111,8 @@ def test_boundary_result_and_attention_mass(lens):
 def test_the_app_uses_only_the_public_api():
     import ast
 
-    allowed = {"repo_lens", "repo_lens.analysis", "repo_lens.data", "repo_lens.plots", "repo_lens.zoo"}
+    allowed = {"repo_lens", "repo_lens.analysis", "repo_lens.data", "repo_lens.model.registry", "repo_lens.plots",
+               "repo_lens.validation", "repo_lens.zoo"}
     used = set()
     for path in APP_DIR.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

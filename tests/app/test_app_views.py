@@ -23,6 +23,21 @@ def layer_rows(figure: dict) -> dict[str, dict]:
     return {trace["name"]: trace for trace in figure["data"] if trace.get("name", "").startswith("L")}
 
 
+def test_every_registered_view_renders_and_the_tabs_are_the_registry(app):
+    from lens_app.views import VIEWS
+
+    names = [view.name for view in VIEWS]
+    assert len(set(names)) == len(names)
+    for view in VIEWS:
+        at = open_view(app(), view.name)
+        if view.preset:
+            at.selectbox(key="input").set_value(view.preset).run()
+        assert_clean(at)
+        assert [tab.label for tab in at.tabs] == names
+        assert not messages(at, "error"), (view.name, messages(at, "error"))
+        assert figures(at) or len(at.dataframe), f"{view.name} rendered neither a figure nor a table"
+
+
 def test_default_model_opens_on_the_spaced_token_view(app):
     at = app().run()
     assert_clean(at)

@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-from app_helpers import checkpoint_root  # noqa: F401  (fixture)
+from app_helpers import checkpoint_root  # noqa: F401  (fixture; also puts app/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app" / "streamlit_app.py"
@@ -31,14 +32,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--window-size=1500,1050", "--force-device-scale-factor=1")
 PLOT = '[data-testid="stPlotlyChart"] .js-plotly-plot .main-svg'
 TABLE = '[data-testid="stDataFrame"] canvas'
-VIEWS = (  # (screenshot name, query string, element that shows the view has rendered)
-    ("spaced-tokens", "view=Spaced+tokens", PLOT),
-    ("scatter", "view=Scatter", PLOT),
-    ("heatmaps", "view=Heatmaps", PLOT),
-    ("attention-mass", "view=Attention+mass&input=NIAH", PLOT),
-    ("word-boundaries", "view=Word+boundaries&input=Chinese", PLOT),
-    ("trace-data", "view=Trace+%26+data", TABLE),
-)
+RENDERED = f"{PLOT}, {TABLE}"  # the element that shows a view has rendered: its first plot, or its table
 
 if not CHROMIUM and not os.environ.get("CI"):
     pytest.skip("no Chromium installed (make browser installs it); the browser test runs in CI",
@@ -136,16 +130,29 @@ def _settled(driver, selector: str, timeout: float = 150.0):
     return None
 
 
+def _views() -> list[tuple[str, str]]:
+    """(screenshot name, query string) of every view in the app's registry, with the input it is made for."""
+    from lens_app.views import VIEWS
+
+    pages = []
+    for view in VIEWS:
+        query = {"view": view.name, **({"input": view.preset} if view.preset else {})}
+        name = "-".join("".join(c if c.isalnum() else " " for c in view.name.lower()).split())
+        pages.append((name, urllib.parse.urlencode(query)))
+    return pages
+
+
 def test_every_view_renders_in_a_real_browser(server, browser):
     from selenium.webdriver.common.by import By
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for name, query, selector in VIEWS:
+    views = _views()
+    for name, query in views:
         browser.get(f"{server}/?{query}")
-        element = _settled(browser, selector)
+        element = _settled(browser, RENDERED)
         shot = SCREENSHOTS / f"{name}.png"
         browser.save_screenshot(str(shot))
-        assert element is not None, f"{name}: {selector} never appeared (see {shot})"
+        assert element is not None, f"{name}: {RENDERED} never appeared (see {shot})"
         assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]'), f"{name}: traceback shown"
         errors = [e.text for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')]
         assert not errors, f"{name}: {errors}"
@@ -153,7 +160,7 @@ def test_every_view_renders_in_a_real_browser(server, browser):
         assert page.std() > 8, f"{name}: the screenshot is (nearly) blank"
         drawn = _pixels(element.screenshot_as_png)
         assert drawn.std() > 10 and (drawn < 200).mean() > 0.01, f"{name}: the plot area is blank"
-    assert {name for name, _, _ in VIEWS} <= {p.stem for p in SCREENSHOTS.glob("*.png")}
+    assert {name for name, _ in views} <= {p.stem for p in SCREENSHOTS.glob("*.png")}
 
 
 def test_png_download_renders_the_figure_on_the_server(server, browser, downloads):

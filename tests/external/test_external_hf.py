@@ -140,7 +140,7 @@ def test_bad_input_is_named(qwen_dir, tmp_path):
         warnings.simplefilter("ignore")
         with pytest.raises(InputError, match="overlaps the query rows"):
             attention_mass_hf(hf_lens, list(range(50)), {"needle": (40, 46)}, (45, 50))
-        with pytest.raises(InputError, match="unknown layers"):
+        with pytest.raises(InputError, match="layer 7 does not exist; this model has layers 0..2"):
             attention_mass_hf(hf_lens, list(range(50)), {"needle": (4, 6)}, (45, 50), layers=[7])
         with pytest.raises(InputError, match="not text"):
             attention_mass_hf(hf_lens, "some text", {"needle": (4, 6)}, (45, 50))

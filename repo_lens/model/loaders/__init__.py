@@ -1,6 +1,9 @@
-"""Checkpoint loaders: the published RePo-OLMo2 layout, stock HF OLMo-2/Llama, repo_lens' own format."""
+"""Checkpoint loaders: the published RePo-OLMo2 layout, stock HF OLMo-2/Llama, repo_lens' own format,
+Llama-family GGUF files. Each returns a :class:`LoadedModel` (model, tokenizer, meta); ``repo_lens.load``
+wraps it in a ``Lens``."""
 
-from repo_lens.model.loaders.checkpoint import LoadedCheckpoint, load_checkpoint
+from repo_lens.model.loaders.checkpoint import load_checkpoint
+from repo_lens.model.loaders.loaded import LoadedModel
 from repo_lens.model.loaders.native import save_checkpoint
 
-__all__ = ["LoadedCheckpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["LoadedModel", "load_checkpoint", "save_checkpoint"]

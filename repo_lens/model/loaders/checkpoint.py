@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from repo_lens.errors import CheckpointError
+from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+from repo_lens.model.loaders.gguf import load_gguf
 from repo_lens.model.loaders.hf_config import model_config_from_hf
+from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
 from repo_lens.model.loaders.native import is_native_config, native_model_config
 from repo_lens.model.loaders.tokenizer import load_tokenizer
-from repo_lens.model.loaders.weights import hf_to_lens_name, load_weights_strict, read_safetensors
-from repo_lens.model.byte_tokenizer import ByteTokenizer
-from repo_lens.model.transformer import LensModel
-
-
-@dataclass
-class LoadedCheckpoint:
-    model: LensModel
-    tokenizer: Any
-    meta: dict[str, Any] = field(default_factory=dict)
+from repo_lens.model.loaders.weights import hf_to_lens_name, read_safetensors
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -51,13 +44,22 @@ def read_config(directory: Path) -> dict[str, Any]:
 
 def load_checkpoint(
     source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
-) -> LoadedCheckpoint:
+) -> LoadedModel:
     """Load an HF OLMo-2/Llama directory (RePo layout included), a repo_lens checkpoint or a
-    Llama-family .gguf file, strictly."""
+    Llama-family .gguf file, strictly.
+
+    Example:
+        >>> import tempfile
+        >>> from repo_lens.model import ModelConfig, LensModel
+        >>> from repo_lens.model.loaders import save_checkpoint
+        >>> cfg = ModelConfig(family="llama", vocab_size=257, d_model=16, n_layers=2, n_heads=2, d_mlp=32,
+        ...                   layer_mechanisms=["rope", "rope"])
+        >>> loaded = load_checkpoint(save_checkpoint(LensModel(cfg), tempfile.mkdtemp()), device="cpu")
+        >>> loaded.meta["format"], loaded.meta["dtype"], type(loaded.tokenizer).__name__
+        ('repo_lens', 'float32', 'ByteTokenizer')
+    """
     directory = Path(source).expanduser()
     if directory.suffix.lower() == ".gguf" and directory.is_file():
-        from repo_lens.model.loaders.gguf import load_gguf
-
         return load_gguf(directory, device=device, dtype=dtype)
     config = read_config(directory)
     native = is_native_config(config)
@@ -65,12 +67,8 @@ def load_checkpoint(
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
     tensors = read_safetensors(directory)
-    with torch.device("meta"):
-        model = LensModel(model_config)
-    load_weights_strict(
-        model, tensors, rename=_same_name if native else hf_to_lens_name, dtype=target_dtype, device=target_device
-    )
-    model.eval()
+    model = build_strict(model_config, tensors, rename=_same_name if native else hf_to_lens_name,
+                         dtype=target_dtype, device=target_device)
     if native and config.get("tokenizer", "bytes") == "bytes":
         tokenizer: Any = ByteTokenizer()
     else:
@@ -79,12 +77,13 @@ def load_checkpoint(
         "source": str(directory.resolve()),
         "format": "repo_lens" if native else f"hf-{model_config.family}",
         "name": (config.get("info", {}).get("name") if native else config.get("_name_or_path")) or directory.name,
-        "dtype": str(target_dtype).replace("torch.", ""),
+        "dtype": dtype_name(target_dtype),
         "device": str(target_device),
         "pe_config": config.get("pe_config"),
+        "pe_config_notes": list(model_config.extra.get("pe_config_notes", [])),
         "info": config.get("info", {}) if native else {},
     }
-    return LoadedCheckpoint(model=model, tokenizer=tokenizer, meta=meta)
+    return LoadedModel(model=model, tokenizer=tokenizer, meta=meta)
 
 
 def _same_name(name: str) -> str:

@@ -9,12 +9,14 @@ back on the device of the input ids).
 
 CPU memory needed while loading: the weights once, in the target dtype (bf16: ≈ 2 bytes/param).
 
+Users call ``repo_lens.load(path, device_map=..., max_memory=...)``, which wraps the result in a Lens.
+
 Example (2 GPUs):
     >>> from repo_lens.model.loaders.device_map import load_dispatched       # doctest: +SKIP
-    >>> lens = load_dispatched("/ckpt/RePo-OLMo2-7B", device_map="auto",
-    ...                        max_memory={0: "20GiB", 1: "20GiB"})          # doctest: +SKIP
-    >>> lens.meta["device_map"]["blocks.31"]                                 # doctest: +SKIP
-    1
+    >>> loaded = load_dispatched("/ckpt/RePo-OLMo2-7B", device_map="auto",
+    ...                          max_memory={0: "20GiB", 1: "20GiB"})        # doctest: +SKIP
+    >>> loaded.meta["device_map"]["blocks.31"]                               # doctest: +SKIP
+    '1'
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any
 import torch
 
 from repo_lens.errors import InputError
+from repo_lens.model.loaders.checkpoint import load_checkpoint
 from repo_lens.model.loaders.device import resolve_dtype
+from repo_lens.model.loaders.loaded import LoadedModel, dtype_name
 
 AUTO_POLICIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -83,8 +87,8 @@ def _uncovered(model: torch.nn.Module, device_map: dict[str, Any]) -> list[str]:
 
 def load_dispatched(source: str | Path, device_map: Any = "auto", dtype: Any = None,
                     max_memory: dict | None = None, offload_folder: str | None = None,
-                    force_hooks: bool = False) -> Any:
-    """Load a checkpoint (any source ``repo_lens.load`` takes) spread over devices; returns a Lens.
+                    force_hooks: bool = False) -> LoadedModel:
+    """Load a checkpoint directory or .gguf file (as :func:`load_checkpoint` does) spread over devices.
 
     ``dtype`` None: bf16 when CUDA supports it, else fp32. ``max_memory`` e.g.
     ``{0: "20GiB", 1: "20GiB", "cpu": "60GiB"}``; modules mapped to "cpu" run there (slow),
@@ -92,14 +96,6 @@ def load_dispatched(source: str | Path, device_map: Any = "auto", dtype: Any = N
     lands on one device (for tests on CPU-only machines).
     """
     accelerate = _require_accelerate()
-    from repo_lens.lens import Lens
-    from repo_lens.model.loaders.checkpoint import load_checkpoint
-
-    text = str(source)
-    if text.startswith("zoo:"):
-        from repo_lens.zoo import resolve_zoo_name
-
-        source = resolve_zoo_name(text[len("zoo:"):])
     target_dtype = resolve_dtype(dtype, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     loaded = load_checkpoint(source, device="cpu", dtype=target_dtype)
     model = loaded.model
@@ -112,5 +108,5 @@ def load_dispatched(source: str | Path, device_map: Any = "auto", dtype: Any = N
         model = accelerate.dispatch_model(model, device_map=plan, main_device=main_device,
                                           offload_dir=offload_folder, force_hooks=force_hooks)
     meta = {**loaded.meta, "device_map": {key: str(value) for key, value in plan.items()},
-            "device": str(main_device), "dtype": str(target_dtype).replace("torch.", "")}
-    return Lens(model, loaded.tokenizer, meta)
+            "device": str(main_device), "dtype": dtype_name(target_dtype)}
+    return LoadedModel(model=model, tokenizer=loaded.tokenizer, meta=meta)

@@ -24,6 +24,8 @@ import torch
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.hf_config import model_config_from_hf
+from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
+from repo_lens.model.loaders.weights import hf_to_lens_name
 
 GGUF_HINT = "pip install gguf accelerate"
 
@@ -144,12 +146,14 @@ def load_gguf_tokenizer(path: str | Path) -> Any:
 def load_gguf(
     source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
     name: str | None = None,
-):
-    """Load a Llama-family GGUF file into a LensModel (strictly) with its embedded tokenizer."""
-    from repo_lens.model.loaders.checkpoint import LoadedCheckpoint
-    from repo_lens.model.loaders.weights import hf_to_lens_name, load_weights_strict
-    from repo_lens.model.transformer import LensModel
+) -> LoadedModel:
+    """Load a Llama-family GGUF file into a LensModel (strictly) with its embedded tokenizer.
 
+    Example:
+        >>> loaded = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", device="cpu")   # doctest: +SKIP
+        >>> loaded.meta["format"], loaded.meta["gguf"]["add_bos_token"]           # doctest: +SKIP
+        ('gguf-llama', False)
+    """
     path = _check_file(Path(source).expanduser())
     hf_config = gguf_hf_config(path)
     model_config = model_config_from_hf(hf_config.to_dict())
@@ -157,11 +161,8 @@ def load_gguf(
     target_dtype = resolve_dtype(dtype, target_device)
     reader = _reader(path)
     tensors = read_gguf_tensors(path, hf_config, reader)
-    with torch.device("meta"):
-        model = LensModel(model_config)
-    load_weights_strict(model, tensors, rename=hf_to_lens_name, dtype=target_dtype, device=target_device)
+    model = build_strict(model_config, tensors, rename=hf_to_lens_name, dtype=target_dtype, device=target_device)
     del tensors
-    model.eval()
     tokenizer = load_gguf_tokenizer(path)
     metadata = gguf_metadata(path, reader)
     del reader
@@ -169,7 +170,7 @@ def load_gguf(
         "source": str(path.resolve()),
         "format": f"gguf-{model_config.family}",
         "name": name or path.stem,
-        "dtype": str(target_dtype).replace("torch.", ""),
+        "dtype": dtype_name(target_dtype),
         "device": str(target_device),
         "pe_config": None,
         "info": {},
@@ -181,7 +182,7 @@ def load_gguf(
             "package": _owning_distribution(path),
         },
     }
-    return LoadedCheckpoint(model=model, tokenizer=tokenizer, meta=meta)
+    return LoadedModel(model=model, tokenizer=tokenizer, meta=meta)
 
 
 def _owning_distribution(path: Path) -> str | None:

@@ -2,72 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.loaders.pe_config import PeLayout, read_pe_config
 
 SUPPORTED_MODEL_TYPES = ("olmo2", "llama")
-# dynamic_pe_mode values of the authors' code that repo_lens implements, and the mechanism each means
-SUPPORTED_PE_MODES = {"swigluex_multihead": "repo"}
-
-
-def _first_key(mapping: dict[str, Any], *names: str, default: Any = None) -> Any:
-    for name in names:
-        if name in mapping:
-            return mapping[name]
-    return default
-
-
-def _parse_layer_ids(value: Any, n_layers: int) -> list[int]:
-    if value in (None, "", []):
-        return []
-    if isinstance(value, str):
-        items = [item for item in value.replace(";", ",").replace(" ", ",").split(",") if item]
-    else:
-        items = list(value)
-    try:
-        layers = sorted({int(item) for item in items})
-    except (TypeError, ValueError):
-        raise CheckpointError(
-            f"pe_config layer ids {value!r} are not integers; write them as '5,6,7' or [5, 6, 7]"
-        ) from None
-    bad = [layer for layer in layers if not 0 <= layer < n_layers]
-    if bad:
-        raise CheckpointError(f"pe_config names layers {bad}, but the model has layers 0..{n_layers - 1}")
-    return layers
-
-
-def repo_layers_from_pe_config(pe_config: dict[str, Any] | None, n_layers: int) -> list[int]:
-    """Layers that re-position, read like the authors' code: the misspelled ``dynmaic_*`` keys
-    first, then the correct spelling; empty layer ids mean every layer from the start layer on.
-
-    >>> repo_layers_from_pe_config({"dynamic_pe_mode": "swigluex_multihead",
-    ...     "dynmaic_pe_start_layer": 5, "dynmaic_pe_layer_ids": ""}, n_layers=8)
-    [5, 6, 7]
-    """
-    if not pe_config:
-        return []
-    mode = pe_config.get("dynamic_pe_mode")
-    if mode in (None, "", "none"):
-        return []
-    if mode not in SUPPORTED_PE_MODES:
-        raise CheckpointError(
-            f"unknown dynamic_pe_mode {mode!r} in pe_config; supported: {', '.join(SUPPORTED_PE_MODES)}"
-        )
-    explicit = _parse_layer_ids(_first_key(pe_config, "dynmaic_pe_layer_ids", "dynamic_pe_layer_ids"), n_layers)
-    if explicit:
-        return explicit
-    start = _first_key(pe_config, "dynmaic_pe_start_layer", "dynamic_pe_start_layer")
-    if start is None:
-        raise CheckpointError(
-            "pe_config enables RePo but gives neither dynmaic_pe_start_layer nor dynmaic_pe_layer_ids; "
-            "add one so the re-positioned layers are known"
-        )
-    start = int(start)
-    if not 0 <= start < n_layers:
-        raise CheckpointError(f"pe_config start layer {start} is outside the model's layers 0..{n_layers - 1}")
-    return list(range(start, n_layers))
+# the mechanism of every layer of a stock HF OLMo-2 / Llama checkpoint (and of a RePo one below its start layer)
+HF_BASE_MECHANISM = "rope"
 
 
 def _rope_settings(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
@@ -84,7 +28,16 @@ def _rope_settings(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None
 
 
 def model_config_from_hf(config: dict[str, Any]) -> ModelConfig:
-    """Translate an HF config dict (OLMo-2 or Llama, optionally with RePo's pe_config)."""
+    """Translate an HF config dict (OLMo-2 or Llama, optionally with RePo's pe_config, read as the
+    authors' code reads it: :func:`repo_lens.model.loaders.pe_config.read_pe_config`; its notes are
+    warned and kept in ``extra["pe_config_notes"]``).
+
+    >>> cfg = model_config_from_hf({"model_type": "olmo2", "num_hidden_layers": 4, "num_attention_heads": 4,
+    ...     "hidden_size": 64, "intermediate_size": 96, "vocab_size": 64,
+    ...     "pe_config": {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 3}})
+    >>> cfg.layer_mechanisms, cfg.extra
+    (['rope', 'rope', 'rope', 'nope'], {})
+    """
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise CheckpointError(
@@ -101,7 +54,9 @@ def model_config_from_hf(config: dict[str, Any]) -> ModelConfig:
         vocab_size = int(config["vocab_size"])
     except KeyError as missing:
         raise CheckpointError(f"config.json lacks {missing}; it is not a complete {model_type} config") from None
-    repo_layers = set(repo_layers_from_pe_config(config.get("pe_config"), n_layers))
+    layout = read_pe_config(config.get("pe_config"), n_layers, d_model, n_heads, HF_BASE_MECHANISM)
+    for note in layout.notes:
+        warnings.warn(note, stacklevel=3)
     theta, scaling = _rope_settings(config)
     return ModelConfig(
         family=model_type,
@@ -119,5 +74,16 @@ def model_config_from_hf(config: dict[str, Any]) -> ModelConfig:
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         attention_bias=bool(config.get("attention_bias", False)),
         mlp_bias=bool(config.get("mlp_bias", False)),
-        layer_mechanisms=["repo" if layer in repo_layers else "rope" for layer in range(n_layers)],
+        layer_mechanisms=layout.layer_mechanisms,
+        extra=_pe_extra(layout),
     )
+
+
+def _pe_extra(layout: PeLayout) -> dict[str, Any]:
+    """What ModelConfig.extra keeps of the pe_config reading (the loader and the load's meta use it)."""
+    extra: dict[str, Any] = {}
+    if layout.notes:
+        extra["pe_config_notes"] = list(layout.notes)
+    if layout.unread_weights:
+        extra["unread_weights"] = {name: list(shape) for name, shape in layout.unread_weights.items()}
+    return extra

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
-from repo_lens.atomic import atomic_write_bytes
+from repo_lens.atomic import atomic_write, atomic_write_bytes
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.transformer import LensModel
@@ -60,14 +59,7 @@ def save_checkpoint(
              for name, tensor in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:
         state.pop("unembed.weight", None)
-    handle, temp = tempfile.mkstemp(dir=directory, prefix=".model.", suffix=".tmp")
-    os.close(handle)
-    try:
-        save_file(state, temp, metadata={"format": "pt"})
-        os.replace(temp, directory / "model.safetensors")
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write(directory / "model.safetensors", lambda temp: save_file(state, str(temp), metadata={"format": "pt"}))
     config = {FORMAT_KEY: FORMAT_VERSION, "tokenizer": tokenizer, "model": model.cfg.to_dict(), "info": info or {}}
     atomic_write_bytes(directory / "config.json", json.dumps(config, indent=2).encode())
     return directory

@@ -18,7 +18,8 @@ _HF_RENAMES = [
     (re.compile(r"^model\.embed_tokens\."), "embed."),
     (re.compile(r"^model\.norm\."), "final_norm."),
     (re.compile(r"^lm_head\."), "unembed."),
-    (re.compile(r"^model\.layers\.(\d+)\.self_attn\.(gate_map|content_map|final_map)\."), r"blocks.\1.attn.positions.\2."),
+    (re.compile(r"^model\.layers\.(\d+)\.self_attn\.(gate_map|content_map|final_map|dynamic_map)\."),
+     r"blocks.\1.attn.positions.\2."),
     (re.compile(r"^model\.layers\.(\d+)\.self_attn\."), r"blocks.\1.attn."),
     (re.compile(r"^model\.layers\.(\d+)\."), r"blocks.\1."),
 ]
@@ -80,8 +81,12 @@ def load_weights_strict(
     tied = model.cfg.tie_word_embeddings
     renamed: dict[str, str] = {}
     surplus: list[str] = []
+    # weights the checkpoint's own model declares but never reads (ModelConfig.extra, from pe_config)
+    unread = model.cfg.extra.get("unread_weights", {})
+    unread_shapes = [f"{name}: checkpoint {tuple(tensors[name].shape)} vs declared {tuple(shape)}"
+                     for name, shape in unread.items() if name in tensors and tuple(tensors[name].shape) != tuple(shape)]
     for name in tensors:
-        if _IGNORED.search(name):
+        if _IGNORED.search(name) or name in unread:
             continue
         target = rename(name)
         if target in expected or (tied and target == "unembed.weight"):
@@ -99,8 +104,8 @@ def load_weights_strict(
         for target, param in expected.items()
         if target in renamed and tensors[renamed[target]].shape != param.shape
     ]
-    if shapes:
-        problems.append("shape mismatches: " + "; ".join(shapes))
+    if shapes or unread_shapes:
+        problems.append("shape mismatches: " + "; ".join(shapes + unread_shapes))
     if problems:
         raise CheckpointError(
             "checkpoint does not match its config, refusing to load it partially — "

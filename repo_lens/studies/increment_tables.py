@@ -27,7 +27,7 @@ from repo_lens.analysis import (
 )
 from repo_lens.analysis.entities import ENTITY_PAIRS, token_at_char
 from repo_lens.data import encode_with_offsets
-from repo_lens.studies import boundary_items, trace_increments
+from repo_lens.studies.items import boundary_items, trace_increments
 
 
 def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from repo_lens.reproduce.common import held_out_documents, save_study, stem
+from repo_lens.studies.reproductions.common import held_out_documents, save_study, stem
 
 # seeds/002's tables (shared model: whole-model δ; per-layer model: L0 for categories)
 POST_CATEGORIES = {
@@ -33,11 +33,11 @@ CATEGORY_ORDER = ["lowercase", "continuation", "cjk_lead", "digit", "space", "up
 
 
 def analyse(model: str, windows: int, sentences: int, progress: bool) -> dict:
-    import repo_lens
     from repo_lens.data.bilingual import held_out_chinese_sentences
-    from repo_lens.increment_study import boundary_table, category_table, entity_table
+    from repo_lens.loading import load
+    from repo_lens.studies.increment_tables import boundary_table, category_table, entity_table
 
-    lens = repo_lens.load(model, device="cpu")
+    lens = load(model, device="cpu")
     return {
         "layer_kinds": list(lens.model.cfg.layer_mechanisms),
         "categories": category_table(lens, held_out_documents(windows), progress=progress),
@@ -87,8 +87,8 @@ def figures_of(results: dict) -> dict:
     return figures
 
 
-def increment_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                    progress: bool = True) -> dict:
+def increment_findings_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
+                             progress: bool = True) -> dict:
     """seeds/002's tables on ``models`` (30 held-out documents per language, 250 Chinese paragraphs; quick: 8 and 100)."""
     windows, sentences = (8, 100) if quick else (30, 250)
     results = {model: analyse(model, windows, sentences, progress) for model in models}

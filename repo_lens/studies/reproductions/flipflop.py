@@ -7,7 +7,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import save_study
+from repo_lens.studies.reproductions.common import save_study
 
 PAPER_TABLE2 = {"RoPE, d 256, 4 layers x 4 heads": (1.8, 20.3), "CoPE, d 256, 4 x 4": (0.0, 4.9),
                 "RoPE, d 128, 4 x 4 (Table 7)": (0.1, 8.9), "CoPE, d 128, 4 x 4 (Table 7)": (0.2, 33.2)}
@@ -18,13 +18,13 @@ def flipflop_study(out: Path, models: list[str], quick: bool = False, figures: b
     """Errors at the training length (the task's own test sets) and at 2× and 4× that length, which
     puts the latest write further away than training ever did (our 128-token training length makes
     the same-length sparse test easy; the paper's sequences are 512 tokens)."""
-    import repo_lens
+    from repo_lens.loading import load
     from repo_lens.train.flipflop import FlipFlopTask
 
     count = 300 if quick else 1000  # at the training length (the cards' test sets); 400 at 2× and 4×
     results: dict[str, Any] = {}
     for model in tqdm(models, desc="flip-flop", disable=not progress):
-        lens = repo_lens.load(model, device="cpu")
+        lens = load(model, device="cpu")
         trained = int(lens.model.cfg.max_position_embeddings)
         rows = {}
         for factor in (1, 2, 4):

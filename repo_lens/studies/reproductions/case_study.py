@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from repo_lens.reproduce.common import save_study, stem
+from repo_lens.model.registry import learned_layers
+from repo_lens.studies.reproductions.common import save_study, stem
 
 EXAMPLES = (("What is the capital of France?", "Paris"), ("How many legs does a spider have?", "Eight"),
             ("Which planet is closest to the sun?", "Mercury"))
@@ -42,18 +43,20 @@ def segment_labels(prompt, n_tokens: int) -> np.ndarray:
     return labels
 
 
-def case_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-               progress: bool = True) -> dict[str, Any]:
-    import repo_lens
+def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
+                  progress: bool = True) -> dict[str, Any]:
+    """App. D Fig. 8: η² of the learned heads' positions by prompt segment vs random segmentations,
+    negative share, outliers."""
     from repo_lens.analysis import byte_categories
-    from repo_lens.plots import iqr_outliers
     from repo_lens.data import fewshot_prompt
+    from repo_lens.loading import load
+    from repo_lens.plots import iqr_outliers
 
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
     plots = {}
     for model in models:
-        lens = repo_lens.load(model, device="cpu")
+        lens = load(model, device="cpu")
         prompt = fewshot_prompt(lens.tokenizer, EXAMPLES, QUERY[0], QUERY[1],
                                 instruction="Answer each question with one word.", input_prefix="Q: ",
                                 output_prefix="A:")
@@ -64,9 +67,7 @@ def case_study(out: Path, models: list[str], quick: bool = False, figures: bool 
         categories = byte_categories(trace.token_ids)
         boundary_bytes = np.isin(categories, ("space", "punctuation", "newline"))
         heads = []
-        for layer, kind in enumerate(kinds):
-            if kind in ("rope", "nope"):
-                continue
+        for layer in learned_layers(kinds):
             for head in range(trace.n_heads):
                 z = trace.positions[layer, head].astype(np.float64)
                 eta = correlation_ratio(z[inside], labels[inside])

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repo_lens.reproduce import STUDIES, reproduce
-from repo_lens.reproduce.case_study import correlation_ratio
-from repo_lens.reproduce.reversal import mirror_ratios
+from repo_lens.studies.reproductions import STUDIES, reproduce
+from repo_lens.studies.reproductions.case_study import correlation_ratio
+from repo_lens.studies.reproductions.reversal import mirror_ratios
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_mirror_ratio_hand_cases():

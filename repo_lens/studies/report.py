@@ -1,6 +1,10 @@
-"""Plain-text summaries of a trace for the terminal."""
+"""Tables of a study: per-layer position summaries for the terminal, result records as CSV."""
 
 from __future__ import annotations
+
+import csv
+import io
+from typing import Any
 
 import numpy as np
 
@@ -37,3 +41,34 @@ def layer_summary(trace: Trace, per_head: bool = False) -> str:
             f"{ranges[layer].min():>10.3f} {ranges[layer].mean():>11.3f} {ranges[layer].max():>10.3f}"
         )
     return "\n".join(lines)
+
+
+def records_to_csv(records: list[dict[str, Any]]) -> str:
+    """Scalar fields as columns (nested dicts flattened with '.'); lists and arrays stay in the JSON.
+
+    >>> print(records_to_csv([{"item": "a", "mass": {"needle": 0.5}, "by_layer": [1, 2]}, {"item": "b", "n": 3}]))
+    item,mass.needle,n
+    a,0.5,
+    b,,3
+    <BLANKLINE>
+    """
+    rows = [_flatten(record) for record in records]
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(key for key in row if key not in columns)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        elif isinstance(value, (str, int, float, bool)) or value is None:
+            flat[name] = value
+    return flat

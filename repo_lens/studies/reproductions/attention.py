@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import save_study
+from repo_lens.studies.reproductions.common import save_study
 
 PAPER_TABLE4 = {"Linear (RoPE)": {"needle": 1.754, "query": 1.123, "rest": 0.014},
                 "Constant (NoPE)": {"needle": 1.572, "query": 1.135, "rest": 0.014},
@@ -25,15 +25,15 @@ SPANS = ("needle", "query", "rest")
 
 def attention_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
                     progress: bool = True) -> dict[str, Any]:
-    import repo_lens
     from repo_lens.analysis import attention_mass
     from repo_lens.data import niah_single
+    from repo_lens.loading import load
 
     depths = (0.0, 0.5, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0)
     seeds = (0,) if quick else (0, 1, 2)
     results: dict[str, Any] = {}
     for model in models:
-        lens = repo_lens.load(model, device="cpu")
+        lens = load(model, device="cpu")
         cells = []
         for depth in tqdm(depths, desc=f"NIAH mass {model}", disable=not progress):
             for seed in seeds:

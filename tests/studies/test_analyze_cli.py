@@ -11,14 +11,7 @@ from repo_lens.cli import main
 from repo_lens.errors import InputError
 from repo_lens.model.loaders import save_checkpoint
 from repo_lens.model.tiny import tiny_model
-from repo_lens.runs import run_items
-
-
-@pytest.fixture(scope="module")
-def byte_model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny_bytes")
-    save_checkpoint(tiny_model("repo", seed=2), directory, info={"name": "tiny"})
-    return directory
+from repo_lens.studies.runs import run_items
 
 
 def test_niah_sweep_writes_json_csv_and_resumes(byte_model_dir, tmp_path, capsys):
@@ -33,6 +26,14 @@ def test_niah_sweep_writes_json_csv_and_resumes(byte_model_dir, tmp_path, capsys
         assert record["n_tokens"] <= record["length"]
         # per-token mass times span length, summed over spans, is at most the whole row
         assert sum(record["total"].values()) <= 1.0 + 1e-6
+        # ... and with the mass the answer rows put on themselves it is the whole row
+        assert sum(record["total"].values()) + record["self_mass"] == pytest.approx(1.0, abs=1e-5)
+        for name, total in record["total"].items():
+            assert total == pytest.approx(record["per_token"][name] * record["span_lengths"][name])
+        # bytes: the answer's digits are the last tokens, one each, and the needle is the same digits
+        start, end = record["query_rows"]
+        assert end == record["n_tokens"] and end - start == len(record["answer"]) == record["span_lengths"]["needle"]
+        assert "token_accuracy" not in record  # only when asked for (analyses/smollm2_niah.py)
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 4 and float(rows[0]["per_token.needle"]) == pytest.approx(records[0]["per_token"]["needle"])
     summary = json.loads((out / "summary.json").read_text())

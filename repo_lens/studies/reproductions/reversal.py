@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.reproduce.common import save_study, stem
+from repo_lens.studies.reproductions.common import save_study, stem
 
 
 
@@ -35,7 +35,7 @@ def mirror_ratios(positions: np.ndarray, input_start: int, output_start: int, le
 
 def reversal_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
                    progress: bool = True) -> dict[str, Any]:
-    import repo_lens
+    from repo_lens.loading import load
     from repo_lens.train.tasks import REVERSAL_PROMPT, ReversalTask
 
     task = ReversalTask(batch_size=1)
@@ -44,7 +44,7 @@ def reversal_study(out: Path, models: list[str], quick: bool = False, figures: b
     results: dict[str, Any] = {}
     plots = {}
     for model in models:
-        lens = repo_lens.load(model, device="cpu")
+        lens = load(model, device="cpu")
         ratios = []
         for length in tqdm(lengths, desc=f"mirror {model}", disable=not progress):
             rng = random.Random(f"mirror-{length}")

@@ -1,7 +1,8 @@
 """The analyses ``repo-lens analyze`` runs over a model and a prompt set, item by item.
 
-Each study turns (lens, settings) into resumable items (see :mod:`repo_lens.runs`) and, where a
-result needs every item (pooled AUC), a summary.
+Each study turns (lens, settings) into resumable items (see :mod:`repo_lens.studies.runs`) and,
+where a result needs every item (pooled AUC), a summary. ``analyses/smollm2_niah.py`` runs the
+same NIAH items.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from repo_lens.analysis import (
     attention_mass,
@@ -20,32 +22,63 @@ from repo_lens.analysis import (
     position_increments,
     range_stats,
 )
-from repo_lens.data import encode_with_offsets, niah_single
-from repo_lens.runs import Item
+from repo_lens.data import Prompt, encode_with_offsets, niah_single
+from repo_lens.model.registry import learned_layers
+from repo_lens.studies.runs import Item
+
+
+def niah_record(lens, length: int, depth: float, seed: int, beyond_context: bool = False,
+                accuracy: bool = False) -> dict[str, Any]:
+    """Attention mass per token on needle / query / rest (RePo Table 4) for one RULER niah_single prompt.
+
+    The query rows are the appended answer tokens; ``needle`` is the needle's value (the tokens
+    of the golden answer), ``query`` the question plus the answer prefix, ``rest`` every other key
+    before the answer. ``beyond_context`` measures prompts longer than the model's training
+    context (length extrapolation); ``accuracy`` adds :func:`answer_accuracy` (one more forward).
+    """
+    prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
+    spans = {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]}
+    mass = attention_mass(lens, prompt.ids, spans, prompt.query, allow_beyond_context=beyond_context)
+    record: dict[str, Any] = {
+        "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
+        "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],
+        "answer": prompt.answer, "query_rows": list(prompt.query),
+        "per_token": {name: float(value) for name, value in mass.per_token.items()},
+        "total": {name: mass.total(name) for name in mass.per_token},
+        "span_lengths": {name: int(mass.span_lengths[name]) for name in mass.per_token},
+        "self_mass": float(mass.self_mass.mean()),
+        "per_token_by_layer": {name: mass.by_layer_head[name].mean(axis=1) for name in mass.per_token},
+    }
+    if accuracy:
+        record.update(answer_accuracy(lens, prompt))
+    return record
+
+
+def answer_accuracy(lens, prompt: Prompt) -> dict[str, float]:
+    """Teacher-forced: the share of answer tokens the model's argmax predicts, and whether it gets all.
+
+    >>> import numpy as np, torch
+    >>> from types import SimpleNamespace
+    >>> class Echo(torch.nn.Module):  # predicts token t + 1 as the token at t (a copy of the input)
+    ...     def forward(self, ids):
+    ...         return torch.nn.functional.one_hot(ids, 10).float()
+    >>> lens = SimpleNamespace(model=Echo(), device=torch.device("cpu"))
+    >>> answer_accuracy(lens, SimpleNamespace(ids=np.array([1, 2, 2, 3]), query=(2, 4)))
+    {'token_accuracy': 0.5, 'exact': 0.0}
+    """
+    ids = torch.as_tensor(np.asarray(prompt.ids), device=lens.device).unsqueeze(0)
+    start, end = prompt.query
+    with torch.inference_mode():
+        logits = lens.model(ids)[0, start - 1:end - 1]
+    hits = (logits.argmax(-1).cpu() == torch.as_tensor(np.asarray(prompt.ids[start:end]))).numpy()
+    return {"token_accuracy": float(hits.mean()), "exact": float(hits.all())}
 
 
 def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int],
-               beyond_context: bool = False) -> list[Item]:
-    """Attention mass per token on needle / query / rest (RePo Table 4) over lengths × depths × seeds.
-
-    The query rows are the appended answer tokens; ``needle`` is the needle's value (the tokens
-    of the golden answer), ``query`` the question plus the answer prefix. ``beyond_context``
-    measures prompts longer than the model's training context (length extrapolation).
-    """
-
-    def compute(length: int, depth: float, seed: int) -> dict[str, Any]:
-        prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
-        spans = {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]}
-        mass = attention_mass(lens, prompt.ids, spans, prompt.query, allow_beyond_context=beyond_context)
-        return {
-            "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
-            "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],
-            "per_token": {name: float(value) for name, value in mass.per_token.items()},
-            "total": {name: mass.total(name) for name in mass.per_token},
-            "per_token_by_layer": {name: mass.by_layer_head[name].mean(axis=1) for name in mass.per_token},
-        }
-
-    return [(f"niah_len={length}_depth={depth}_seed={seed}", (lambda l=length, d=depth, s=seed: compute(l, d, s)))
+               beyond_context: bool = False, accuracy: bool = False) -> list[Item]:
+    """:func:`niah_record` over lengths × depths × seeds, one resumable item each."""
+    return [(f"niah_len={length}_depth={depth}_seed={seed}",
+             (lambda l=length, d=depth, s=seed: niah_record(lens, l, d, s, beyond_context, accuracy)))
             for length in lengths for depth in depths for seed in seeds]
 
 
@@ -64,9 +97,9 @@ def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2) ->
             fractions = pattern_fractions(chunk_patterns(trace.positions, chunk, eps))
             record["pattern_labels"] = list(fractions.labels)
             record["pattern_by_layer"] = fractions.per_layer
-            repo_layers = [i for i, kind in enumerate(trace.layer_kinds) if kind not in ("rope", "nope")]
-            if repo_layers:
-                shares = fractions.per_layer[repo_layers].mean(axis=0)
+            learned = learned_layers(trace.layer_kinds)
+            if learned:
+                shares = fractions.per_layer[learned].mean(axis=0)
                 record["learned_layers"] = dict(zip(fractions.labels, map(float, shares)))
         return record
 

@@ -21,6 +21,8 @@ from repo_lens.errors import InputError
 
 @dataclass(frozen=True)
 class Study:
+    """A reproduced result: its name, its source, where its function lives, the models it runs on by default."""
+
     name: str
     source: str
     module: str
@@ -30,7 +32,7 @@ class Study:
     def load(self) -> Callable[..., dict[str, Any]]:
         import importlib
 
-        return getattr(importlib.import_module(f"repo_lens.reproduce.{self.module}"), self.function)
+        return getattr(importlib.import_module(f"repo_lens.studies.reproductions.{self.module}"), self.function)
 
 
 STUDIES: dict[str, Study] = {study.name: study for study in (
@@ -43,10 +45,10 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
            "zoo:bytes-fox", "zoo:bytes-cope")),
     Study("reversal_mirror", "RePo App. C Fig. 6: mirror effect", "reversal", "reversal_study",
           ("zoo:reversal-repo", "zoo:reversal-rope", "zoo:reversal-nope")),
-    Study("case_study", "RePo App. D Fig. 8: case-study positions", "case_study", "case_study",
+    Study("case_study", "RePo App. D Fig. 8: case-study positions", "case_study", "fewshot_study",
           ("zoo:bytes-repo", "zoo:bytes-lpi-layer")),
-    Study("increment_findings", "seeds/002: increments by category, word boundaries, entities", "increments",
-          "increment_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
+    Study("increment_findings", "seeds/002: increments by category, word boundaries, entities",
+          "increment_findings", "increment_findings_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
     Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",
           ("zoo:flipflop-rope", "zoo:flipflop-cope")),
 )}

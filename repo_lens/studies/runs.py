@@ -1,9 +1,7 @@
-"""Resumable batch runs: one JSON file per finished item, then results.json + results.csv."""
+"""Resumable batch runs: one JSON file per finished item, then results.json + results.csv (+ summary.json)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -13,6 +11,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from repo_lens.atomic import atomic_write_bytes
+from repo_lens.errors import InputError
+from repo_lens.studies.report import records_to_csv
 
 Item = tuple[str, Callable[[], dict[str, Any]]]
 
@@ -42,8 +42,6 @@ def run_items(out_dir: str | Path, items: Sequence[Item], settings: dict[str, An
     if run_file.exists() and finished:
         previous = json.loads(run_file.read_text())
         if previous != json.loads(json.dumps(settings)):
-            from repo_lens.errors import InputError
-
             raise InputError(
                 f"{out} holds a run with other settings ({previous}); use another --out directory or delete it"
             )
@@ -65,28 +63,17 @@ def run_items(out_dir: str | Path, items: Sequence[Item], settings: dict[str, An
     return records
 
 
-def records_to_csv(records: list[dict[str, Any]]) -> str:
-    """Scalar fields as columns (nested dicts flattened with '.'); lists and arrays stay in the JSON."""
-    rows = [_flatten(record) for record in records]
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(key for key in row if key not in columns)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+def write_summary(out_dir: str | Path, summary: dict[str, Any]) -> Path:
+    """Write a run's pooled result to ``out_dir/summary.json`` (atomically); returns the path.
 
-
-def _flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in record.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
-        elif isinstance(value, (str, int, float, bool)) or value is None:
-            flat[name] = value
-    return flat
+    >>> import tempfile
+    >>> import json, tempfile
+    >>> json.loads(write_summary(tempfile.mkdtemp(), {"mean": 0.5}).read_text())
+    {'mean': 0.5}
+    """
+    path = Path(out_dir) / "summary.json"
+    atomic_write_bytes(path, json.dumps(summary, indent=2, default=_plain).encode())
+    return path
 
 
 def _plain(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""seeds/002's tables through repo_lens.increment_study, against direct computations on traces."""
+"""seeds/002's tables through repo_lens.studies.increment_tables, against direct computations on traces."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from repo_lens.analysis import byte_categories
-from repo_lens.increment_study import boundary_table, category_table, entity_table, trace_increments
 from repo_lens.lens import Lens
 from repo_lens.model import LensModel, ModelConfig
 from repo_lens.model.byte_tokenizer import ByteTokenizer
+from repo_lens.studies.increment_tables import boundary_table, category_table, entity_table
+from repo_lens.studies.items import trace_increments
 
 
 def byte_lens(kind: str, seed: int = 0) -> Lens:

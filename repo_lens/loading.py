@@ -1,0 +1,45 @@
+"""The one ``load()``: a zoo name, a checkpoint directory or a GGUF file becomes a :class:`Lens`.
+
+Sources are resolved here (``zoo:NAME`` through :mod:`repo_lens.zoo`), loaded by the loaders in
+:mod:`repo_lens.model.loaders` (which return a plain model + tokenizer + meta) and wrapped in a
+``Lens``. ``repo_lens.load`` is this function.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from repo_lens.errors import InputError
+from repo_lens.lens import Lens
+from repo_lens.model.loaders import load_checkpoint
+from repo_lens.model.loaders.device_map import load_dispatched
+from repo_lens.zoo import resolve_source
+
+
+def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, device_map: Any = None,
+         max_memory: dict | None = None) -> Lens:
+    """Load ``source`` into a :class:`Lens`: ``"zoo:NAME"`` (a shipped or installed zoo model), a
+    checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens' own
+    format) or a Llama-family ``.gguf`` file.
+
+    ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32. ``device_map`` ("auto",
+    "balanced", or a dict) spreads a big model over several GPUs with accelerate, whole blocks per
+    device, within ``max_memory`` (docs/big_checkpoints.md).
+
+    Example:
+        >>> lens = load("zoo:bytes-repo", device="cpu")
+        >>> lens.meta["name"], lens.trace("hi").positions.shape
+        ('bytes-repo', (6, 4, 2))
+        >>> load("zoo:no-such-model")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        repo_lens.errors.InputError: unknown zoo model 'no-such-model'; available: bytes-cope, ...
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise InputError(f"source must be 'zoo:NAME' or a path (str or os.PathLike), not {type(source).__name__}")
+    path = resolve_source(source)
+    if device_map is not None:
+        loaded = load_dispatched(path, device_map=device_map, dtype=dtype, max_memory=max_memory)
+    else:
+        loaded = load_checkpoint(path, device=device, dtype=dtype)
+    return Lens(loaded.model, loaded.tokenizer, loaded.meta)

@@ -1,0 +1,239 @@
+"""The position-mechanism registry: what each kind is, and everything the rest of the toolkit may ask of it.
+
+Code outside ``repo_lens.model`` never names a mechanism kind; it asks this registry (is a layer's
+position learned, how does it bias attention, how is ``positions`` derived for display, which
+settings does a trace record, which colour slot does it take in figures). Adding a mechanism means:
+its module (an ``nn.Module`` with ``kind`` and ``role``), one entry in ``mechanisms.json`` beside
+this file (the fields of :class:`MechanismTraits` but ``kind``, which is the entry's key), and its
+tests; :func:`register` adds one at run time.
+
+The table is plain data, so traces, figures and the app can ask it without importing torch; a
+mechanism's module is imported when a layer of that kind is first built (:func:`mechanism_class`).
+
+Example:
+    >>> from repo_lens.model.registry import is_learned, learned_layers, mechanism_traits
+    >>> is_learned("rope"), is_learned("repo")
+    (False, True)
+    >>> learned_layers(["rope", "rope", "repo"])
+    [2]
+    >>> mechanism_traits("repo").role
+    'rotary'
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from repo_lens.errors import CheckpointError
+from repo_lens.model.config import ModelConfig, repo_start_layer
+
+if TYPE_CHECKING:
+    from torch import nn
+
+Role = Literal["rotary", "additive", "contextual"]
+ROLES: tuple[str, ...] = ("rotary", "additive", "contextual")
+BUILTINS_FILE = Path(__file__).with_name("mechanisms.json")  # the built-in mechanisms' traits, one entry each
+
+
+@dataclass(frozen=True)
+class MechanismTraits:
+    """What a position mechanism is.
+
+    kind: the name used in configs, traces (``layer_kinds``) and the CLI.
+    role: "rotary" (rotates q and k at ``positions``; the logits are q·k/√d of the rotated q and k),
+        "additive" (adds ``key_position − query_position`` to the logits, e.g. FoX), or
+        "contextual" (the bias depends on every query-key pair, e.g. CoPE). The module's ``role``.
+    learned: False for fixed positions (e.g. RoPE's index, NoPE's constant); True when positions
+        come from the model's weights.
+    bias: one line on how the mechanism changes the attention logits.
+    positions: one line on what ``Trace.positions`` holds for a layer of this kind.
+    label: the human-readable name shown in figures and the app.
+    module: dotted path of the ``nn.Module`` class, e.g. ``"repo_lens.model.positions.RepoPositions"``.
+    increments: what the module publishes through ``hook_delta`` (and a trace stores in
+        ``extras["increments"]``); None when it publishes none.
+    settings: trace-meta key -> ``ModelConfig`` attribute, for the settings a trace records in
+        ``meta["mechanism"]`` when a layer of this kind is present.
+    upper_layers_only: the source keeps RoPE below layer ⌈L/3⌉ (RePo §3.2) instead of replacing the
+        position encoding of every layer.
+    """
+
+    kind: str
+    role: Role
+    learned: bool
+    bias: str
+    positions: str
+    label: str
+    module: str
+    increments: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+    upper_layers_only: bool = False
+
+    @property
+    def biases_logits(self) -> bool:
+        """Whether the logits are more than q·k/√d of the hooked (rotated) q and k."""
+        return self.role != "rotary"
+
+
+_REGISTRY: dict[str, MechanismTraits] = {}
+_CLASSES: dict[str, type] = {}
+
+ROPE_KIND = "rope"  # integer positions: the kind of every layer of a plain RoPE model
+NOPE_KIND = "nope"  # a constant position: the kind of RoPE-free layers
+DEFAULT_KIND = "repo"  # the toolkit's first citizen, RePo: the default of training and the CLI
+
+
+def register(traits: MechanismTraits) -> MechanismTraits:
+    """Add (or replace) a mechanism's traits; returns them.
+
+    >>> register(mechanism_traits("rope")).label
+    'RoPE'
+    """
+    if traits.role not in ROLES:
+        raise ValueError(f"mechanism {traits.kind!r}: role {traits.role!r} is not one of {ROLES}")
+    _REGISTRY[traits.kind] = traits
+    _CLASSES.pop(traits.kind, None)
+    return traits
+
+
+def _register_builtins() -> None:
+    table = json.loads(BUILTINS_FILE.read_text(encoding="utf-8"))
+    for kind, entry in table.items():
+        register(MechanismTraits(kind=kind, **entry))
+
+
+_register_builtins()
+
+
+def _unknown(kind: str) -> CheckpointError:
+    return CheckpointError(f"unknown position mechanism {kind!r}; supported: {', '.join(_REGISTRY)}")
+
+
+def mechanism_kinds() -> list[str]:
+    """Every registered kind, in registration order.
+
+    >>> mechanism_kinds()[:3]
+    ['rope', 'nope', 'repo']
+    """
+    return list(_REGISTRY)
+
+
+def mechanism_traits(kind: str) -> MechanismTraits:
+    """The traits of ``kind``; unknown kinds raise ``KeyError`` naming the supported ones.
+
+    >>> mechanism_traits("nope").learned
+    False
+    """
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise KeyError(str(_unknown(kind))) from None
+
+
+def is_learned(kind: str) -> bool:
+    """Whether a layer of this kind learns its positions (unknown kinds, e.g. from a foreign trace, count as learned).
+
+    >>> is_learned("nope"), is_learned("fox")
+    (False, True)
+    """
+    traits = _REGISTRY.get(kind)
+    return True if traits is None else traits.learned
+
+
+def learned_layers(kinds: Iterable[str]) -> list[int]:
+    """Indices of the layers whose positions are learned.
+
+    >>> learned_layers(["rope", "nope", "fox"])
+    [2]
+    """
+    return [layer for layer, kind in enumerate(kinds) if is_learned(kind)]
+
+
+def kind_index(kind: str) -> int:
+    """A stable slot for ``kind`` (registration order; unknown kinds after all known ones).
+
+    >>> kind_index("rope"), kind_index("no-such-kind") == len(mechanism_kinds())
+    (0, True)
+    """
+    kinds = mechanism_kinds()
+    return kinds.index(kind) if kind in kinds else len(kinds)
+
+
+def default_layer_kinds(kind: str, n_layers: int, first_layer: int | None = None) -> list[str]:
+    """Per-layer kinds of a model built around ``kind``: mechanisms whose source keeps RoPE in the lower
+    layers start at ``first_layer`` (default ⌈L/3⌉); every other kind takes every layer.
+
+    >>> default_layer_kinds("repo", 4), default_layer_kinds("fox", 2)
+    (['rope', 'rope', 'repo', 'repo'], ['fox', 'fox'])
+    """
+    if kind not in _REGISTRY:
+        raise _unknown(kind)
+    if not _REGISTRY[kind].upper_layers_only:
+        return [kind] * n_layers
+    start = repo_start_layer(n_layers) if first_layer is None else first_layer
+    return [ROPE_KIND if layer < start else kind for layer in range(n_layers)]
+
+
+def recorded_settings(cfg: ModelConfig) -> dict[str, object]:
+    """The settings of the mechanisms ``cfg``'s layers use, as a trace records them (``traits.settings``).
+
+    >>> cfg = ModelConfig(family="olmo2", vocab_size=8, d_model=32, n_layers=2, n_heads=4, d_mlp=8,
+    ...                   layer_mechanisms=["rope", "repo"])
+    >>> recorded_settings(cfg)
+    {'repo_dim': 4}
+    """
+    settings: dict[str, object] = {}
+    for kind in dict.fromkeys(cfg.layer_mechanisms):
+        for key, attribute in mechanism_traits(kind).settings.items():
+            settings[key] = getattr(cfg, attribute)
+    return settings
+
+
+def mechanism_class(kind: str) -> type[nn.Module]:
+    """The ``nn.Module`` class of ``kind`` (imported on first use); unknown kinds raise CheckpointError.
+
+    >>> mechanism_class("rope").__name__
+    'IntegerPositions'
+    """
+    if kind not in _REGISTRY:
+        raise _unknown(kind)
+    if kind not in _CLASSES:
+        module_name, class_name = _REGISTRY[kind].module.rsplit(".", 1)
+        _CLASSES[kind] = getattr(importlib.import_module(module_name), class_name)
+    return _CLASSES[kind]
+
+
+def build_position_mechanism(kind: str, cfg: ModelConfig) -> nn.Module:
+    """A layer's position mechanism, built from ``cfg``.
+
+    >>> cfg = ModelConfig(family="olmo2", vocab_size=8, d_model=32, n_layers=1, n_heads=4, d_mlp=8,
+    ...                   layer_mechanisms=["fox"])
+    >>> build_position_mechanism("fox", cfg).role
+    'additive'
+    """
+    return mechanism_class(kind)(cfg)
+
+
+class _MechanismClasses(Mapping):
+    """kind -> nn.Module class, a live view of the registry (a class is imported when first looked up)."""
+
+    def __getitem__(self, kind: str) -> type:
+        if kind not in _REGISTRY:
+            raise KeyError(kind)
+        return mechanism_class(kind)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in _REGISTRY
+
+
+POSITION_MECHANISMS: Mapping[str, type] = _MechanismClasses()

@@ -1,0 +1,88 @@
+"""Static export with no usable Chromium answers with ExportError in seconds, never a hang."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXPORT_SCRIPT = textwrap.dedent("""
+    import sys, time
+    import plotly.graph_objects as go
+    from repo_lens.plots import ExportError, export, figure_bytes
+    target = sys.argv[1]
+    started = time.monotonic()
+    for call in (lambda: figure_bytes(go.Figure(go.Bar(y=[1, 2])), "png"),
+                 lambda: export(go.Figure(go.Bar(y=[1, 2])), target)):
+        try:
+            call()
+        except ExportError as error:
+            print("ExportError:", error)
+        else:
+            print("no error")
+    print(f"seconds {time.monotonic() - started:.2f}")
+""")
+
+
+def run_export(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    target = tmp_path / "figure.pdf"
+    target.write_bytes(b"earlier figure")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(target)], capture_output=True, text=True,
+                            timeout=60, cwd=REPO, env={**os.environ, **env})
+    return result, time.monotonic() - started
+
+
+def test_no_browser_at_all_is_an_export_error_within_five_seconds(tmp_path):
+    result, _ = run_export(tmp_path, BROWSER_PATH=str(tmp_path / "no-chromium-here"), PATH=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["ExportError", "ExportError"], result.stdout
+    assert all("make browser" in line and "no-chromium-here" in line for line in lines[:2])
+    assert float(lines[-1].split()[1]) < 5.0  # both calls together, interpreter start not counted
+    assert (tmp_path / "figure.pdf").read_bytes() == b"earlier figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.pdf"]
+
+
+def test_a_browser_that_dies_at_start_is_an_export_error_within_seconds(tmp_path):
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    result, _ = run_export(tmp_path, BROWSER_PATH=str(fake))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ExportError") and "make browser" in lines[0], result.stdout
+    assert float(lines[-1].split()[1]) < 15.0  # the browser start is retried once per call
+    assert (tmp_path / "figure.pdf").read_bytes() == b"earlier figure"
+
+
+def test_a_render_that_never_returns_is_cut_off_by_the_timeout(monkeypatch):
+    import plotly.graph_objects as go
+
+    export_module = importlib.import_module("repo_lens.plots.export")  # the package re-exports a function `export`
+
+    monkeypatch.setattr(export_module, "start_export_server", lambda: None)
+    monkeypatch.setattr(export_module, "_server_alive", lambda: True)
+    monkeypatch.setattr(export_module, "EXPORT_TIMEOUT_S", 0.5)
+    import kaleido
+
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda *a, **k: time.sleep(30))
+    started = time.monotonic()
+    with pytest.raises(export_module.ExportError, match="REPO_LENS_EXPORT_TIMEOUT"):
+        export_module.figure_bytes(go.Figure(go.Bar(y=[1])), "svg")
+    assert time.monotonic() - started < 2.0
+
+
+def test_export_unavailable_names_the_remedy(monkeypatch, tmp_path):
+    export_module = importlib.import_module("repo_lens.plots.export")  # the package re-exports a function `export`
+
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "missing"))
+    assert export_module.find_browser() is None
+    assert "make browser" in export_module.export_unavailable()

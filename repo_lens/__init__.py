@@ -13,14 +13,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from repo_lens.errors import CheckpointError, InputError, RepoLensError, TraceFileError
+from repo_lens.errors import (CheckpointError, InputError, MemoryLimitError, RepoLensError, RunInUseError,
+                              TraceFileError, WriteError)
 
 if TYPE_CHECKING:
     from repo_lens.lens import Lens
     from repo_lens.loading import load
     from repo_lens.trace import Trace
 
-__all__ = ["CheckpointError", "InputError", "Lens", "RepoLensError", "Trace", "TraceFileError", "load"]
+__all__ = ["CheckpointError", "InputError", "Lens", "MemoryLimitError", "RepoLensError", "RunInUseError", "Trace",
+           "TraceFileError", "WriteError", "load"]
 __version__ = "0.1.0"
 # torch and transformers load only when a model or trace is used, so the numpy-only analyzers import fast
 # (the TYPE_CHECKING imports above name the same modules, for type checkers and tests/test_architecture.py)

@@ -1,11 +1,118 @@
-"""Capture the positions every layer uses, through hook_pos, in one forward pass."""
+"""Capture the positions every layer uses, through hook_pos, in one forward pass; and the lock that
+makes one model safe to use from several threads (hooks are state of the model, shared by every call)."""
 
 from __future__ import annotations
+
+import threading
+import types
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
 
+from repo_lens.errors import MemoryLimitError
 from repo_lens.model.transformer import LensModel
+
+_LOCKS: weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def forward_lock(model: torch.nn.Module) -> threading.RLock:
+    """The one re-entrant lock of ``model``: hold it around any forward pass that attaches hooks.
+
+    Example:
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> model = tiny_model("rope")
+        >>> forward_lock(model) is forward_lock(model)
+        True
+    """
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
+
+
+def _locked_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+    with forward_lock(self):
+        return type(self).forward(self, *args, **kwargs)
+
+
+def _locked_run_with_hooks(self: Any, *args: Any, **kwargs: Any) -> Any:
+    with forward_lock(self):
+        return type(self).run_with_hooks(self, *args, **kwargs)
+
+
+def _locked_run_with_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
+    with forward_lock(self):
+        return type(self).run_with_cache(self, *args, **kwargs)
+
+
+@contextmanager
+def _locked_hooks(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+    with forward_lock(self), type(self).hooks(self, *args, **kwargs) as attached:
+        yield attached
+
+
+_GUARDED = {"forward": _locked_forward, "hooks": _locked_hooks, "run_with_hooks": _locked_run_with_hooks,
+            "run_with_cache": _locked_run_with_cache}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for a failed allocation: torch's OutOfMemoryError, MemoryError, or the CPU allocator's RuntimeError."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def forward_bytes(model: LensModel, n_tokens: int) -> int:
+    """About the peak activation bytes of one forward pass over ``n_tokens`` tokens (one layer's
+    attention scores and softmax in fp32, its MLP and residual tensors in the model's dtype).
+
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> forward_bytes(tiny_model("rope"), 1000) > 0
+    True
+    """
+    cfg = model.cfg
+    itemsize = next(model.parameters()).element_size()
+    scores = 2 * int(cfg.n_heads) * n_tokens * n_tokens * 4
+    return scores + n_tokens * (3 * int(cfg.d_mlp) + 8 * int(cfg.d_model)) * itemsize
+
+
+def memory_limit_error(model: LensModel, what: str, n_tokens: int, remedies: str) -> MemoryLimitError:
+    """The project's error for a forward pass over ``n_tokens`` tokens that ran out of memory; frees CUDA's cache."""
+    parameter = next(model.parameters())
+    if parameter.device.type == "cuda":
+        torch.cuda.empty_cache()
+    dtype = str(parameter.dtype).replace("torch.", "")
+    need = forward_bytes(model, n_tokens) / 2**30
+    return MemoryLimitError(
+        f"{what} of {n_tokens} tokens ran out of memory on {parameter.device} ({dtype}); one forward pass needs "
+        f"about {need:.2f} GiB of activations besides the weights (attention grows with the square of the length). "
+        f"Remedies: {remedies}; or load the model on another device (device='cuda') or in a smaller dtype "
+        "(dtype='bfloat16')"
+    )
+
+
+def guard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """Make ``model``'s forward, ``hooks``, ``run_with_hooks`` and ``run_with_cache`` hold
+    :func:`forward_lock` (idempotent): a forward in one thread then never fires another thread's hooks.
+
+    Example:
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> model = guard_model(tiny_model("rope"))
+        >>> _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
+        >>> tuple(cache["blocks.0.attn.hook_pos"].shape)
+        (1, 2, 3)
+    """
+    for name, locked in _GUARDED.items():
+        if hasattr(type(model), name) and name not in vars(model):
+            object.__setattr__(model, name, types.MethodType(locked, model))
+    return model
 
 
 class _AllPositionsCaptured(Exception):
@@ -25,20 +132,56 @@ def increment_hook_names(model: LensModel) -> dict[int, str]:
 @torch.inference_mode()
 def capture_positions(model: LensModel, input_ids: torch.Tensor,
                       increments: dict[int, np.ndarray] | None = None) -> np.ndarray:
-    """positions (n_layers, n_heads, T) float32 for a single sequence ``input_ids`` [1, T].
+    """positions (n_layers, n_heads, T) float32 for a single sequence ``input_ids`` [1, T]
+    (:func:`capture_batch` of one).
 
-    Only the hook_pos (and, when ``increments`` is a dict, hook_delta) points get hooks; each
-    stores a detached fp32 copy of its [head, pos] slice; ``increments`` is filled with
-    layer -> (n_heads, T). The forward stops once the last layer's positions are known: its
-    attention output, MLP and the logits are not needed.
+    Only the hook_pos, hook_delta and hook_query_delta points get hooks; each stores a detached fp32
+    copy; ``increments``, when a dict, is filled with layer -> (n_heads, T). The forward stops once
+    the last layer's positions are known: its attention output, MLP and the logits are not needed.
     """
+    [(positions, deltas)] = capture_batch(model, input_ids, [int(input_ids.shape[1])])
+    if increments is not None:
+        increments.update(deltas)
+    return positions
+
+
+def query_increment_hook_names(model: LensModel) -> dict[int, str]:
+    """Layers whose positions are seen from one query (``...attn.positions.hook_query_delta``, every
+    query's increments): in a padded batch each sequence reads its own last query there."""
+    names = {layer: f"blocks.{layer}.attn.positions.hook_query_delta" for layer in range(model.cfg.n_layers)}
+    return {layer: name for layer, name in names.items() if name in model.hook_dict}
+
+
+@torch.inference_mode()
+def capture_batch(model: LensModel, input_ids: torch.Tensor,
+                  lengths: list[int]) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
+    """Per sequence of a right-padded batch ``input_ids`` [B, T] whose b-th sequence holds
+    ``lengths[b]`` real tokens: (positions (n_layers, n_heads, lengths[b]) float32, increments
+    layer -> (n_heads, lengths[b])), equal to capturing each sequence alone.
+
+    Attention is causal, so no real token sees the pads after it and no running sum includes them.
+    Layers whose positions are seen from the last query (``query_increment_hook_names``) are rebuilt
+    from each sequence's own last real query. The forward stops once the last layer's positions are known.
+
+    Example:
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> (positions, _), (short, _) = capture_batch(tiny_model("rope"), torch.tensor([[5, 6, 7], [5, 6, 0]]), [3, 2])
+        >>> positions.shape, short[0, 0].tolist()
+        ((4, 4, 3), [0.0, 1.0])
+    """
+    batch = int(input_ids.shape[0])
+    if len(lengths) != batch or not all(0 < length <= input_ids.shape[1] for length in lengths):
+        raise ValueError(f"lengths {lengths} must give 1..{input_ids.shape[1]} real tokens for each of {batch} sequences")
     captured: dict[int, torch.Tensor] = {}
     deltas: dict[int, torch.Tensor] = {}
     last = model.cfg.n_layers - 1
+    last_rows = torch.as_tensor(lengths, device=input_ids.device) - 1
+    from_last_query = query_increment_hook_names(model)
 
     def keep(layer: int):
         def hook(positions: torch.Tensor, hook) -> None:
-            captured[layer] = positions[0].detach().float()
+            if layer not in from_last_query:
+                captured[layer] = positions.detach().float()
             if layer == last:
                 raise _AllPositionsCaptured
 
@@ -46,18 +189,29 @@ def capture_positions(model: LensModel, input_ids: torch.Tensor,
 
     def keep_delta(layer: int):
         def hook(delta: torch.Tensor, hook) -> None:
-            deltas[layer] = delta[0].detach().float()
+            if layer not in from_last_query:
+                deltas[layer] = delta.detach().float()
+
+        return hook
+
+    def keep_query_delta(layer: int):
+        def hook(per_query: torch.Tensor, hook) -> None:
+            rows = per_query[torch.arange(batch, device=per_query.device), :, last_rows].detach().float()  # [B, H, keys]
+            deltas[layer] = rows
+            captured[layer] = torch.cumsum(rows, dim=-1)
 
         return hook
 
     hooks = [(name, keep(layer)) for layer, name in enumerate(position_hook_names(model))]
-    if increments is not None:
-        hooks += [(name, keep_delta(layer)) for layer, name in increment_hook_names(model).items()]
-    with model.hooks(fwd_hooks=hooks):
+    hooks += [(name, keep_delta(layer)) for layer, name in increment_hook_names(model).items()]
+    hooks += [(name, keep_query_delta(layer)) for layer, name in from_last_query.items()]
+    with forward_lock(model), model.hooks(fwd_hooks=hooks):
         try:
             model(input_ids)
         except _AllPositionsCaptured:
             pass
-    if increments is not None:
-        increments.update({layer: delta.cpu().numpy() for layer, delta in deltas.items()})
-    return torch.stack([captured[layer] for layer in range(model.cfg.n_layers)]).cpu().numpy()
+    positions = torch.stack([captured[layer] for layer in range(model.cfg.n_layers)], dim=1).cpu().numpy()
+    increments = {layer: delta.cpu().numpy() for layer, delta in deltas.items()}
+    return [(np.ascontiguousarray(positions[b, :, :, :length]),
+             {layer: np.ascontiguousarray(delta[b, :, :length]) for layer, delta in increments.items()})
+            for b, length in enumerate(lengths)]

@@ -130,6 +130,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     import repo_lens
     from repo_lens.studies import items as studies
+    from repo_lens.atomic import run_lock
     from repo_lens.studies.runs import run_items, write_summary
 
     settings = {"model": args.model, "study": args.study}
@@ -149,9 +150,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         settings.update(corpus="peoples-daily", samples=args.samples)
         items = studies.boundary_items(lens, _sample(peoples_daily(), args.samples))
         summarize = studies.summarize_boundaries
-    records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}")
-    summary = summarize(records)
-    write_summary(args.out, summary)
+    with run_lock(args.out):  # one writer per --out, summary included
+        records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}")
+        summary = summarize(records)
+        write_summary(args.out, summary)
     print(f"{len(records)} items -> {args.out}/results.json, results.csv, summary.json")
     print(json.dumps({k: v for k, v in summary.items() if not k.endswith("by_layer_head")}, indent=1)[:3000])
     return 0

@@ -8,14 +8,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from repo_lens.capture import capture_positions
-from repo_lens.inputs import check_text
+from repo_lens.capture import capture_batch, guard_model, is_out_of_memory, memory_limit_error
+from repo_lens.inputs import check_text, is_text_batch
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.registry import is_learned, mechanism_traits, recorded_settings
 from repo_lens.model.transformer import LensModel
-from repo_lens.protocol import prepare_ids, trace_each
+from repo_lens.protocol import check_batch_size, length_batches, prepare_ids, trace_each
 from repo_lens.trace import Trace
 
 
@@ -33,7 +34,7 @@ class Lens:
     """
 
     def __init__(self, model: LensModel, tokenizer: Any, meta: dict[str, Any] | None = None) -> None:
-        self.model = model
+        self.model = guard_model(model)  # hooked forwards of this model run one at a time (see README, Threading)
         self.tokenizer = tokenizer
         self.meta = dict(meta or {})
 
@@ -73,21 +74,75 @@ class Lens:
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace | list[Trace]:
+              progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]:
         """Positions of every layer and head for a text, a sequence of token ids, or a list of texts.
 
         Too long input raises InputError unless ``truncate=True``, which keeps the first
         ``context_length`` tokens and records it in ``meta["truncation"]``, or
         ``allow_beyond_context=True``, which traces all of it (extrapolation, e.g. RePo Fig. 2's
-        longer inputs) and records ``meta["beyond_context"]``.
+        longer inputs) and records ``meta["beyond_context"]``. A list of texts is traced
+        ``batch_size`` texts per forward pass (:meth:`trace_batch`); the traces are the same.
         """
+        check_batch_size(batch_size)
+        if batch_size > 1 and is_text_batch(inputs):
+            return self.trace_batch(inputs, batch_size=batch_size, truncate=truncate,
+                                    allow_beyond_context=allow_beyond_context, progress=progress)
         return trace_each(lambda one: self._trace_one(one, truncate, allow_beyond_context), inputs, progress=progress)
+
+    def trace_batch(self, inputs: Sequence[Any], *, batch_size: int = 8, truncate: bool = False,
+                    allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]:
+        """One Trace per input (a text or a sequence of token ids), in input order, ``batch_size``
+        inputs per forward pass: sorted by length, right-padded, split back. Causal attention keeps
+        every real token blind to the pads after it, so each trace equals tracing its input alone
+        (to float rounding, within 1e-5); an input beyond the context is traced alone.
+
+        Example:
+            >>> from repo_lens.model.tiny import tiny_model
+            >>> lens = Lens(tiny_model("repo"), ByteTokenizer())
+            >>> batched = lens.trace_batch(["a longer text", "short", [5, 6, 7]], batch_size=2, progress=False)
+            >>> [len(trace) for trace in batched]
+            [13, 5, 3]
+            >>> bool(np.allclose(batched[1].positions, lens.trace("short").positions, atol=1e-5))
+            True
+        """
+        check_batch_size(batch_size)
+        prepared = [prepare_ids(self, one, truncate=truncate, allow_beyond_context=allow_beyond_context)
+                    for one in inputs]
+        traces: list[Trace | None] = [None] * len(prepared)
+        batches = length_batches([len(ids) for ids, _ in prepared], batch_size, self.context_length)
+        with tqdm(total=len(prepared), desc="tracing", unit="text", disable=not progress) as bar:
+            for batch in batches:
+                captured = self._capture([prepared[index][0] for index in batch])
+                for index, (positions, summed) in zip(batch, captured):
+                    traces[index] = self._assemble(*prepared[index], positions, summed)
+                bar.update(len(batch))
+        return traces
 
     def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool = False) -> Trace:
         ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        summed: dict[int, np.ndarray] = {}
-        positions = capture_positions(self.model, input_ids, increments=summed)
+        [(positions, summed)] = self._capture([ids])
+        return self._assemble(ids, meta, positions, summed)
+
+    def _capture(self, sequences: list[list[int]]) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
+        """Positions and increments of each sequence, in one right-padded forward pass."""
+        lengths = [len(ids) for ids in sequences]
+        input_ids = torch.zeros((len(sequences), max(lengths)), dtype=torch.long)  # pads: token 0, never attended
+        for row, ids in enumerate(sequences):
+            input_ids[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        try:
+            return capture_batch(self.model, input_ids.to(self.device), lengths)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+        # raised here, outside the except block, so the failed pass's tensors are freed first
+        what = "tracing" if len(sequences) == 1 else f"tracing a batch of {len(sequences)} texts"
+        raise memory_limit_error(self.model, what, max(lengths),
+                                 "trace a shorter window of the text (or pass truncate=True), or a batch of "
+                                 "shorter texts (or a smaller batch_size); for attention mass, "
+                                 "repo_lens.analysis.attention_mass computes only the query rows")
+
+    def _assemble(self, ids: list[int], meta: dict[str, Any], positions: np.ndarray,
+                  summed: dict[int, np.ndarray]) -> Trace:
         cfg = self.model.cfg
         meta["mechanism"] = mechanism_settings(cfg)
         extras = {}

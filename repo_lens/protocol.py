@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tqdm.auto import tqdm
 
+from repo_lens.errors import InputError
 from repo_lens.inputs import fit_to_context, is_text_batch, token_ids
 
 if TYPE_CHECKING:
@@ -83,6 +84,54 @@ def prepare_ids(lens: LensProtocol, inputs: Any, *, truncate: bool = False,
     ids, record = fit_to_context(ids, lens.context_length, truncate=truncate,
                                  allow_beyond_context=allow_beyond_context)
     return ids, {**lens.meta, "warnings": [], **record}
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """``batch_size`` as a positive int, or an InputError that says what would do.
+
+    >>> check_batch_size(8)
+    8
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer (1 = one text at a time); got {batch_size!r}")
+    return batch_size
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, context_length: int | None = None) -> list[list[int]]:
+    """Indices of the inputs grouped into batches of at most ``batch_size``, sorted by length (longest
+    first) so little padding is needed. An input longer than ``context_length`` goes alone: dynamic
+    NTK rope scaling sets its frequencies from the padded length, which must then be its own.
+
+    Example:
+        >>> length_batches([3, 9, 5, 7, 1], 2)
+        [[1, 3], [2, 0], [4]]
+        >>> length_batches([3, 9, 5, 7, 1], 2, context_length=8)
+        [[1], [3, 2], [0, 4]]
+    """
+    batch_size = check_batch_size(batch_size)
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    alone = [[index] for index in order if context_length and lengths[index] > context_length]
+    rest = [index for index in order if not (context_length and lengths[index] > context_length)]
+    return alone + [rest[start:start + batch_size] for start in range(0, len(rest), batch_size)]
+
+
+def trace_many(lens: LensProtocol, inputs: Sequence[Any], *, batch_size: int = 1, progress: bool = False,
+               **options: Any) -> list[Trace]:
+    """One Trace per input (a text or a sequence of token ids), in input order: ``batch_size`` inputs
+    per forward pass where the lens batches (``trace_batch``), else one at a time. ``options`` go to
+    the lens' trace (``truncate``, ``allow_beyond_context``).
+
+    Example:
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> from repo_lens.lens import Lens
+        >>> traces = trace_many(Lens(tiny_model("rope"), None), [[5, 6, 7], [8, 9]], batch_size=2)
+        >>> [len(trace) for trace in traces]
+        [3, 2]
+    """
+    check_batch_size(batch_size)
+    if batch_size > 1 and hasattr(lens, "trace_batch"):
+        return lens.trace_batch(list(inputs), batch_size=batch_size, progress=progress, **options)
+    return [lens.trace(one, progress=progress, **options) for one in inputs]
 
 
 def trace_each(trace_one: Callable[[Any], Trace], inputs: Any, *, progress: bool = True) -> Trace | list[Trace]:

@@ -117,3 +117,14 @@ def llama_dir(tmp_path_factory) -> Path:
                          eos_token_id=0)
     directory = tmp_path_factory.mktemp("llama")
     return save_hf_model(hf_model(config, seed=5), directory)
+
+
+@pytest.fixture(scope="session")
+def byte_model_dir(tmp_path_factory):
+    """A random 4-layer byte-level RePo checkpoint (RoPE in layers 0–1), context 512 (the studies tests)."""
+    from repo_lens.model.loaders import save_checkpoint
+    from repo_lens.model.tiny import tiny_model
+
+    directory = tmp_path_factory.mktemp("tiny_bytes")
+    save_checkpoint(tiny_model("repo", seed=2), directory, info={"name": "tiny"})
+    return directory

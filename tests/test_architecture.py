@@ -28,9 +28,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("analysis/", 3, "analysis"), ("hf/", 3, "analysis"),
     ("plots/", 4, "plots"),
     ("loading.py", 5, "loading"),
-    # studies.py, runs.py, report.py, increment_study.py and reproduce/ are moving into studies/
-    ("studies/", 6, "studies"), ("studies.py", 6, "studies"), ("runs.py", 6, "studies"),
-    ("report.py", 6, "studies"), ("increment_study.py", 6, "studies"), ("reproduce/", 6, "studies"),
+    ("studies/", 6, "studies"),
     ("cli.py", 7, "cli"), ("__main__.py", 7, "cli"), ("__init__.py", 7, "cli"),
 ]
 # groups that share a layer but may not import each other

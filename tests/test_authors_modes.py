@@ -59,8 +59,10 @@ def test_positions_and_logits_match_their_equations(mode, tmp_path):
     lens = repo_lens.load(directory, device="cpu")
     assert lens.model.layer_kinds == ["rope"] * START + [KINDS[mode]] * (N_LAYERS - START)
     trace = lens.trace(IDS)
-    weights, config = load_file(str(directory / "model.safetensors")), json.loads((directory / "config.json").read_text())
-    expected_logits, expected_positions = reference_forward(weights, config, IDS, repo_layers=range(START, N_LAYERS), mode=mode)
+    weights = load_file(str(directory / "model.safetensors"))
+    config = json.loads((directory / "config.json").read_text())
+    expected_logits, expected_positions = reference_forward(weights, config, IDS, repo_layers=range(START, N_LAYERS),
+                                                            mode=mode)
     np.testing.assert_allclose(trace.positions, expected_positions.numpy(), atol=TOLERANCE, rtol=0)
     with torch.no_grad():
         logits = lens.model(torch.tensor([IDS]))[0]
@@ -132,7 +134,8 @@ def test_swiglu_modes_rotate_by_the_index_with_unread_maps(mode, tmp_path):
     weights = load_file(str(directory / "model.safetensors"))
     weights["model.layers.3.self_attn.final_map.weight"] = torch.zeros(2, 8)  # their model declares [4, 8]
     save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.warns(UserWarning), pytest.raises(repo_lens.CheckpointError, match="shape mismatches.*layers.3.self_attn.final_map"):
+    mismatch = "shape mismatches.*layers.3.self_attn.final_map"
+    with pytest.warns(UserWarning), pytest.raises(repo_lens.CheckpointError, match=mismatch):
         repo_lens.load(directory, device="cpu")
 
 

@@ -161,7 +161,8 @@ def test_missing_maps_after_their_reading_are_named(repo_dir, tmp_path):
     config = json.loads((directory / "config.json").read_text())
     config["pe_config"] = {**MODE, "dynamic_pe_start_layer": 2}
     (directory / "config.json").write_text(json.dumps(config))
-    with pytest.warns(UserWarning), pytest.raises(repo_lens.CheckpointError, match="model.layers.0.self_attn.gate_map.weight"):
+    missing = "model.layers.0.self_attn.gate_map.weight"
+    with pytest.warns(UserWarning), pytest.raises(repo_lens.CheckpointError, match=missing):
         repo_lens.load(directory, device="cpu")
 
 

@@ -5,7 +5,6 @@ checkpoint is reloaded."""
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import streamlit as st
@@ -24,26 +23,18 @@ def get_lens(source: str, stamp: float) -> Any:
     return repo_lens.load(loadable(source), device="auto")
 
 
-@st.cache_resource(max_entries=6)
-def model_lock(source: str, stamp: float) -> threading.Lock:
-    """Traces and attention mass attach hooks to the shared model: one forward pass at a time per model."""
-    return threading.Lock()
-
-
 @st.cache_data(show_spinner="Tracing…", max_entries=32)
 def get_traced(source: str, stamp: float, kind: str, text: str, params_json: str, truncate: bool) -> tuple[Trace, Document]:
     lens = get_lens(source, stamp)
     doc = build_document(lens, kind, text, json.loads(params_json))
-    with model_lock(source, stamp):
-        return trace_document(lens, doc, truncate), doc
+    return trace_document(lens, doc, truncate), doc  # the Lens serialises its hooked forward passes itself
 
 
 @st.cache_data(show_spinner="Measuring attention mass…", max_entries=16)
 def get_mass(source: str, stamp: float, kind: str, text: str, params_json: str, beyond_context: bool) -> Any:
     lens = get_lens(source, stamp)
     doc = build_document(lens, kind, text, json.loads(params_json))
-    with model_lock(source, stamp):
-        return niah_mass(lens, doc, beyond_context)
+    return niah_mass(lens, doc, beyond_context)
 
 
 @st.cache_data(show_spinner="Segmenting with jieba…", max_entries=16)

@@ -1,7 +1,7 @@
 """Analyzers: pure functions from arrays (positions, increments, attention) to arrays and
 dataclasses. ``positions`` is always (n_layers, n_heads, T)."""
 
-from repo_lens.analysis.attention_mass import AttentionMass, attention_mass
+from repo_lens.analysis.attention_mass import AttentionMass, attention_mass, attention_mass_batch
 from repo_lens.analysis.boundaries import BoundaryLabels, boundary_auc, cjk_boundary_labels, jieba_words
 from repo_lens.analysis.categories import (
     BYTE_CATEGORIES,
@@ -37,6 +37,7 @@ from repo_lens.analysis.selection import select_heads
 __all__ = [
     "AttentionMass",
     "attention_mass",
+    "attention_mass_batch",
     "BYTE_CATEGORIES",
     "CARRIER_SENTENCES",
     "ENTITY_PAIRS",

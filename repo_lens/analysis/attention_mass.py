@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from repo_lens.capture import forward_lock, is_out_of_memory, memory_limit_error
 from repo_lens.errors import InputError
 from repo_lens.inputs import fit_to_context, token_ids
+from repo_lens.protocol import length_batches
 from repo_lens.validation import check_index
 from repo_lens.model.registry import mechanism_traits
 
@@ -304,19 +306,74 @@ def attention_mass(
                                                       allow_beyond_context)
     kinds = list(cfg.layer_mechanisms)
     chosen = validate_layers(layers, int(cfg.n_layers))
+    row_biases = {layer: _row_bias_of(model.blocks[layer].attn.positions, kinds[layer]) for layer in chosen}
+    return _masses_in_one_pass(model, [(array, named, (q_start, q_end))], chosen, row_biases)[0]
+
+
+def attention_mass_batch(
+    lens: Any,
+    prompts: Sequence[tuple[Any, Mapping[str, tuple[int, int]], tuple[int, int]]],
+    *,
+    batch_size: int = 8,
+    layers: Sequence[int] | None = None,
+    allow_beyond_context: bool = False,
+) -> list[AttentionMass]:
+    """:func:`attention_mass` of many prompts, ``batch_size`` per forward pass (sorted by length and
+    right-padded; causal attention keeps the pads out of every query row), in input order. Each
+    prompt is ``(ids, spans, query)`` with its own spans and query rows; the results equal one
+    prompt at a time within 1e-5. A prompt beyond the context is measured alone.
+
+    Example:
+        >>> import torch
+        >>> from repo_lens.model import LensModel, ModelConfig
+        >>> _ = torch.manual_seed(0)
+        >>> model = LensModel(ModelConfig(family="olmo2", vocab_size=257, d_model=32, n_layers=2,
+        ...                               n_heads=4, d_mlp=64, layer_mechanisms=["rope", "repo"]))
+        >>> prompts = [(list(range(40)), {"needle": (10, 15)}, (36, 40)), (list(range(9)), {"a": (0, 2)}, (7, 9))]
+        >>> batched = attention_mass_batch(model, prompts, batch_size=2)
+        >>> alone = attention_mass(model, *prompts[1])
+        >>> abs(batched[1].per_token["a"] - alone.per_token["a"]) < 1e-6
+        True
+    """
+    model = _model_of(lens)
+    cfg = model.cfg
+    context = getattr(cfg, "max_position_embeddings", None)
+    checked = []
+    for number, prompt in enumerate(prompts):
+        try:
+            ids, spans, query = prompt
+        except (TypeError, ValueError):
+            raise InputError(f"prompt {number} must be a triple (ids, spans, query); got {prompt!r:.80}") from None
+        array, (named, rows) = checked_inputs(ids, spans, query, int(cfg.vocab_size), context, allow_beyond_context)
+        checked.append((array, named, rows))
+    kinds = list(cfg.layer_mechanisms)
+    chosen = validate_layers(layers, int(cfg.n_layers))
+    row_biases = {layer: _row_bias_of(model.blocks[layer].attn.positions, kinds[layer]) for layer in chosen}
+    masses: list[AttentionMass | None] = [None] * len(checked)
+    for batch in length_batches([len(array) for array, _, _ in checked], batch_size, context):
+        for index, mass in zip(batch, _masses_in_one_pass(model, [checked[index] for index in batch], chosen,
+                                                          row_biases)):
+            masses[index] = mass
+    return masses
+
+
+def _masses_in_one_pass(model: Any, prompts: list[tuple[np.ndarray, dict[str, tuple[int, int]], tuple[int, int]]],
+                        chosen: list[int], row_biases: dict[int, Any]) -> list[AttentionMass]:
+    """The AttentionMass of each checked (ids, spans, query) prompt, in one right-padded forward pass."""
+    cfg = model.cfg
+    kinds = list(cfg.layer_mechanisms)
     mechanisms = {layer: model.blocks[layer].attn.positions for layer in chosen}
-    row_biases = {layer: _row_bias_of(mechanisms[layer], kinds[layer]) for layer in chosen}
+    groups = [key_groups(named, query) for _, named, query in prompts]
+    reducers = [_RowReducer(group.index, n_groups=group.own, query=group.query, d_head=int(cfg.d_head))
+                for group in groups]
 
-    groups = key_groups(named, (q_start, q_end))
-    reducer = _RowReducer(groups.index, n_groups=groups.own, query=(q_start, q_end), d_head=int(cfg.d_head))
-
-    sums: dict[int, torch.Tensor] = {}
+    sums: dict[int, list[torch.Tensor]] = {}
     pending: dict[int, torch.Tensor] = {}
     last = chosen[-1]
 
     def keep_rows(layer: int):
         def hook(q: torch.Tensor, hook: Any) -> None:
-            pending[layer] = q[0, :, q_start:q_end]  # a view [head, R, d_head]
+            pending[layer] = q  # [batch, head, pos, d_head]; each prompt's rows are taken in reduce_rows
 
         return hook
 
@@ -324,20 +381,23 @@ def attention_mass(
 
     def keep_hooked(layer: int, name: str):
         def hook(value: torch.Tensor, hook: Any) -> None:
-            hooked[layer][name] = value[0].float()  # the one sequence, e.g. hook_pos [head, T]
+            hooked[layer][name] = value.float()  # every sequence, e.g. hook_pos [batch, head, T]
 
         return hook
 
-    def bias_of(layer: int):
+    def bias_of(layer: int, row: int):
         row_bias = row_biases[layer]
         if row_bias is None:
             return None
-        return lambda rows, scores, row_index, key_index: row_bias(hooked[layer], rows, scores, row_index, key_index)
+        return lambda rows, scores, row_index, key_index: row_bias(
+            {name: value[row] for name, value in hooked[layer].items()}, rows, scores, row_index, key_index)
 
     def reduce_rows(layer: int):
         def hook(k: torch.Tensor, hook: Any) -> None:
-            # group sums averaged over the rows: [head, n_groups + 1]
-            sums[layer] = reducer(pending.pop(layer), k[0], bias_of(layer)).mean(dim=1).cpu()
+            q = pending.pop(layer)
+            # per prompt, group sums averaged over its rows: [head, n_groups + 1]
+            sums[layer] = [reducer(q[row, :, slice(*reducer.query)], k[row], bias_of(layer, row)).mean(dim=1).cpu()
+                           for row, reducer in enumerate(reducers)]
             if layer == last:
                 raise _StopForward
 
@@ -351,17 +411,34 @@ def attention_mass(
         fwd_hooks.append((f"blocks.{layer}.attn.hook_q", keep_rows(layer)))
         fwd_hooks.append((f"blocks.{layer}.attn.hook_k", reduce_rows(layer)))
     device = next(model.parameters()).device
-    input_ids = torch.as_tensor(array, device=device).unsqueeze(0)
+    width = max(len(array) for array, _, _ in prompts)
+    input_ids = torch.zeros((len(prompts), width), dtype=torch.long)  # right pads: token 0, after every query row
+    for row, (array, _, _) in enumerate(prompts):
+        input_ids[row, :len(array)] = torch.as_tensor(array)
+    input_ids = input_ids.to(device)
+    out_of_memory = False
     try:
-        with torch.inference_mode(), model.hooks(fwd_hooks=fwd_hooks):
+        with forward_lock(model), torch.inference_mode(), model.hooks(fwd_hooks=fwd_hooks):
             model(input_ids)
     except _StopForward:
         pass
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        out_of_memory = True  # raised below, outside this block, so the failed pass's tensors are freed first
+    if out_of_memory:
+        raise memory_limit_error(model, "attention mass", int(input_ids.shape[1]),
+                                 f"measure a shorter window around the spans, or fewer layers (layers=[...]; "
+                                 f"this call averaged {len(chosen)}), or fewer prompts per batch (batch_size); "
+                                 "the query rows are already streamed in chunks, so the rest is the forward pass "
+                                 "itself")
     if len(sums) != len(chosen):
         raise RuntimeError(
             f"attention_mass saw hooks for layers {sorted(sums)} of {chosen}; the model did not run "
             "hook_q/hook_k for every layer"
         )
-
-    stacked = torch.stack([sums[layer] for layer in chosen]).numpy()  # [L, H, groups]
-    return mass_from_group_sums(stacked, groups, chosen, [kinds[layer] for layer in chosen])
+    masses = []
+    for row, group in enumerate(groups):
+        stacked = torch.stack([sums[layer][row] for layer in chosen]).numpy()  # [L, H, groups]
+        masses.append(mass_from_group_sums(stacked, group, chosen, [kinds[layer] for layer in chosen]))
+    return masses

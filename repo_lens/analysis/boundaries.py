@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from scipy.stats import mannwhitneyu
+from sklearn.metrics import roc_auc_score
 
 from repo_lens.analysis._checks import as_float_array, check_same_length
 from repo_lens.analysis.categories import is_cjk_char
@@ -48,10 +48,10 @@ def _scored_labels(labels: object, scored: object | None) -> tuple[np.ndarray, n
 def boundary_auc(scores: np.ndarray, labels: np.ndarray, scored: np.ndarray | None = None) -> np.ndarray:
     """ROC-AUC of ``scores`` (..., T) for the positive tokens of ``labels`` (T,), over leading axes.
 
-    AUC = P(score of a random positive > score of a random negative) + 0.5 P(tie) = U / (n_pos n_neg),
-    U the Mann-Whitney statistic of the positives from ``scipy.stats.mannwhitneyu``, vectorised over
-    the leading axes. It equals ``sklearn.metrics.roc_auc_score`` on each head (tested), which takes
-    one head per call and is several times slower over 16 x 16 heads. 0.5 is chance; above 0.5
+    AUC = P(score of a random positive > score of a random negative) + 0.5 P(tie), computed by
+    ``sklearn.metrics.roc_auc_score`` with every head as one column of a multilabel problem (one
+    call, ``average=None``; about 0.5 s for 16 x 16 heads x 10^4 scored gaps on one CPU core, where
+    a Mann-Whitney rank formula would take a tenth of that). 0.5 is chance; above 0.5
     boundaries get larger increments, below 0.5 smaller ones. ``labels`` is bool or 0/1 with NaN or
     -1 for tokens not scored; ``scored`` (bool, (T,)) further restricts the tokens (e.g. the mask
     from :func:`cjk_boundary_labels`). Scored tokens must have finite scores and both classes must
@@ -82,9 +82,10 @@ def boundary_auc(scores: np.ndarray, labels: np.ndarray, scored: np.ndarray | No
             "or compute increments with a finite origin"
         )
     is_positive = positive[keep]
-    test = mannwhitneyu(kept[..., is_positive], kept[..., ~is_positive], axis=-1, method="asymptotic",
-                        use_continuity=False)
-    return np.asarray(test.statistic / (n_pos * n_neg))
+    columns = kept.reshape(-1, kept.shape[-1]).T  # (n_scored, heads)
+    truth = np.broadcast_to(is_positive[:, None].astype(np.int8), columns.shape)
+    auc = roc_auc_score(truth, columns, average=None)
+    return np.asarray(auc, dtype=np.float64).reshape(kept.shape[:-1])
 
 
 class BoundaryLabels(NamedTuple):

@@ -17,6 +17,7 @@ import torch
 
 from repo_lens.analysis.attention_mass import (AttentionMass, checked_inputs, key_groups, mass_from_group_sums,
                                                validate_layers)
+from repo_lens.capture import forward_lock
 from repo_lens.errors import InputError
 from repo_lens.hf import model as _model
 from repo_lens.hf.model import eager_attention_bytes, layer_kinds, load_hf, memory_message
@@ -36,18 +37,9 @@ def trace_hf(model: Any, text: Any, *, tokenizer: Any = None, truncate: bool = F
     return hf_lens.trace(text, truncate=truncate, allow_beyond_context=allow_beyond_context)
 
 
-def attention_mass_hf(
-    model: Any,
-    ids: Any,
-    spans: Mapping[str, tuple[int, int]],
-    query: tuple[int, int],
-    *,
-    layers: Sequence[int] | None = None,
-    tokenizer: Any = None,
-    allow_beyond_context: bool = False,
-    device: Any = "auto",
-    dtype: Any = None,
-) -> AttentionMass:
+def attention_mass_hf(model: Any, ids: Any, spans: Mapping[str, tuple[int, int]], query: tuple[int, int], *,
+                      layers: Sequence[int] | None = None, tokenizer: Any = None, allow_beyond_context: bool = False,
+                      device: Any = "auto", dtype: Any = None) -> AttentionMass:
     """Attention mass per token that the query rows put on each span, for any HF causal LM.
 
     Same definition and result type as :func:`repo_lens.analysis.attention_mass` (RePo Table 4):
@@ -72,7 +64,7 @@ def attention_mass_hf(
 
     sums: dict[int, Any] = {}
     input_ids = torch.as_tensor(array, device=hf_lens.device).unsqueeze(0)
-    with torch.inference_mode(), hf_lens.nn.trace(input_ids) as tracer:
+    with forward_lock(hf_lens.hf_model), torch.inference_mode(), hf_lens.nn.trace(input_ids) as tracer:
         for layer in chosen:
             weights = hf_lens.envoy(hf_lens.layer_paths[layer]).output[1]
             if weights is None:

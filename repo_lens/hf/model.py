@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from repo_lens.capture import forward_lock
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.inputs import check_text
 from repo_lens.model.registry import NOPE_KIND, ROPE_KIND
@@ -104,7 +105,7 @@ class HFLens:
         if rotary is not None:
             saved: dict[str, Any] = {}
             input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-            with torch.inference_mode(), self.nn.trace(input_ids) as tracer:
+            with forward_lock(self.hf_model), torch.inference_mode(), self.nn.trace(input_ids) as tracer:
                 args, kwargs = self.envoy(rotary).inputs
                 position_ids = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
                 saved["position_ids"] = position_ids.save()

@@ -16,7 +16,9 @@ CoPE and GRAPE-AP positions depend on the query. Their ``hook_pos`` shows the po
 from the last query of the forward pass*: δ_j = the last query's gate on key j (CoPE) or −ψ(T, j)
 (GRAPE-AP), published through ``hook_delta``, and position_j = Σ_{s≤j} δ_s. For CoPE,
 p_{T,j} = position_T − position_j + δ_j (before clamping); for GRAPE-AP the bias of the last query is
-−(position_T − position_j). These two hooks are read-outs: the layer uses the full query × key
+−(position_T − position_j). ``hook_query_delta`` [batch, head, query_pos, key_pos] holds every
+query's δ (hook_delta is its last row; a right-padded batch reads each sequence's own last query
+there). These hooks are read-outs: the layer uses the full query × key
 gates (CoPE ``hook_gates``) or potentials (GRAPE-AP ``hook_potential``), [batch, head, query_pos, key_pos].
 
 Every mechanism here answers ``query_rows_bias``: the bias of a block of query rows over the keys,
@@ -92,6 +94,9 @@ class _QueryKeyPositions(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.hook_delta = HookPoint()  # [batch, head, key_pos] (the last query's view)
+        # [batch, head, query_pos, key_pos]: every query's increments over the keys (hook_delta is the
+        # last row); a read-out, so a right-padded batch can take each sequence's own last query.
+        self.hook_query_delta = HookPoint()
 
     def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
@@ -128,7 +133,7 @@ class ContextualPositions(_QueryKeyPositions):
         ceil = torch.clamp(floor + 1, max=self.max_position)  # where pos is an integer weight is 0
         logits_at = q.float() @ self.position_embeddings.float()  # [batch, head, query, p_max + 1]
         bias = logits_at.gather(-1, ceil) * weight + logits_at.gather(-1, floor) * (1.0 - weight)
-        delta = self.hook_delta(gates[:, :, -1, :])
+        delta = self.hook_delta(self.hook_query_delta(gates)[:, :, -1, :])
         return bias, self.last_query_positions(delta, q.shape[2])
 
 
@@ -147,5 +152,5 @@ class PathIntegralPositions(_QueryKeyPositions):
         potential = self.hook_potential(potential.masked_fill(~allowed, 0.0)).masked_fill(~allowed, 0.0)  # ψ(t, l)
         through = potential.flip(-1).cumsum(-1).flip(-1)  # Σ_{l≥j} ψ(t, l)
         bias = through - potential  # Σ_{l>j} ψ(t, l)
-        delta = self.hook_delta(-potential[:, :, -1, :])
+        delta = self.hook_delta(self.hook_query_delta(-potential)[:, :, -1, :])
         return bias, self.last_query_positions(delta, q.shape[2])

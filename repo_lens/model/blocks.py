@@ -13,51 +13,55 @@ from repo_lens.model.layers import RMSNorm, SwiGLU
 
 
 class _Block(nn.Module):
-    """Attention + SwiGLU MLP and the residual-stream hook points both families share."""
+    """Attention + SwiGLU MLP and the residual-stream hook points both families share.
+
+    The families differ only in where their two RMSNorms sit: ``NORMS`` maps each norm's
+    checkpoint name to its place, one of "before_attention", "after_attention", "before_mlp",
+    "after_mlp".
+    """
+
+    NORMS: dict[str, str] = {}
+    WEIGHT_BEFORE_CAST = True
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.attn = Attention(cfg, layer)
         self.mlp = SwiGLU(cfg.d_model, cfg.d_mlp, cfg.mlp_bias)
+        for name in self.NORMS:
+            setattr(self, name, RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=self.WEIGHT_BEFORE_CAST))
+        self._norm_at = {place: name for name, place in self.NORMS.items()}
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
         self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
-
-class Olmo2Block(_Block):
-    """h = h + norm(attn(h)); h = h + norm(mlp(h)). The attention (and RePo's f) reads the raw residual."""
-
-    def __init__(self, cfg: ModelConfig, layer: int) -> None:
-        super().__init__(cfg, layer)
-        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
-        self.post_feedforward_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=True)
+    def _norm(self, place: str, x: torch.Tensor) -> torch.Tensor:
+        name = self._norm_at.get(place)
+        return x if name is None else getattr(self, name)(x)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
                 shared: torch.Tensor | None = None) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.post_attention_layernorm(self.attn(resid_pre, cache, offset, shared)))
+        attn = self.attn(self._norm("before_attention", resid_pre), cache, offset, shared)
+        attn_out = self.hook_attn_out(self._norm("after_attention", attn))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        mlp_out = self.hook_mlp_out(self.post_feedforward_layernorm(self.mlp(resid_mid)))
+        mlp_out = self.hook_mlp_out(self._norm("after_mlp", self.mlp(self._norm("before_mlp", resid_mid))))
         return self.hook_resid_post(resid_mid + mlp_out)
+
+
+class Olmo2Block(_Block):
+    """h = h + norm(attn(h)); h = h + norm(mlp(h)). The attention (and RePo's f) reads the raw residual."""
+
+    NORMS = {"post_attention_layernorm": "after_attention", "post_feedforward_layernorm": "after_mlp"}
+    WEIGHT_BEFORE_CAST = True
 
 
 class LlamaBlock(_Block):
     """h = h + attn(norm(h)); h = h + mlp(norm(h)). The attention (and RePo's f) reads the normed h."""
 
-    def __init__(self, cfg: ModelConfig, layer: int) -> None:
-        super().__init__(cfg, layer)
-        self.input_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=False)
-        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=False)
-
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
-                shared: torch.Tensor | None = None) -> torch.Tensor:
-        resid_pre = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.attn(self.input_layernorm(resid_pre), cache, offset, shared))
-        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        mlp_out = self.hook_mlp_out(self.mlp(self.post_attention_layernorm(resid_mid)))
-        return self.hook_resid_post(resid_mid + mlp_out)
+    NORMS = {"input_layernorm": "before_attention", "post_attention_layernorm": "before_mlp"}
+    WEIGHT_BEFORE_CAST = False
 
 
 BLOCKS = {"olmo2": Olmo2Block, "llama": LlamaBlock}

@@ -17,38 +17,45 @@ from torch import nn
 from repo_lens.model.config import ModelConfig
 
 
-class IntegerPositions(nn.Module):
+class _FixedPositions(nn.Module):
+    """Base of the mechanisms whose positions do not depend on h: the same in every head and batch row."""
+
+    role = "rotary"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+
+    def values(self, offset: int, pos: int, device: torch.device) -> torch.Tensor:
+        """[pos] positions of the tokens offset..offset+pos-1."""
+        raise NotImplementedError
+
+    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
+        batch, pos, _ = h.shape
+        return self.values(offset, pos, h.device).expand(batch, self.n_heads, pos)
+
+
+class IntegerPositions(_FixedPositions):
     """RoPE's linear assignment: token t sits at t (the same in every head)."""
 
     kind = "rope"
-    role = "rotary"
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads = cfg.n_heads
-
-    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
-                shared: torch.Tensor | None = None) -> torch.Tensor:
-        batch, pos, _ = h.shape
-        index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
-        return index.expand(batch, self.n_heads, pos)
+    def values(self, offset: int, pos: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(offset, offset + pos, device=device, dtype=torch.float32)
 
 
-class ConstantPositions(nn.Module):
+class ConstantPositions(_FixedPositions):
     """NoPE: every token at one constant position, so the rotation cancels in q·k (RePo App. A)."""
 
     kind = "nope"
-    role = "rotary"
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads = cfg.n_heads
+        super().__init__(cfg)
         self.value = float(cfg.nope_position)
 
-    def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
-                shared: torch.Tensor | None = None) -> torch.Tensor:
-        batch, pos, _ = h.shape
-        return torch.full((1, 1, 1), self.value, device=h.device).expand(batch, self.n_heads, pos)
+    def values(self, offset: int, pos: int, device: torch.device) -> torch.Tensor:
+        return torch.full((1,), self.value, device=device).expand(pos)
 
 
 class RepoPositions(nn.Module):

@@ -155,8 +155,8 @@ class RopeSettings:
 
     >>> settings = RopeSettings(8, 10000.0, {"rope_type": "dynamic", "factor": 2.0}, 128)
     >>> default = rope_frequencies(8, 10000.0)[0]
-    >>> torch.equal(settings.inv_freq_at(128, default), default), torch.equal(settings.inv_freq_at(129, default), default)
-    (True, False)
+    >>> [torch.equal(settings.inv_freq_at(n_tokens, default), default) for n_tokens in (128, 129)]
+    [True, False]
     """
 
     head_dim: int

@@ -10,7 +10,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from repo_lens.atomic import atomic_write_bytes
+from repo_lens.atomic import atomic_write_bytes, ensure_dir, run_lock
 from repo_lens.errors import InputError
 from repo_lens.studies.report import records_to_csv
 
@@ -27,7 +27,8 @@ def run_items(out_dir: str | Path, items: Sequence[Item], settings: dict[str, An
 
     An interrupted run resumes where it stopped: finished items are read back, not recomputed.
     ``settings`` are stored in run.json; resuming with different settings is refused, so results
-    of two configurations never mix.
+    of two configurations never mix. One process writes into ``out_dir`` at a time (the ranks of
+    one distributed run share it): a second is refused with :class:`repo_lens.RunInUseError`.
 
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
@@ -35,8 +36,13 @@ def run_items(out_dir: str | Path, items: Sequence[Item], settings: dict[str, An
     >>> records, sorted(p.name for p in Path(out).iterdir())
     ([{'item': 'a', 'x': 1}], ['items', 'results.csv', 'results.json', 'run.json'])
     """
-    out = Path(out_dir)
-    (out / "items").mkdir(parents=True, exist_ok=True)
+    with run_lock(out_dir):
+        return _run_items(Path(out_dir), items, settings, progress, desc)
+
+
+def _run_items(out: Path, items: Sequence[Item], settings: dict[str, Any], progress: bool,
+               desc: str) -> list[dict[str, Any]]:
+    ensure_dir(out / "items")
     run_file = out / "run.json"
     finished = any((out / "items").iterdir())
     if run_file.exists() and finished:

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from repo_lens.model.config import ModelConfig
-from repo_lens.atomic import atomic_write, atomic_write_bytes
+from repo_lens.atomic import atomic_write, atomic_write_bytes, run_lock
 from repo_lens.model.loaders.native import save_checkpoint
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
@@ -101,9 +101,14 @@ def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
     """Train a model on ``task`` into ``directory``; resumes from its train_state if present.
 
     The final model is written as a repo_lens checkpoint (loadable by ``repo_lens.load``).
+    One process trains into ``directory`` at a time: a second is refused with
+    :class:`repo_lens.RunInUseError` naming the first.
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with run_lock(directory):
+        return _train(cfg, task, Path(directory), progress, info)
+
+
+def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[str, Any] | None) -> TrainResult:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model = build_model(cfg, task.vocab_size)

@@ -86,3 +86,23 @@ def test_export_unavailable_names_the_remedy(monkeypatch, tmp_path):
     monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "missing"))
     assert export_module.find_browser() is None
     assert "make browser" in export_module.export_unavailable()
+
+
+def test_a_study_without_a_browser_still_writes_its_json_and_lists_the_missing_figures(tmp_path, monkeypatch):
+    import json
+
+    import plotly.graph_objects as go
+
+    from repo_lens.studies.reproductions.common import save_study
+
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-chromium"))
+    document = {"markdown": "| a |\n|---|\n| 1 |", "value": 1.5}
+    started = time.monotonic()
+    with pytest.warns(UserWarning, match="2 figure file"):
+        save_study(tmp_path / "study", document, {"fig1": go.Figure(go.Bar(y=[1]))})
+    assert time.monotonic() - started < 5.0
+    written = json.loads((tmp_path / "study" / "results.json").read_text())
+    assert written["value"] == 1.5 and written["figures"] == []
+    assert sorted(written["figures_not_rendered"]) == ["fig1.pdf", "fig1.svg"]
+    assert all("make browser" in reason for reason in written["figures_not_rendered"].values())
+    assert sorted(p.name for p in (tmp_path / "study").iterdir()) == ["results.json", "table.md"]

@@ -84,7 +84,8 @@ def load_weights_strict(
     # weights the checkpoint's own model declares but never reads (ModelConfig.extra, from pe_config)
     unread = model.cfg.extra.get("unread_weights", {})
     unread_shapes = [f"{name}: checkpoint {tuple(tensors[name].shape)} vs declared {tuple(shape)}"
-                     for name, shape in unread.items() if name in tensors and tuple(tensors[name].shape) != tuple(shape)]
+                     for name, shape in unread.items()
+                     if name in tensors and tuple(tensors[name].shape) != tuple(shape)]
     for name in tensors:
         if _IGNORED.search(name) or name in unread:
             continue

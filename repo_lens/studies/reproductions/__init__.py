@@ -16,6 +16,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from repo_lens.atomic import run_lock
 from repo_lens.errors import InputError
 
 
@@ -68,12 +69,13 @@ def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | Non
         raise InputError(f"unknown result {unknown}; choose from: all, {', '.join(STUDIES)}")
     documents = {}
     bar = tqdm(chosen, desc="reproduce", unit="result", disable=not progress)
-    for name in bar:
-        bar.set_postfix_str(name)
-        study = STUDIES[name]
-        started = time.perf_counter()
-        document = study.load()(Path(out) / name, list(models or study.default_models), quick=quick,
-                                figures=figures, progress=progress)
-        document["seconds"] = round(time.perf_counter() - started, 1)
-        documents[name] = document
+    with run_lock(out):  # one writer per output directory; a second `reproduce` into it is refused
+        for name in bar:
+            bar.set_postfix_str(name)
+            study = STUDIES[name]
+            started = time.perf_counter()
+            document = study.load()(Path(out) / name, list(models or study.default_models), quick=quick,
+                                    figures=figures, progress=progress)
+            document["seconds"] = round(time.perf_counter() - started, 1)
+            documents[name] = document
     return documents

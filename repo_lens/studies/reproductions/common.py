@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,35 +49,43 @@ def held_out_documents(count: int) -> list[str]:
 def save_study(out: Path, document: dict[str, Any], figures: dict[str, Any] | None = None,
                table: str = "table.md") -> dict[str, Any]:
     """Write a study's figures (PDF + SVG; their names go into ``document["figures"]``), its
-    ``results.json`` and its Markdown table (``document["markdown"]``); returns ``document``."""
+    ``results.json`` and its Markdown table (``document["markdown"]``); returns ``document``.
+    Figures that cannot be rendered (no Chromium) are listed with the reason under
+    ``document["figures_not_rendered"]``; the JSON and the table are written all the same."""
     if figures is not None:
-        document["figures"] = write_figures(out, figures)
+        document["figures"], not_rendered = write_figures(out, figures)
+        if not_rendered:
+            document["figures_not_rendered"] = not_rendered
+            warnings.warn(f"{len(not_rendered)} figure file(s) in {out} not rendered: "
+                          f"{next(iter(not_rendered.values()))}", stacklevel=2)
     write_json(out, "results.json", document)
     write_text(out, table, document["markdown"] + "\n")
     return document
 
 
 def write_json(out: Path, name: str, document: dict[str, Any]) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / name, json.dumps(_plain(document), indent=2, ensure_ascii=False).encode())
     return out / name
 
 
 def write_text(out: Path, name: str, text: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / name, text.encode())
     return out / name
 
 
-def write_figures(out: Path, figures: dict[str, Any], layout: str = "two-column") -> list[str]:
-    """Each figure as vector PDF and SVG sized for a paper; returns the file names."""
-    from repo_lens.plots import export
+def write_figures(out: Path, figures: dict[str, Any], layout: str = "two-column") -> tuple[list[str], dict[str, str]]:
+    """Each figure as vector PDF and SVG sized for a paper; returns the file names written and,
+    for each file that could not be rendered, the reason (the :class:`ExportError` message)."""
+    from repo_lens.plots import ExportError, export
 
-    names = []
+    names, not_rendered = [], {}
     for stem, figure in figures.items():
         for suffix in FIGURE_FORMATS:
-            names.append(export(figure, out / f"{stem}{suffix}", layout=layout).name)
-    return names
+            try:
+                names.append(export(figure, out / f"{stem}{suffix}", layout=layout).name)
+            except ExportError as error:
+                not_rendered[f"{stem}{suffix}"] = str(error)
+    return names, not_rendered
 
 
 def stem(model: str) -> str:

@@ -34,6 +34,7 @@ bench: setup
 	$(BIN)/python bench/trace_overhead.py
 	$(BIN)/python bench/analyzers.py
 	$(BIN)/python bench/attention_mass.py
+	$(BIN)/python bench/batched_trace.py
 
 # Retrain and ship every zoo model (about an hour on 2 CPU cores; not part of CI).
 ZOO_RUNS ?= build/zoo

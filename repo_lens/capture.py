@@ -107,7 +107,7 @@ def guard_model(model: torch.nn.Module) -> torch.nn.Module:
         >>> model = guard_model(tiny_model("rope"))
         >>> _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
         >>> tuple(cache["blocks.0.attn.hook_pos"].shape)
-        (1, 2, 3)
+        (1, 4, 3)
     """
     for name, locked in _GUARDED.items():
         if hasattr(type(model), name) and name not in vars(model):

@@ -138,17 +138,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.study == "niah":
         lengths, depths, seeds = _numbers(args.lengths, int), _numbers(args.depths), _numbers(args.seeds, int)
         settings.update(lengths=lengths, depths=depths, seeds=seeds, beyond_context=args.beyond_context)
-        items = studies.niah_items(lens, lengths, depths, seeds, beyond_context=args.beyond_context)
+        items = studies.niah_items(lens, lengths, depths, seeds, beyond_context=args.beyond_context,
+                                   batch_size=args.batch_size)
         summarize = studies.summarize_niah
     elif args.study == "positions":
         settings.update(file=args.file, corpus=None if args.file else args.corpus, samples=args.samples)
-        items = studies.position_items(lens, _texts_for(args))
+        items = studies.position_items(lens, _texts_for(args), batch_size=args.batch_size)
         summarize = studies.summarize_positions
     else:
         from repo_lens.data import peoples_daily
 
         settings.update(corpus="peoples-daily", samples=args.samples)
-        items = studies.boundary_items(lens, _sample(peoples_daily(), args.samples))
+        items = studies.boundary_items(lens, _sample(peoples_daily(), args.samples), batch_size=args.batch_size)
         summarize = studies.summarize_boundaries
     with run_lock(args.out):  # one writer per --out, summary included
         records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}")
@@ -224,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--corpus", default="brown", choices=["brown", "peoples-daily"], help="positions: corpus")
     analyze.add_argument("--samples", type=int, default=50, help="positions/boundaries: number of texts")
     analyze.add_argument("--device", default="auto")
+    analyze.add_argument("--batch-size", type=int, default=1,
+                         help="texts or prompts per forward pass (right-padded; the same results; not part of the "
+                              "run's settings, so a run may resume with another)")
     analyze.add_argument("--quiet", action="store_true")
     analyze.set_defaults(handler=cmd_analyze)
 

@@ -148,7 +148,7 @@ def test_lens_modules_import_no_private_names(module):
 
 
 @pytest.mark.parametrize("name", ["repo_lens.protocol", "repo_lens.inputs", "repo_lens.validation", "repo_lens.atomic",
-                                  "repo_lens.analysis.attention_mass", "repo_lens.lens"])
+                                  "repo_lens.analysis.attention_mass", "repo_lens.lens", "repo_lens.capture"])
 def test_docstring_examples(name):
     import doctest
     import importlib

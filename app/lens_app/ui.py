@@ -14,8 +14,7 @@ import streamlit as st
 
 from repo_lens import RepoLensError, Trace
 from repo_lens.model.registry import learned_layers
-from repo_lens.plots import figure_bytes
-from repo_lens.plots.export import export_unavailable
+from repo_lens.plots import export_unavailable, figure_bytes
 from repo_lens.validation import check_index
 
 from lens_app.documents import Document

@@ -13,7 +13,7 @@ Example:
 
 from repo_lens.plots.attention_mass import attention_mass_figure, attention_mass_layers_figure
 from repo_lens.plots.boundaries import boundary_auc_figure
-from repo_lens.plots.export import FORMATS, ExportError, export, figure_bytes, start_export_server
+from repo_lens.plots.export import FORMATS, ExportError, export, export_unavailable, figure_bytes, start_export_server
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
 from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
 from repo_lens.plots.paper import PAPER_LAYOUTS, paper_figure
@@ -34,6 +34,7 @@ __all__ = [
     "boundary_auc_figure",
     "category_increments_figure",
     "export",
+    "export_unavailable",
     "figure_bytes",
     "iqr_bounds",
     "iqr_outliers",

@@ -27,6 +27,7 @@ FORMATS: dict[str, str] = {
 }
 _lock = threading.Lock()
 _server_started = False
+_browser_found: dict[tuple[str | None, str | None], tuple[float, str | None]] = {}
 EXPORT_TIMEOUT_S = float(os.environ.get("REPO_LENS_EXPORT_TIMEOUT", "120"))
 """Seconds one static export may take (browser start included) before :class:`ExportError`."""
 
@@ -42,12 +43,17 @@ def find_browser() -> str | None:
         >>> find_browser() is None or Path(find_browser()).is_file()
         True
     """
+    key = (os.environ.get("BROWSER_PATH"), os.environ.get("PATH"))
+    cached = _browser_found.get(key)
+    if cached is not None and time.monotonic() - cached[0] < 10.0:  # the app asks on every figure
+        return cached[1]
     from choreographer.browsers.chromium import Chromium
 
     path = Chromium.find_browser(skip_local=False)
-    if path and Path(path).is_file() and os.access(path, os.X_OK):
-        return str(path)
-    return None
+    found = str(path) if path and Path(path).is_file() and os.access(path, os.X_OK) else None
+    _browser_found.clear()
+    _browser_found[key] = (time.monotonic(), found)
+    return found
 
 
 def export_unavailable() -> str | None:

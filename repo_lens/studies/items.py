@@ -7,6 +7,7 @@ same NIAH items.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 
 from repo_lens.analysis import (
     attention_mass,
+    attention_mass_batch,
     boundary_auc,
     chunk_patterns,
     cjk_boundary_labels,
@@ -24,6 +26,7 @@ from repo_lens.analysis import (
 )
 from repo_lens.data import Prompt, encode_with_offsets, niah_single
 from repo_lens.model.registry import learned_layers
+from repo_lens.protocol import check_batch_size, trace_many
 from repo_lens.studies.runs import Item
 
 
@@ -36,22 +39,36 @@ def niah_record(lens, length: int, depth: float, seed: int, beyond_context: bool
     before the answer. ``beyond_context`` measures prompts longer than the model's training
     context (length extrapolation); ``accuracy`` adds :func:`answer_accuracy` (one more forward).
     """
-    prompt = niah_single(lens.tokenizer, length, depth, seed=seed)
-    spans = {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]}
-    mass = attention_mass(lens, prompt.ids, spans, prompt.query, allow_beyond_context=beyond_context)
-    record: dict[str, Any] = {
-        "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
-        "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],
-        "answer": prompt.answer, "query_rows": list(prompt.query),
-        "per_token": {name: float(value) for name, value in mass.per_token.items()},
-        "total": {name: mass.total(name) for name in mass.per_token},
-        "span_lengths": {name: int(mass.span_lengths[name]) for name in mass.per_token},
-        "self_mass": float(mass.self_mass.mean()),
-        "per_token_by_layer": {name: mass.by_layer_head[name].mean(axis=1) for name in mass.per_token},
-    }
-    if accuracy:
-        record.update(answer_accuracy(lens, prompt))
-    return record
+    return niah_records(lens, [(length, depth, seed)], beyond_context, accuracy)[0]
+
+
+def niah_records(lens, cells: list[tuple[int, float, int]], beyond_context: bool = False, accuracy: bool = False,
+                 batch_size: int = 1) -> list[dict[str, Any]]:
+    """:func:`niah_record` of each (length, depth, seed) cell, the attention mass of ``batch_size``
+    prompts per forward pass (:func:`repo_lens.analysis.attention_mass_batch`; the same numbers)."""
+    prompts = [niah_single(lens.tokenizer, length, depth, seed=seed) for length, depth, seed in cells]
+    measured = [(prompt.ids, {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]},
+                 prompt.query) for prompt in prompts]
+    if batch_size > 1:
+        masses = attention_mass_batch(lens, measured, batch_size=batch_size, allow_beyond_context=beyond_context)
+    else:
+        masses = [attention_mass(lens, *one, allow_beyond_context=beyond_context) for one in measured]
+    records = []
+    for (length, depth, seed), prompt, mass in zip(cells, prompts, masses):
+        record: dict[str, Any] = {
+            "length": length, "depth": depth, "seed": seed, "n_tokens": len(prompt),
+            "needle_token_depth": prompt.meta.get("needle_token_depth", [None])[0],
+            "answer": prompt.answer, "query_rows": list(prompt.query),
+            "per_token": {name: float(value) for name, value in mass.per_token.items()},
+            "total": {name: mass.total(name) for name in mass.per_token},
+            "span_lengths": {name: int(mass.span_lengths[name]) for name in mass.per_token},
+            "self_mass": float(mass.self_mass.mean()),
+            "per_token_by_layer": {name: mass.by_layer_head[name].mean(axis=1) for name in mass.per_token},
+        }
+        if accuracy:
+            record.update(answer_accuracy(lens, prompt))
+        records.append(record)
+    return records
 
 
 def answer_accuracy(lens, prompt: Prompt) -> dict[str, float]:
@@ -75,18 +92,46 @@ def answer_accuracy(lens, prompt: Prompt) -> dict[str, float]:
 
 
 def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int],
-               beyond_context: bool = False, accuracy: bool = False) -> list[Item]:
-    """:func:`niah_record` over lengths × depths × seeds, one resumable item each."""
-    return [(f"niah_len={length}_depth={depth}_seed={seed}",
-             (lambda l=length, d=depth, s=seed: niah_record(lens, l, d, s, beyond_context, accuracy)))
-            for length in lengths for depth in depths for seed in seeds]
+               beyond_context: bool = False, accuracy: bool = False, batch_size: int = 1) -> list[Item]:
+    """:func:`niah_record` over lengths × depths × seeds, one resumable item each; ``batch_size``
+    prompts share a forward pass (the first item of each batch computes the batch)."""
+    cells = [(length, depth, seed) for length in lengths for depth in depths for seed in seeds]
+    computes = batched_computes(cells, batch_size,
+                                lambda group: niah_records(lens, group, beyond_context, accuracy, batch_size))
+    return [(f"niah_len={length}_depth={depth}_seed={seed}", compute)
+            for (length, depth, seed), compute in zip(cells, computes)]
 
 
-def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2) -> list[Item]:
-    """Range statistics (RePo Fig. 2) and chunk-pattern shares (Fig. 3) per text, by layer."""
+def batched_computes(inputs: list, batch_size: int, compute_batch: Callable[[list], list]) -> list[Callable[[], Any]]:
+    """One ``compute()`` per input for resumable items: consecutive inputs form batches of
+    ``batch_size``; the first compute of a batch runs ``compute_batch`` on the whole batch, and each
+    input's compute hands back its own result (an item resumed alone recomputes its batch).
 
-    def compute(text: str) -> dict[str, Any]:
-        trace = lens.trace(text, truncate=True)
+    >>> calls = []
+    >>> computes = batched_computes([1, 2, 3], 2, lambda group: calls.append(group) or [x * 10 for x in group])
+    >>> [compute() for compute in computes], calls
+    ([10, 20, 30], [[1, 2], [3]])
+    """
+    batch_size = check_batch_size(batch_size)
+    ready: dict[int, Any] = {}
+
+    def compute_of(index: int) -> Callable[[], Any]:
+        def compute() -> Any:
+            if index not in ready:
+                group = range(index - index % batch_size, min(index - index % batch_size + batch_size, len(inputs)))
+                ready.update(zip(group, compute_batch([inputs[member] for member in group])))
+            return ready.pop(index)
+
+        return compute
+
+    return [compute_of(index) for index in range(len(inputs))]
+
+
+def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2, batch_size: int = 1) -> list[Item]:
+    """Range statistics (RePo Fig. 2) and chunk-pattern shares (Fig. 3) per text, by layer; ``batch_size``
+    texts share a forward pass (the same records)."""
+
+    def record_of(trace) -> dict[str, Any]:
         ranges = range_stats(trace.positions)
         record: dict[str, Any] = {
             "n_tokens": len(trace), "layer_kinds": trace.layer_kinds,
@@ -103,7 +148,9 @@ def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2) ->
                 record["learned_layers"] = dict(zip(fractions.labels, map(float, shares)))
         return record
 
-    return [(f"text_{index:05d}", (lambda t=text: compute(t))) for index, text in enumerate(texts)]
+    computes = batched_computes(texts, batch_size, lambda group: [
+        record_of(trace) for trace in trace_many(lens, group, batch_size=batch_size, truncate=True)])
+    return [(f"text_{index:05d}", compute) for index, compute in enumerate(computes)]
 
 
 def trace_increments(trace) -> np.ndarray:
@@ -114,18 +161,15 @@ def trace_increments(trace) -> np.ndarray:
     return position_increments(trace.positions, origin=np.nan)
 
 
-def boundary_items(lens, sentences) -> list[Item]:
-    """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence.
+def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:
+    """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence;
+    ``batch_size`` sentences share a forward pass (the same records).
 
     ``sentences``: objects with ``text`` and gold ``words`` (e.g. :func:`repo_lens.data.peoples_daily`).
     """
 
-    def compute(sentence) -> dict[str, Any]:
-        ids, offsets = encode_with_offsets(lens.tokenizer, sentence.text)
-        limit = lens.context_length
-        ids, offsets = ids[:limit], offsets[:limit]
+    def record_of(sentence, ids: list[int], offsets, trace) -> dict[str, Any]:
         text = sentence.text[: max(end for _, end in offsets)]
-        trace = lens.trace(ids)
         increments = trace_increments(trace)
         record: dict[str, Any] = {"n_tokens": len(ids), "layer_kinds": trace.layer_kinds}
         for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
@@ -135,7 +179,16 @@ def boundary_items(lens, sentences) -> list[Item]:
             record[f"{name}_increments"] = increments[:, :, labels.scored]
         return record
 
-    return [(f"sentence_{index:05d}", (lambda s=sentence: compute(s))) for index, sentence in enumerate(sentences)]
+    def compute_batch(group) -> list[dict[str, Any]]:
+        encoded = [encode_with_offsets(lens.tokenizer, sentence.text) for sentence in group]
+        limit = lens.context_length
+        encoded = [(ids[:limit], offsets[:limit]) for ids, offsets in encoded]
+        traces = trace_many(lens, [ids for ids, _ in encoded], batch_size=batch_size)
+        return [record_of(sentence, ids, offsets, trace)
+                for sentence, (ids, offsets), trace in zip(group, encoded, traces)]
+
+    computes = batched_computes(list(sentences), batch_size, compute_batch)
+    return [(f"sentence_{index:05d}", compute) for index, compute in enumerate(computes)]
 
 
 def clip_words(words, n_chars: int) -> list[str]:

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from repo_lens.atomic import atomic_write, atomic_write_text
+from repo_lens.atomic import atomic_write, atomic_write_text, ensure_dir
 from repo_lens.zoo import ZOO_DIR
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -75,7 +75,7 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
     target = ZOO_DIR / name
     if target.exists():
         shutil.rmtree(target)
-    target.mkdir(parents=True)
+    ensure_dir(target)
     for file in SHIPPED_FILES:
         source = run_dir / file
         if file != "config.json" and source.exists():

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from repo_lens.atomic import atomic_write, atomic_write_bytes
+from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.transformer import LensModel
@@ -53,8 +53,7 @@ def save_checkpoint(
         >>> sorted(p.name for p in path.iterdir())
         ['config.json', 'model.safetensors']
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = ensure_dir(directory)
     state = {name: tensor.detach().cpu().to(dtype or tensor.dtype).contiguous()
              for name, tensor in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:

@@ -168,7 +168,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(f"{name:<20} {study.source}  [{', '.join(study.default_models)}]")
         return 0
     documents = reproduce(args.names or ["all"], args.out, models=args.model, quick=args.quick,
-                          figures=not args.no_figures, progress=not args.quiet)
+                          figures=not args.no_figures, progress=not args.quiet, batch_size=args.batch_size)
     for name, document in documents.items():
         print(f"\n## {name} ({STUDIES[name].source}) — {document['seconds']} s -> {args.out}/{name}/\n")
         print(document.get("markdown", ""))
@@ -238,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--quick", action="store_true", help="fewer texts and prompts")
     reproduce.add_argument("--no-figures", action="store_true", help="skip the PDF/SVG export (needs Chromium)")
     reproduce.add_argument("--list", action="store_true", help="list the results and their default models")
+    reproduce.add_argument("--batch-size", type=int, default=1,
+                           help="texts or prompts per forward pass in the studies that trace many (the same numbers)")
     reproduce.add_argument("--quiet", action="store_true")
     reproduce.set_defaults(handler=cmd_reproduce)
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from repo_lens.model.config import ModelConfig
-from repo_lens.atomic import atomic_write, atomic_write_bytes, run_lock
+from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir, run_lock
 from repo_lens.model.loaders.native import save_checkpoint
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
@@ -64,8 +64,7 @@ def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:
 
 
 def _save_state(directory: Path, model, optimizer, step: int, history, wall: float) -> None:
-    state_dir = directory / STATE_DIR
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = ensure_dir(directory / STATE_DIR)
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     names = {id(p): n for n, p in model.named_parameters()}
     for group in optimizer.param_groups:

@@ -61,6 +61,44 @@ def test_attention_mass_study_writes_json_table_and_vector_figures(tmp_path):
     assert "| zoo:bytes-fox, 512 bytes |" in (tmp_path / "table.md").read_text()
 
 
+def _numbers(value, path=""):
+    """Every number in a JSON document, keyed by where it sits."""
+    if isinstance(value, dict):
+        return {key: number for name, item in value.items() if name != "seconds"
+                for key, number in _numbers(item, f"{path}/{name}").items()}
+    if isinstance(value, list):
+        return {key: number for index, item in enumerate(value) for key, number in _numbers(item, f"{path}/{index}").items()}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {path: float(value)}
+    return {}
+
+
+def test_reproduce_in_batches_gives_the_numbers_of_one_at_a_time(tmp_path):
+    names = ["range_stats", "attention_mass"]
+    documents = {}
+    for batch_size in (1, 3):
+        reproduce(names, tmp_path / str(batch_size), models=["zoo:bytes-repo"], quick=True, figures=False,
+                  progress=False, batch_size=batch_size)
+        documents[batch_size] = {name: json.loads((tmp_path / str(batch_size) / name / "results.json").read_text())
+                                 for name in names}
+    for name in names:
+        one, batched = _numbers(documents[1][name]), _numbers(documents[3][name])
+        assert one.keys() == batched.keys() and len(one) > 20
+        for key, number in one.items():
+            assert batched[key] == pytest.approx(number, abs=1e-5), (name, key)
+    # the learned RePo layers do move their positions, so the comparison is not of constants
+    lengths = documents[1]["range_stats"]["results"]["zoo:bytes-repo"]["lengths"]
+    assert all(row["n_texts"] > 1 and 0 < row["mean_d"] for row in lengths.values())
+    mirror = STUDIES["reversal_mirror"].load()
+    one, batched = (_numbers(mirror(tmp_path / f"mirror{size}", ["zoo:reversal-repo"], quick=True, figures=False,
+                                    progress=False, batch_size=size)) for size in (1, 4))
+    assert one.keys() == batched.keys()
+    assert all(batched[key] == pytest.approx(number, abs=1e-5) for key, number in one.items())
+    with pytest.raises(Exception, match="batch_size must be a positive integer"):
+        reproduce(names, tmp_path / "0", models=["zoo:bytes-repo"], quick=True, figures=False, progress=False,
+                  batch_size=0)
+
+
 def test_flipflop_study_matches_the_cards_at_the_training_length(tmp_path):
     import repo_lens
 

@@ -3,7 +3,9 @@
 ``repo-lens reproduce NAME|all --out DIR`` (or ``python analyses/NAME.py --out DIR``) writes, per
 study, ``DIR/NAME/results.json``, a Markdown table and vector PDF + SVG figures sized for a
 two-column paper. ``--model`` replaces the study's default models. Every study is a function
-``study(out, models, quick=False, figures=True, progress=True) -> dict`` (the JSON document).
+``study(out, models, quick=False, figures=True, progress=True) -> dict`` (the JSON document);
+the studies that trace or measure many inputs also take ``batch_size`` (inputs per forward pass,
+the same numbers within 1e-5).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tqdm.auto import tqdm
 
 from repo_lens.atomic import run_lock
 from repo_lens.errors import InputError
+from repo_lens.protocol import check_batch_size
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Study:
     module: str
     function: str
     default_models: tuple[str, ...]
+    batched: bool = False  # the study function takes ``batch_size``
 
     def load(self) -> Callable[..., dict[str, Any]]:
         import importlib
@@ -38,14 +42,14 @@ class Study:
 
 STUDIES: dict[str, Study] = {study.name: study for study in (
     Study("range_stats", "RePo Fig. 2: ranges of assigned positions", "positions", "range_study",
-          ("zoo:bytes-repo", "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-rope")),
+          ("zoo:bytes-repo", "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-rope"), batched=True),
     Study("pattern_fractions", "RePo Fig. 3: constant / mono / hybrid chunks", "positions", "pattern_study",
-          ("zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer", "zoo:bytes-fox")),
+          ("zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer", "zoo:bytes-fox"), batched=True),
     Study("attention_mass", "RePo Table 4: NIAH attention mass", "attention", "attention_study",
           ("zoo:bytes-rope", "zoo:bytes-nope", "zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer",
-           "zoo:bytes-fox", "zoo:bytes-cope")),
+           "zoo:bytes-fox", "zoo:bytes-cope"), batched=True),
     Study("reversal_mirror", "RePo App. C Fig. 6: mirror effect", "reversal", "reversal_study",
-          ("zoo:reversal-repo", "zoo:reversal-rope", "zoo:reversal-nope")),
+          ("zoo:reversal-repo", "zoo:reversal-rope", "zoo:reversal-nope"), batched=True),
     Study("case_study", "RePo App. D Fig. 8: case-study positions", "case_study", "fewshot_study",
           ("zoo:bytes-repo", "zoo:bytes-lpi-layer")),
     Study("increment_findings", "seeds/002: increments by category, word boundaries, entities",
@@ -56,8 +60,9 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
 
 
 def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | None = None, quick: bool = False,
-              figures: bool = True, progress: bool = True) -> dict[str, dict[str, Any]]:
+              figures: bool = True, progress: bool = True, batch_size: int = 1) -> dict[str, dict[str, Any]]:
     """Run the named studies (``["all"]`` for every one) into ``out/NAME/``; returns their documents.
+    ``batch_size`` inputs go through each forward pass in the studies that batch (same numbers).
 
     Example:
         >>> sorted(STUDIES)[:3]
@@ -67,6 +72,7 @@ def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | Non
     unknown = [name for name in chosen if name not in STUDIES]
     if unknown:
         raise InputError(f"unknown result {unknown}; choose from: all, {', '.join(STUDIES)}")
+    batch_size = check_batch_size(batch_size)
     documents = {}
     bar = tqdm(chosen, desc="reproduce", unit="result", disable=not progress)
     with run_lock(out):  # one writer per output directory; a second `reproduce` into it is refused
@@ -74,8 +80,9 @@ def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | Non
             bar.set_postfix_str(name)
             study = STUDIES[name]
             started = time.perf_counter()
+            batching = {"batch_size": batch_size} if study.batched else {}
             document = study.load()(Path(out) / name, list(models or study.default_models), quick=quick,
-                                    figures=figures, progress=progress)
+                                    figures=figures, progress=progress, **batching)
             document["seconds"] = round(time.perf_counter() - started, 1)
             documents[name] = document
     return documents

@@ -24,8 +24,9 @@ SPANS = ("needle", "query", "rest")
 
 
 def attention_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                    progress: bool = True) -> dict[str, Any]:
-    from repo_lens.analysis import attention_mass
+                    progress: bool = True, batch_size: int = 1) -> dict[str, Any]:
+    """Table 4: attention mass per token on needle / query / rest, ``batch_size`` prompts per forward pass."""
+    from repo_lens.analysis import attention_mass_batch
     from repo_lens.data import niah_single
     from repo_lens.loading import load
 
@@ -34,15 +35,16 @@ def attention_study(out: Path, models: list[str], quick: bool = False, figures: 
     results: dict[str, Any] = {}
     for model in models:
         lens = load(model, device="cpu")
-        cells = []
-        for depth in tqdm(depths, desc=f"NIAH mass {model}", disable=not progress):
-            for seed in seeds:
-                prompt = niah_single(lens.tokenizer, 2 * lens.context_length, depth=depth, seed=seed)
-                mass = attention_mass(lens, prompt.ids, {"needle": prompt.spans["value"], "query": prompt.spans["query"]},
-                                      prompt.query, allow_beyond_context=True)
-                cells.append({"depth": depth, "seed": seed, "tokens": len(prompt.ids),
-                              "needle_token_depth": prompt.meta.get("needle_token_depth"),
-                              **{span: mass.per_token[span] for span in SPANS}})
+        settings = [(depth, seed) for depth in depths for seed in seeds]
+        prompts = [niah_single(lens.tokenizer, 2 * lens.context_length, depth=depth, seed=seed)
+                   for depth, seed in tqdm(settings, desc=f"NIAH prompts {model}", disable=not progress)]
+        masses = attention_mass_batch(
+            lens, [(prompt.ids, {"needle": prompt.spans["value"], "query": prompt.spans["query"]}, prompt.query)
+                   for prompt in prompts], batch_size=batch_size, allow_beyond_context=True)
+        cells = [{"depth": depth, "seed": seed, "tokens": len(prompt.ids),
+                  "needle_token_depth": prompt.meta.get("needle_token_depth"),
+                  **{span: mass.per_token[span] for span in SPANS}}
+                 for (depth, seed), prompt, mass in zip(settings, prompts, masses)]
         results[model] = {"cells": cells, "layer_kinds": list(lens.model.cfg.layer_mechanisms),
                           "per_token": {span: float(np.mean([c[span] for c in cells])) for span in SPANS}}
     lines = ["| model | needle ×10⁻² | query ×10⁻² | rest ×10⁻² | needle / rest |", "|---|---|---|---|---|"]

@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from repo_lens.model.registry import learned_layers
+from repo_lens.protocol import trace_many
 from repo_lens.studies.reproductions.common import held_out_documents, save_study, stem
 
 PAPER_FIG3 = {"constant": 0.22, "mono": 0.04, "hybrid": 0.74}  # RePo §5.2 (hybrid = the rest)
@@ -24,9 +25,9 @@ def _texts(quick: bool) -> list[str]:
     return held_out_documents(4 if quick else 12)
 
 
-def _per_model(models: list[str], quick: bool, progress: bool, measure, figure_prefix: str):
-    """``measure(model, lens, layer kinds, texts, progress) -> (result, figure)`` on each model (loaded on the
-    CPU); returns {model: result} and {figure name: figure}."""
+def _per_model(models: list[str], quick: bool, progress: bool, measure, figure_prefix: str, batch_size: int):
+    """``measure(model, lens, layer kinds, texts, progress, batch_size) -> (result, figure)`` on each model
+    (loaded on the CPU); returns {model: result} and {figure name: figure}."""
     from repo_lens.loading import load
 
     texts = _texts(quick)
@@ -35,22 +36,22 @@ def _per_model(models: list[str], quick: bool, progress: bool, measure, figure_p
     for model in models:
         lens = load(model, device="cpu")
         results[model], plots[f"{figure_prefix}_{stem(model)}"] = measure(
-            model, lens, list(lens.model.cfg.layer_mechanisms), texts, progress)
+            model, lens, list(lens.model.cfg.layer_mechanisms), texts, progress, batch_size)
     return results, plots
 
 
-def _traces(lens, texts: list[str], length: int, progress: bool, desc: str):
-    """Traces of every text that has at least ``length`` tokens, cut to exactly ``length``."""
-    for text in tqdm(texts, desc=desc, disable=not progress):
-        ids = lens.encode(text)
-        if len(ids) >= length:
-            yield lens.trace(ids[:length], allow_beyond_context=True)
+def _traces(lens, texts: list[str], length: int, progress: bool, desc: str, batch_size: int):
+    """Traces of every text that has at least ``length`` tokens, cut to exactly ``length``,
+    ``batch_size`` texts per forward pass."""
+    encoded = (lens.encode(text) for text in tqdm(texts, desc=desc, disable=not progress))
+    cut = [ids[:length] for ids in encoded if len(ids) >= length]
+    return trace_many(lens, cut, batch_size=batch_size, allow_beyond_context=True)
 
 
 def range_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                progress: bool = True) -> dict[str, Any]:
+                progress: bool = True, batch_size: int = 1) -> dict[str, Any]:
     """Fig. 2: d = max z − min z per head, at the training context and at twice it."""
-    results, plots = _per_model(models, quick, progress, _ranges, "fig2_ranges")
+    results, plots = _per_model(models, quick, progress, _ranges, "fig2_ranges", batch_size)
     lines = ["| model | learned layers | T | mean d | max d | max d / T |", "|---|---|---|---|---|---|"]
     for model, result in results.items():
         for length, row in result["lengths"].items():
@@ -63,7 +64,7 @@ def range_study(out: Path, models: list[str], quick: bool = False, figures: bool
     return save_study(out, document, plots if figures else None)
 
 
-def _ranges(model: str, lens, kinds: list[str], texts: list[str], progress: bool):
+def _ranges(model: str, lens, kinds: list[str], texts: list[str], progress: bool, batch_size: int):
     """One model's ranges at its training context and twice it, and its box plot of d per learned layer."""
     import plotly.graph_objects as go
 
@@ -76,7 +77,7 @@ def _ranges(model: str, lens, kinds: list[str], texts: list[str], progress: bool
     layers = learned_layers(kinds) or list(range(len(kinds)))
     for index, length in enumerate((context, 2 * context)):
         ranges = np.stack([range_stats(t.positions) for t in
-                           _traces(lens, texts, length, progress, f"{stem(model)} ranges T={length}")])
+                           _traces(lens, texts, length, progress, f"{stem(model)} ranges T={length}", batch_size)])
         mean_by_head = ranges.mean(axis=0)  # (L, H)
         learned = mean_by_head[layers]
         per_length[str(length)] = {
@@ -92,9 +93,9 @@ def _ranges(model: str, lens, kinds: list[str], texts: list[str], progress: bool
 
 
 def pattern_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                  progress: bool = True) -> dict[str, Any]:
+                  progress: bool = True, batch_size: int = 1) -> dict[str, Any]:
     """Fig. 3: shares of constant / mono / hybrid chunks (Δ = 16, ε = 0.2) in the learned layers."""
-    results, plots = _per_model(models, quick, progress, _patterns, "fig3_patterns")
+    results, plots = _per_model(models, quick, progress, _patterns, "fig3_patterns", batch_size)
     lines = ["| model | constant | mono | hybrid |", "|---|---|---|---|",
              "| RePo OLMo-2 1B (paper, RULER) | 0.22 | 0.04 | 0.74 |"]
     for model, result in results.items():
@@ -105,13 +106,13 @@ def pattern_study(out: Path, models: list[str], quick: bool = False, figures: bo
     return save_study(out, document, plots if figures else None)
 
 
-def _patterns(model: str, lens, kinds: list[str], texts: list[str], progress: bool):
+def _patterns(model: str, lens, kinds: list[str], texts: list[str], progress: bool, batch_size: int):
     """One model's chunk-pattern shares (overall in the learned layers, and per layer) and their figure."""
     from repo_lens.analysis import chunk_patterns, pattern_fractions
     from repo_lens.plots import pattern_fractions_figure
 
     patterns = [chunk_patterns(t.positions, size=16, eps=0.2) for t in
-                _traces(lens, texts, lens.context_length, progress, f"{stem(model)} patterns")]
+                _traces(lens, texts, lens.context_length, progress, f"{stem(model)} patterns", batch_size)]
     all_patterns = np.concatenate(patterns, axis=-1)  # (L, H, chunks of every text)
     fractions = pattern_fractions(all_patterns)
     layers = learned_layers(kinds)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from repo_lens.protocol import trace_many
 from repo_lens.studies.reproductions.common import save_study, stem
 
 
@@ -34,7 +34,8 @@ def mirror_ratios(positions: np.ndarray, input_start: int, output_start: int, le
 
 
 def reversal_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                   progress: bool = True) -> dict[str, Any]:
+                   progress: bool = True, batch_size: int = 1) -> dict[str, Any]:
+    """App. C Fig. 6: mirror ratios per layer, ``batch_size`` prompts per forward pass."""
     from repo_lens.loading import load
     from repo_lens.train.tasks import REVERSAL_PROMPT, ReversalTask
 
@@ -45,13 +46,14 @@ def reversal_study(out: Path, models: list[str], quick: bool = False, figures: b
     plots = {}
     for model in models:
         lens = load(model, device="cpu")
-        ratios = []
-        for length in tqdm(lengths, desc=f"mirror {model}", disable=not progress):
+        examples = []
+        for length in lengths:
             rng = random.Random(f"mirror-{length}")
-            for _ in range(per_length):
-                example = task.example(rng, length)
-                trace = lens.trace(example.ids[:-1])  # without <eos>
-                ratios.append(mirror_ratios(trace.positions, 1 + len(REVERSAL_PROMPT), example.answer_start, length))
+            examples += [(length, task.example(rng, length)) for _ in range(per_length)]
+        traces = trace_many(lens, [example.ids[:-1] for _, example in examples],  # without <eos>
+                            batch_size=batch_size, progress=progress)
+        ratios = [mirror_ratios(trace.positions, 1 + len(REVERSAL_PROMPT), example.answer_start, length)
+                  for (length, example), trace in zip(examples, traces)]
         stacked = np.stack(ratios)  # (prompts, L, H)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a head constant in every prompt stays NaN

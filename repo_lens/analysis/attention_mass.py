@@ -324,11 +324,8 @@ def attention_mass_batch(
     prompt at a time within 1e-5. A prompt beyond the context is measured alone.
 
     Example:
-        >>> import torch
-        >>> from repo_lens.model import LensModel, ModelConfig
-        >>> _ = torch.manual_seed(0)
-        >>> model = LensModel(ModelConfig(family="olmo2", vocab_size=257, d_model=32, n_layers=2,
-        ...                               n_heads=4, d_mlp=64, layer_mechanisms=["rope", "repo"]))
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> model = tiny_model("repo", seed=0)  # a random 4-layer byte-level RePo model
         >>> prompts = [(list(range(40)), {"needle": (10, 15)}, (36, 40)), (list(range(9)), {"a": (0, 2)}, (7, 9))]
         >>> batched = attention_mass_batch(model, prompts, batch_size=2)
         >>> alone = attention_mass(model, *prompts[1])

@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python bench/analyzers.py
 	$(BIN)/python bench/attention_mass.py
 	$(BIN)/python bench/batched_trace.py
+	$(BIN)/python bench/distributed.py
 
 # Retrain and ship every zoo model (about an hour on 2 CPU cores; not part of CI).
 ZOO_RUNS ?= build/zoo
@@ -56,9 +57,11 @@ reproduce: setup browser
 app: setup browser
 	$(BIN)/streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.headless true
 
-# Chromium (figure export, the browser test) and a CJK font, from Debian, when missing.
+# Chromium (figure export, the browser tests), its driver and a CJK font, from Debian, when missing; only
+# those and what they depend on (--no-install-recommends), nothing upgraded that is already installed.
+BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei
 browser:
-	dpkg -s chromium chromium-driver fonts-wqy-microhei >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium chromium-driver fonts-wqy-microhei)
+	dpkg -s $(BROWSER_PACKAGES) >/dev/null 2>&1 || (apt-get update && apt-get install -y --no-install-recommends --no-upgrade $(BROWSER_PACKAGES))
 
 clean:
 	rm -rf build .pytest_cache

@@ -15,11 +15,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import streamlit as st  # noqa: E402
+from repo_lens import InputError  # noqa: E402
 
 from lens_app import cache, config  # noqa: E402
-from lens_app.sidebar import MODE_TRACE, Selection, sidebar  # noqa: E402
+from lens_app.names import input_hash  # noqa: E402
+from lens_app.sidebar import MODE_TRACE, Selection, model_info, sidebar  # noqa: E402
 from lens_app.ui import Item, guard  # noqa: E402
-from lens_app.views import VIEWS  # noqa: E402
+from lens_app.views import VIEWS, View  # noqa: E402
 from lens_app.documents import document_of_trace  # noqa: E402
 
 
@@ -40,7 +42,8 @@ def load_items(selection: Selection) -> list[Item]:
             trace = cache.load_uploaded_trace(file)
             label = str(trace.meta.get("name") or trace.meta.get("source") or file.name)
             items.append(Item(label=label, trace=trace, doc=document_of_trace(trace),
-                              key=_key("file", getattr(file, "file_id", file.name))))
+                              key=_key("file", getattr(file, "file_id", file.name)),
+                              input_id=input_hash(trace.token_ids)))
         return items
     for index, source in enumerate(selection.sources):
         label = config.source_label(source)
@@ -48,12 +51,38 @@ def load_items(selection: Selection) -> list[Item]:
             label = f"{label} ({index + 1})"
         with guard(f"Tracing with {label}"):
             stamp = config.source_stamp(source)
+            if not fits(label, source, stamp, selection):
+                continue
             trace, doc = cache.get_traced(source, stamp, selection.kind, selection.text, selection.params_json,
                                           selection.truncate)
             items.append(Item(label=label, trace=trace, doc=doc, source=source, stamp=stamp,
                               key=_key(source, stamp, selection.kind, selection.text, selection.params_json,
-                                       selection.truncate)))
+                                       selection.truncate), input_id=input_hash(trace.token_ids)))
     return items
+
+
+def fits(label: str, source: str, stamp: float, selection: Selection) -> bool:
+    """Before tracing: say so when the input is longer than the model's context; False when it
+    cannot be traced at all (a prompt that cannot be built for this model, or truncation off)."""
+    try:
+        doc = cache.get_document(source, stamp, selection.kind, selection.text, selection.params_json)
+    except InputError as error:
+        if not selection.params.get("length"):  # not a prompt built to a length: a plain input error
+            raise
+        st.warning(f"{label} cannot hold a {selection.kind} prompt of this length: {error}. Pick a model with a "
+                   "longer context or another input.", icon="📏")
+        return False
+    info = model_info(source)
+    context = info.context if info is not None else None
+    if context is None or len(doc.ids) <= context:
+        return True
+    if selection.truncate:
+        st.warning(f"{label}: the {selection.kind} input is {len(doc.ids):,} tokens, more than the model's context "
+                   f"({context:,}); only the first {context:,} are traced.", icon="✂️")
+        return True
+    st.warning(f"{label}: the {selection.kind} input is {len(doc.ids):,} tokens, longer than the model's context "
+               f"({context:,}); shorten it, pick a model with a longer context, or turn truncation on.", icon="📏")
+    return False
 
 
 def notices(items: list[Item]) -> None:
@@ -61,12 +90,15 @@ def notices(items: list[Item]) -> None:
     for item in items:
         meta = item.trace.meta
         truncation = meta.get("truncation")
-        if truncation:
+        if truncation and item.source is None:  # a model's input was checked before tracing (fits)
             st.warning(f"{item.label}: the input has {truncation['original_tokens']:,} tokens, more than the model's "
                        f"context; only the first {truncation['kept_tokens']:,} were traced.", icon="✂️")
         bad = meta.get("nonfinite_positions")
         if bad:
-            st.error(f"{item.label}: NaN or infinite positions in (layer, head) {bad[:8]}{' …' if len(bad) > 8 else ''}; "
+            counts = meta.get("nonfinite_counts") or {}
+            st.error(f"{item.label}: NaN or infinite positions ({counts.get('positions', '?')} values on "
+                     f"{counts.get('tokens', '?')} tokens) in {len(bad)} heads, (layer, head) "
+                     f"{bad[:8]}{' …' if len(bad) > 8 else ''}; "
                      "they are left out of the plots and the analyses that need finite positions say so.", icon="⚠️")
         for warning in meta.get("warnings") or []:
             if not bad or "NaN" not in str(warning):
@@ -91,14 +123,22 @@ def main() -> None:
         return
     items = load_items(selection)
     if not items:
+        st.info("Nothing to show yet: see the messages above.")
         return
     header(items)
     notices(items)
     tabs = st.tabs([view.name for view in VIEWS], key="view", on_change="rerun", bind="query-params")
     for tab, view in zip(tabs, VIEWS):
         if tab.open:
-            with tab, guard(view.name):
-                view.render(items, selection)
+            with tab:
+                render_view(view, items, selection)
+
+
+@st.fragment
+def render_view(view: View, items: list[Item], selection: Selection) -> None:
+    """One view; a change of its own controls (layer, head, window, highlight) reruns only this."""
+    with guard(view.name):
+        view.render(items, selection)
 
 
 with guard("The app"):

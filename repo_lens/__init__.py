@@ -13,20 +13,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from repo_lens.errors import (CheckpointError, InputError, MemoryLimitError, RepoLensError, RunInUseError,
-                              TraceFileError, WriteError)
+from repo_lens.errors import (CheckpointError, ContextLengthError, InputError, MemoryLimitError, RepoLensError,
+                              RunInUseError, TraceFileError, WriteError)
 
 if TYPE_CHECKING:
     from repo_lens.lens import Lens
-    from repo_lens.loading import load
+    from repo_lens.loading import checkpoint_files, load
     from repo_lens.trace import Trace
 
-__all__ = ["CheckpointError", "InputError", "Lens", "MemoryLimitError", "RepoLensError", "RunInUseError", "Trace",
-           "TraceFileError", "WriteError", "load"]
+__all__ = ["CheckpointError", "ContextLengthError", "InputError", "Lens", "MemoryLimitError", "RepoLensError",
+           "RunInUseError", "Trace", "TraceFileError", "WriteError", "checkpoint_files", "load"]
 __version__ = "0.1.0"
 # torch and transformers load only when a model or trace is used, so the numpy-only analyzers import fast
 # (the TYPE_CHECKING imports above name the same modules, for type checkers and tests/test_architecture.py)
-_LAZY_EXPORTS = {"Lens": "repo_lens.lens", "Trace": "repo_lens.trace", "load": "repo_lens.loading"}
+_LAZY_EXPORTS = {"Lens": "repo_lens.lens", "Trace": "repo_lens.trace", "load": "repo_lens.loading",
+                 "checkpoint_files": "repo_lens.loading"}
 
 
 def __getattr__(name: str) -> Any:

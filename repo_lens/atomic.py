@@ -3,14 +3,23 @@
 Readers see the old file or the new one, never a part; a failed write leaves the old file
 and no temporary file behind, and is raised as :class:`repo_lens.errors.WriteError` naming the
 path, the cause and the remedy. Every file repo_lens writes goes through :func:`atomic_write`.
+
+Temporary files are hidden and named ``.NAME.HOST-PID-RANDOM.tmp`` (HOST: a short hash of the
+host name, PID: the writer's process id). A writer killed mid-save (``kill -9``, power loss)
+cannot remove its own; the next save into that directory does (at most one sweep per directory
+and minute in a process): it removes temp files of this naming whose writer ran on this host
+and is no longer running, and those from another host untouched for a day. Nothing else is
+ever removed, and a live writer's temp file never is.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
+import re
 import secrets
 import socket
 import sys
@@ -25,6 +34,11 @@ from repo_lens.errors import RunInUseError, WriteError
 LOCK_NAME = ".repo_lens.lock"
 _held: dict[Path, int] = {}  # run directories this process holds -> nesting depth
 _held_guard = threading.Lock()
+STALE_FOREIGN_TEMP_S = 24 * 3600  # a temp file from another host untouched this long is a leftover
+SWEEP_INTERVAL_S = 60.0  # sweep one directory at most this often (per process)
+_HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+_TEMP_NAME = re.compile(r"^\..+\.(?P<host>[0-9a-f]{6})-(?P<pid>[0-9]+)-[0-9a-f]{12}\.tmp$")
+_swept: dict[Path, float] = {}  # directory -> time.monotonic() of this process's last sweep there
 
 _REMEDIES = {
     errno.ENOSPC: "free some disk space or write somewhere else",
@@ -58,6 +72,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftover_temp_files(path.parent)
         temp = _new_temp_file(path)
     except OSError as error:
         raise _write_error(path, error) from error
@@ -130,13 +145,72 @@ def _new_temp_file(path: Path) -> Path:
     # Created with mode 0666 so the umask applies as for any new file (mkstemp would give 0600,
     # and reading the umask means changing it, which races with other threads).
     for _ in range(100):
-        temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        temp = path.parent / f".{path.name}.{_HOST_TAG}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
         try:
             os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:
             continue
         return temp
     raise FileExistsError(f"could not create a temporary file next to {path}")
+
+
+def remove_leftover_temp_files(directory: str | os.PathLike, *, force: bool = False) -> list[Path]:
+    """Remove the temp files interrupted saves left in ``directory`` (the rule is in the module's
+    docstring); returns the paths removed. Best effort: what cannot be listed or removed stays.
+    ``force`` sweeps even if this process swept the directory within the last minute.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> leftover = folder / f".trace.safetensors.{_HOST_TAG}-999999999-0123456789ab.tmp"
+        >>> _ = leftover.write_bytes(b"half a save")
+        >>> [p.name == leftover.name for p in remove_leftover_temp_files(folder)], leftover.exists()
+        ([True], False)
+    """
+    directory = Path(directory)
+    now = time.monotonic()
+    key = directory.resolve()
+    if not force and now - _swept.get(key, -SWEEP_INTERVAL_S) < SWEEP_INTERVAL_S:
+        return []
+    _swept[key] = now
+    removed = []
+    try:
+        entries = [entry for entry in os.scandir(directory) if entry.name.startswith(".")]
+    except OSError:
+        return []
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if match is None or not _is_leftover(entry, match["host"], int(match["pid"])):
+            continue
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _is_leftover(entry: os.DirEntry, host: str, pid: int) -> bool:
+    try:
+        if not entry.is_file(follow_symlinks=False):
+            return False
+        if host != _HOST_TAG:
+            return time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_FOREIGN_TEMP_S
+    except OSError:
+        return False
+    return not _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # alive, but another user's
+        return True
+    except (ProcessLookupError, OverflowError):  # gone, or a pid this system cannot have
+        return False
+    return True
 
 
 def distributed_run_id() -> str | None:

@@ -3,22 +3,146 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
-from repo_lens.errors import RepoLensError
+from repo_lens.errors import ContextLengthError, InputError, RepoLensError
+
+DEBUG_VARIABLE = "REPO_LENS_DEBUG"
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number within [low, high] (no upper bound when ``high`` is None).
+
+    >>> whole_number(1)("8")
+    8
+    """
+    bounds = f"within [{low}, {high}]" if high is not None else f"≥ {low}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number {bounds}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = whole_number(1)
+SEED_RANGE = (0, 2**32 - 1)  # what every generator a seed reaches accepts (numpy's legacy one is the narrowest)
+seed_value = whole_number(*SEED_RANGE)
+
+
+def number_list(kind: type, low: float, high: float | None, example: str) -> Callable[[str], list]:
+    """An argparse type: a non-empty comma-separated list of ``kind`` values within [low, high].
+
+    >>> number_list(float, 0, 1, "0,0.5,1")("0, 0.25,1")
+    [0.0, 0.25, 1.0]
+    """
+    noun = "a whole number" if kind is int else "a number"
+    shown = str if kind is int else "{:g}".format
+    bounds = f"within [{shown(low)}, {shown(high)}]" if high is not None else f"≥ {shown(low)}"
+
+    def parse(text: str) -> list:
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list such as {example}, got {text!r}")
+        values = []
+        for item in items:
+            try:
+                value = kind(item)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{item!r} is not {noun}; expected a list such as {example}") from None
+            if not (low <= value and (high is None or value <= high)):  # also refuses nan
+                raise argparse.ArgumentTypeError(f"every value must be {bounds}, got {item}")
+            values.append(value)
+        return values
+
+    return parse
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    return next((folder for folder in (path, *path.parents) if folder.exists()), None)
+
+
+def _check_not_under_a_file(path: Path) -> None:
+    existing = _nearest_existing(path)
+    if existing is not None and not existing.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{existing} is a file, so nothing can be written under it; choose another path")
+
+
+def output_dir(text: str) -> str:
+    """An argparse type: a directory to write into (created if missing), not a file or under one."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, got an empty string")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text} is a file, not a directory; name a directory (it is created if missing)")
+    _check_not_under_a_file(path)
+    return text
+
+
+def output_file(text: str) -> str:
+    """An argparse type: a file to write, not a directory and not under a file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a file, got an empty string")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name, e.g. {path / 'trace.safetensors'}")
+    _check_not_under_a_file(path.parent)
+    return text
+
+
+def model_name(text: str) -> str:
+    """An argparse type: a checkpoint directory or zoo:NAME, not an empty string (the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a checkpoint directory or zoo:NAME, got an empty string")
+    return text
+
+
+def command_line_text(text: str) -> str:
+    """An argparse type: non-empty, valid UTF-8 text (undecodable command-line bytes arrive as lone surrogates)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; pass some text to trace")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            "is not valid UTF-8; pass UTF-8 text, or save it as a UTF-8 file and use --file") from None
+    return text
+
+
+def read_text_file(path: str) -> str:
+    """The contents of the UTF-8 text file ``path`` (``--file``), or an InputError naming the problem and the fix."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"--file {path}: no such file; give the path of a UTF-8 text file") from None
+    except IsADirectoryError:
+        raise InputError(f"--file {path} is a directory; give the path of a UTF-8 text file") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"--file {path} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
+                         f"{error.start}); convert it to UTF-8, e.g. iconv -f LATIN1 -t UTF-8") from None
+    except OSError as error:
+        raise InputError(f"--file {path}: cannot read it ({error.strerror or error}); "
+                         f"check the path and its permissions") from None
 
 
 def _read_text(args: argparse.Namespace) -> str:
     if args.text is not None and args.file is not None:
-        raise RepoLensError("give either --text or --file, not both")
+        raise InputError("give either --text or --file, not both")
     if args.file is not None:
-        try:
-            return Path(args.file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise RepoLensError(f"cannot read {args.file} as UTF-8 text: {error}") from None
+        return read_text_file(args.file)
     if args.text is None:
-        raise RepoLensError("nothing to trace: pass --text 'some text' or --file path.txt")
+        raise InputError("nothing to trace: pass --text 'some text' or --file path.txt")
     return args.text
 
 
@@ -26,8 +150,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     import repo_lens
     from repo_lens.studies.report import layer_summary
 
+    text = _read_text(args)
     lens = repo_lens.load(args.model, device=args.device, dtype=args.dtype)
-    trace = lens.trace(_read_text(args), truncate=args.truncate)
+    trace = lens.trace(text, truncate=args.truncate, allow_beyond_context=args.beyond_context)
     print(f"model: {trace.meta.get('name')}  ({trace.meta.get('format')}, {trace.meta.get('dtype')}, "
           f"{trace.meta.get('device')})")
     print(f"tokens: {len(trace)}  layers: {trace.n_layers}  heads: {trace.n_heads}")
@@ -49,10 +174,16 @@ def cmd_tiny(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
     if (directory / "config.json").exists() and not args.force:
         raise RepoLensError(f"{directory} already holds a checkpoint; pass --force to overwrite it")
-    model = tiny_model(args.mechanism, n_layers=args.layers, seed=args.seed)
+    if args.shape and args.layers is not None:
+        raise InputError(f"--layers {args.layers} conflicts with --shape {args.shape}, which sets the layers; "
+                         "pass one of them")
+    model = tiny_model(args.mechanism, n_layers=args.layers or 4, seed=args.seed, shape=args.shape)
+    name = f"tiny-random-{args.mechanism}" + (f"-{args.shape}" if args.shape else "")
     save_checkpoint(model, directory, tokenizer="bytes",
-                    info={"name": f"tiny-random-{args.mechanism}", "note": "random weights, for pipeline checks"})
-    print(f"wrote a random {args.layers}-layer byte-level {args.mechanism} model to {directory}")
+                    info={"name": name, "note": "random weights, for pipeline checks"})
+    cfg = model.cfg
+    print(f"wrote a random {cfg.n_layers}-layer × {cfg.n_heads}-head byte-level {args.mechanism} model "
+          f"(context {cfg.max_position_embeddings}) to {directory}")
     return 0
 
 
@@ -94,13 +225,6 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _numbers(text: str, kind=float) -> list:
-    try:
-        return [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise RepoLensError(f"{text!r} is not a comma-separated list of numbers (e.g. 512,1024)") from None
-
-
 def _sample(items: list, count: int) -> list:
     """``count`` items evenly spaced over ``items`` (deterministic)."""
     if count >= len(items):
@@ -111,10 +235,10 @@ def _sample(items: list, count: int) -> list:
 
 def _texts_for(args: argparse.Namespace) -> list[str]:
     if args.file:
-        text = Path(args.file).read_text(encoding="utf-8")
+        text = read_text_file(args.file)
         paragraphs = [p.strip() for p in text.split("\n\n") if p.strip()]
         if not paragraphs:
-            raise RepoLensError(f"{args.file} holds no text")
+            raise InputError(f"{args.file} holds no text; give a UTF-8 file of paragraphs separated by blank lines")
         return _sample(paragraphs, args.samples)
     if args.corpus == "brown":
         from repo_lens.data.brown import brown_documents
@@ -131,19 +255,28 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     import repo_lens
     from repo_lens.studies import items as studies
     from repo_lens.atomic import run_lock
+    from repo_lens.studies.distributed import load_placement, ranks_from_env
     from repo_lens.studies.runs import run_items, write_summary
 
     settings = {"model": args.model, "study": args.study}
-    lens = repo_lens.load(args.model, device=args.device)
+    texts = _texts_for(args) if args.study == "positions" else None  # a bad --file fails before the model loads
+    ranks = ranks_from_env()  # torchrun / accelerate launch: this rank's share, on its own device(s)
+    lens = repo_lens.load(args.model, **load_placement(args.device, args.device_map, ranks, args.gpus_per_rank))
     if args.study == "niah":
-        lengths, depths, seeds = _numbers(args.lengths, int), _numbers(args.depths), _numbers(args.seeds, int)
+        args.context_flags = {"allow_beyond_context": "--beyond-context"}
+        lengths, depths, seeds = args.lengths, args.depths, args.seeds
+        too_long = [length for length in lengths if lens.context_length and length > lens.context_length]
+        if too_long and not args.beyond_context:  # refused before the run directory is made
+            raise InputError(f"--lengths {too_long[0]} is longer than the model's context of {lens.context_length}; "
+                             f"use lengths up to {lens.context_length}, or pass --beyond-context to measure "
+                             "extrapolation")
         settings.update(lengths=lengths, depths=depths, seeds=seeds, beyond_context=args.beyond_context)
         items = studies.niah_items(lens, lengths, depths, seeds, beyond_context=args.beyond_context,
                                    batch_size=args.batch_size)
         summarize = studies.summarize_niah
     elif args.study == "positions":
         settings.update(file=args.file, corpus=None if args.file else args.corpus, samples=args.samples)
-        items = studies.position_items(lens, _texts_for(args), batch_size=args.batch_size)
+        items = studies.position_items(lens, texts, batch_size=args.batch_size)
         summarize = studies.summarize_positions
     else:
         from repo_lens.data import peoples_daily
@@ -152,7 +285,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         items = studies.boundary_items(lens, _sample(peoples_daily(), args.samples), batch_size=args.batch_size)
         summarize = studies.summarize_boundaries
     with run_lock(args.out):  # one writer per --out, summary included
-        records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}")
+        records = run_items(args.out, items, settings, progress=not args.quiet, desc=f"analyze {args.study}",
+                            block=args.batch_size)
+        if not ranks.is_main:  # rank 0 writes the summary and reports
+            return 0
         summary = summarize(records)
         write_summary(args.out, summary)
     print(f"{len(records)} items -> {args.out}/results.json, results.csv, summary.json")
@@ -161,6 +297,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    from repo_lens.studies.distributed import ranks_from_env
     from repo_lens.studies.reproductions import STUDIES, reproduce
 
     if args.list:
@@ -169,63 +306,84 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return 0
     documents = reproduce(args.names or ["all"], args.out, models=args.model, quick=args.quick,
                           figures=not args.no_figures, progress=not args.quiet, batch_size=args.batch_size)
+    if not ranks_from_env().is_main:  # under torchrun rank 0 reports
+        return 0
     for name, document in documents.items():
         print(f"\n## {name} ({STUDIES[name].source}) — {document['seconds']} s -> {args.out}/{name}/\n")
         print(document.get("markdown", ""))
     return 0
 
 
+def _add_device_map_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--device-map", choices=["auto", "balanced", "sequential"], default=None,
+                         help="spread a model too big for one GPU over this rank's GPUs (docs/big_checkpoints.md)")
+    command.add_argument("--gpus-per-rank", type=positive_int, default=None,
+                         help="with --device-map: GPUs per rank, rank r on GPUs r*K..r*K+K-1 of its node "
+                              "(default: the node's GPUs divided among its ranks)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from repo_lens.model.registry import DEFAULT_KIND, mechanism_kinds
 
-    parser = argparse.ArgumentParser(prog="repo-lens", description="Look at the positions language models learn.")
+    parser = _Parser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     trace = commands.add_parser("trace", help="trace a text and print per-layer position statistics")
-    trace.add_argument("--model", required=True, help="checkpoint directory or zoo:NAME")
-    trace.add_argument("--text", help="text to trace")
+    trace.add_argument("--model", required=True, type=model_name, help="checkpoint directory or zoo:NAME")
+    trace.add_argument("--text", type=command_line_text, help="text to trace")
     trace.add_argument("--file", help="UTF-8 text file to trace")
     trace.add_argument("--device", default="auto", help="auto (CUDA + bf16 when present), cpu, cuda, cuda:N")
     trace.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: by device)")
-    trace.add_argument("--truncate", action="store_true", help="keep the first context-length tokens of a long text")
+    too_long = trace.add_mutually_exclusive_group()
+    too_long.add_argument("--truncate", action="store_true", help="keep the first context-length tokens of a long text")
+    too_long.add_argument("--beyond-context", action="store_true",
+                          help="trace every token of a text longer than the model's context (extrapolation)")
     trace.add_argument("--per-head", action="store_true", help="one row per layer and head")
-    trace.add_argument("--save", help="write the trace to this .safetensors file")
-    trace.set_defaults(handler=cmd_trace)
+    trace.add_argument("--save", type=output_file, help="write the trace to this .safetensors file")
+    trace.set_defaults(handler=cmd_trace,
+                       context_flags={"truncate": "--truncate", "allow_beyond_context": "--beyond-context"})
 
     tiny = commands.add_parser("tiny", help="write a small random byte-level checkpoint (for pipeline checks)")
-    tiny.add_argument("directory")
+    tiny.add_argument("directory", type=output_dir)
     tiny.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
-    tiny.add_argument("--layers", type=int, default=4)
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--layers", type=positive_int, default=None, help="number of layers (default 4)")
+    tiny.add_argument("--shape", default=None,
+                      help="a published model's layers, heads, first learned layer and context at a small "
+                           "d_model, e.g. olmo2-1b (SakanaAI/RePo-OLMo2-1B-stage2-L5: 16 × 16, RePo from layer 5, 8K)")
+    tiny.add_argument("--seed", type=seed_value, default=0)
     tiny.add_argument("--force", action="store_true")
     tiny.set_defaults(handler=cmd_tiny)
 
     train = commands.add_parser("train", help="train a small model (resumes if OUT has a train_state)")
     train.add_argument("--preset", required=True, help="bytes-small, reversal or tiny")
     train.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
-    train.add_argument("--out", required=True, help="output directory (a repo_lens checkpoint)")
-    train.add_argument("--steps", type=int, default=None)
-    train.add_argument("--seed", type=int, default=None)
-    train.add_argument("--threads", type=int, default=None)
+    train.add_argument("--out", required=True, type=output_dir, help="output directory (a repo_lens checkpoint)")
+    train.add_argument("--steps", type=positive_int, default=None)
+    train.add_argument("--seed", type=seed_value, default=None)
+    train.add_argument("--threads", type=positive_int, default=None)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=cmd_train)
 
     analyze = commands.add_parser("analyze", help="run an analysis over a prompt set (resumable; JSON + CSV)")
-    analyze.add_argument("--model", required=True, help="checkpoint directory or zoo:NAME")
+    analyze.add_argument("--model", required=True, type=model_name, help="checkpoint directory or zoo:NAME")
     analyze.add_argument("--study", required=True, choices=["niah", "positions", "boundaries"],
                          help="niah: attention mass sweep; positions: ranges + chunk patterns; "
                               "boundaries: Chinese word-boundary AUC (People's Daily, gold + jieba)")
-    analyze.add_argument("--out", required=True, help="output directory; rerun to resume")
-    analyze.add_argument("--lengths", default="256,512", help="niah: prompt lengths in tokens")
-    analyze.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="niah: needle depths")
-    analyze.add_argument("--seeds", default="0", help="niah: seeds")
+    analyze.add_argument("--out", required=True, type=output_dir, help="output directory; rerun to resume")
+    analyze.add_argument("--lengths", default="256,512", type=number_list(int, 1, None, "256,512"),
+                         help="niah: prompt lengths in tokens")
+    analyze.add_argument("--depths", default="0,0.25,0.5,0.75,1", type=number_list(float, 0, 1, "0,0.5,1"),
+                         help="niah: needle depths, each within [0, 1]")
+    analyze.add_argument("--seeds", default="0", type=number_list(int, *SEED_RANGE, "0,1,2"), help="niah: seeds")
     analyze.add_argument("--beyond-context", action="store_true",
                          help="niah: allow prompts longer than the model's training context (extrapolation)")
     analyze.add_argument("--file", help="positions: a UTF-8 text file (paragraphs separated by blank lines)")
     analyze.add_argument("--corpus", default="brown", choices=["brown", "peoples-daily"], help="positions: corpus")
-    analyze.add_argument("--samples", type=int, default=50, help="positions/boundaries: number of texts")
-    analyze.add_argument("--device", default="auto")
-    analyze.add_argument("--batch-size", type=int, default=1,
+    analyze.add_argument("--samples", type=positive_int, default=50, help="positions/boundaries: number of texts")
+    analyze.add_argument("--device", default="auto",
+                         help="auto (CUDA + bf16 when present; under torchrun cuda:LOCAL_RANK), cpu, cuda, cuda:N")
+    _add_device_map_arguments(analyze)
+    analyze.add_argument("--batch-size", type=positive_int, default=1,
                          help="texts or prompts per forward pass (right-padded; the same results; not part of the "
                               "run's settings, so a run may resume with another)")
     analyze.add_argument("--quiet", action="store_true")
@@ -233,12 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     reproduce = commands.add_parser("reproduce", help="regenerate the sources' tables and figures (JSON + PDF/SVG)")
     reproduce.add_argument("names", nargs="*", help="results to regenerate (default: all); see --list")
-    reproduce.add_argument("--out", default="build/reproduce", help="output directory (one folder per result)")
-    reproduce.add_argument("--model", action="append", help="run on these models instead of the defaults (repeat)")
+    reproduce.add_argument("--out", default="build/reproduce", type=output_dir,
+                           help="output directory (one folder per result)")
+    reproduce.add_argument("--model", action="append", type=model_name,
+                           help="run on these models instead of the defaults (repeat)")
     reproduce.add_argument("--quick", action="store_true", help="fewer texts and prompts")
     reproduce.add_argument("--no-figures", action="store_true", help="skip the PDF/SVG export (needs Chromium)")
     reproduce.add_argument("--list", action="store_true", help="list the results and their default models")
-    reproduce.add_argument("--batch-size", type=int, default=1,
+    reproduce.add_argument("--batch-size", type=positive_int, default=1,
                            help="texts or prompts per forward pass in the studies that trace many (the same numbers)")
     reproduce.add_argument("--quiet", action="store_true")
     reproduce.set_defaults(handler=cmd_reproduce)
@@ -251,13 +411,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one InputError line (``main`` prints it) instead of argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{message} (see {self.prog} --help)")
+
+
+def _error_line(error: BaseException, args: argparse.Namespace | None) -> str:
+    if isinstance(error, ContextLengthError):
+        return error.explain(getattr(args, "context_flags", {}))
+    if isinstance(error, RepoLensError):
+        return str(error)
+    if isinstance(error, UnicodeError):
+        return f"text that is not valid UTF-8 ({error}); pass UTF-8 text and files"
+    where = f"{error.filename}: " if getattr(error, "filename", None) else ""
+    return f"{where}{error.strerror or error}; check the path, its permissions and the free space"
+
+
+def _one_line(message: str) -> str:
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the ``repo-lens`` command; bad input is one ``repo-lens: error: ...`` line on stderr and exit code 2,
+    an unexpected failure one ``repo-lens: internal error: ...`` line and exit code 3 (the traceback with
+    REPO_LENS_DEBUG=1).
+
+    >>> main(["tiny", "/tmp/unused", "--layers", "0"])
+    2
+    """
+    args = None
     try:
+        args = build_parser().parse_args(argv)
         return args.handler(args)
-    except RepoLensError as error:
-        print(f"repo-lens: error: {error}", file=sys.stderr)
+    except (RepoLensError, OSError, UnicodeError) as error:
+        print(f"repo-lens: error: {_one_line(_error_line(error, args))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("repo-lens: interrupted (analyze and train resume where they stopped when rerun)", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            raise
+        print(f"repo-lens: internal error: {type(error).__name__}: {_one_line(str(error))} (please report; rerun with "
+              f"{DEBUG_VARIABLE}=1 for the traceback)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -16,8 +16,34 @@ class InputError(RepoLensError, ValueError):
     """Bad input to a public function (empty text, too long text, bad index, bad array)."""
 
 
-class TraceFileError(RepoLensError, ValueError):
-    """A file that is not a readable repo_lens trace (corrupt, truncated or foreign)."""
+class ContextLengthError(InputError):
+    """An input longer than the model's context. ``remedies`` names the options that would let it
+    run (``truncate``, ``allow_beyond_context``); :meth:`explain` words the message with other names
+    for them (the command line's flags).
+
+    >>> ContextLengthError(300, 256, ("allow_beyond_context",)).explain({"allow_beyond_context": "--beyond-context"})
+    "the input is 300 tokens, longer than the model's context of 256; shorten it, or pass --beyond-context to run all of them (extrapolation beyond the trained length)"
+    """
+
+    def __init__(self, tokens: int, context: int, remedies: tuple[str, ...] = ("truncate", "allow_beyond_context")):
+        self.tokens, self.context, self.remedies = tokens, context, tuple(remedies)
+        super().__init__(self.explain({name: f"{name}=True" for name in self.remedies}))
+
+    def explain(self, option_names: dict[str, str]) -> str:
+        """The message, naming each remedy by ``option_names[remedy]`` (remedies not named are left out)."""
+        wordings = {"truncate": "pass {} to keep the first %d tokens" % self.context,
+                    "allow_beyond_context": "pass {} to run all of them (extrapolation beyond the trained length)"}
+        offered = [wordings[name].format(option_names[name]) for name in self.remedies if name in option_names]
+        return (f"the input is {self.tokens} tokens, longer than the model's context of {self.context}; "
+                + ", or ".join(["shorten it", *offered]))
+
+    def __reduce__(self):
+        return type(self), (self.tokens, self.context, self.remedies)
+
+
+class TraceFileError(InputError):
+    """A file that is not a readable repo_lens trace (corrupt, truncated, foreign or inconsistent);
+    the message names the file, the field, what it holds and what a trace holds there."""
 
 
 class WriteError(RepoLensError, OSError):

@@ -7,13 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from repo_lens.errors import InputError
+from repo_lens.errors import ContextLengthError, InputError
+from repo_lens.validation import utf8_bytes
 
 
 def check_text(text: Any, has_tokenizer: bool) -> None:
-    """Reject non-str or empty text, and text for a model without a tokenizer."""
+    """Reject non-str or empty text, text that is not valid UTF-8 (a lone surrogate, e.g. from
+    undecodable command-line bytes), and text for a model without a tokenizer."""
     if not isinstance(text, str):
         raise InputError(f"expected text as str, got {type(text).__name__}")
+    utf8_bytes(text)
     if not text.strip():
         raise InputError("the text is empty; pass non-empty text (or a list of token ids)")
     if not has_tokenizer:
@@ -82,10 +85,7 @@ def fit_to_context(
         record["beyond_context"] = {"tokens": len(ids), "context": context_length}
         return ids, record
     if not truncate:
-        remedies = (f"pass truncate=True to keep the first {context_length} tokens, or " if offer_truncation else "")
-        raise InputError(
-            f"the input is {len(ids)} tokens, longer than the model's context of {context_length}; shorten it, "
-            f"{remedies}pass allow_beyond_context=True to run all of them (extrapolation beyond the trained length)"
-        )
+        remedies = ("truncate", "allow_beyond_context") if offer_truncation else ("allow_beyond_context",)
+        raise ContextLengthError(len(ids), context_length, remedies)
     record["truncation"] = {"original_tokens": len(ids), "kept_tokens": context_length}
     return ids[:context_length], record

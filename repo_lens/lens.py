@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from repo_lens.model.config import ModelConfig
 from repo_lens.model.registry import is_learned, mechanism_traits, recorded_settings
 from repo_lens.model.transformer import LensModel
 from repo_lens.protocol import check_batch_size, length_batches, prepare_ids, trace_each
-from repo_lens.trace import Trace
+from repo_lens.trace import Trace, flag_nonfinite
 
 
 class Lens:
@@ -150,7 +149,7 @@ class Lens:
             extras["increments"] = increments_array(positions, summed)
             learned = [layer for layer in sorted(summed) if is_learned(cfg.layer_mechanisms[layer])]
             meta["increments"] = {"learned_layers": learned, "definition": increments_definition(cfg.layer_mechanisms)}
-        _flag_nonfinite(positions, meta)
+        flag_nonfinite(positions, meta)
         return Trace(
             tokens=self.display_tokens(ids),
             token_ids=np.asarray(ids, dtype=np.int64),
@@ -194,18 +193,3 @@ def mechanism_settings(cfg: ModelConfig) -> dict[str, Any]:
         "rope_scaling": cfg.rope_scaling,
         **recorded_settings(cfg),
     }
-
-
-def _flag_nonfinite(positions: np.ndarray, meta: dict[str, Any]) -> None:
-    bad = ~np.isfinite(positions)
-    if not bad.any():
-        return
-    heads = np.argwhere(bad.any(axis=2)).tolist()
-    message = (
-        f"{int(bad.sum())} positions are NaN or infinite, in (layer, head) {heads[:10]}"
-        + (" …" if len(heads) > 10 else "")
-        + "; the model's weights or input may be broken (try dtype='float32')"
-    )
-    meta["nonfinite_positions"] = heads
-    meta["warnings"].append(message)
-    warnings.warn(message, stacklevel=3)

@@ -8,10 +8,12 @@ Sources are resolved here (``zoo:NAME`` through :mod:`repo_lens.zoo`), loaded by
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from repo_lens.errors import InputError
 from repo_lens.lens import Lens
+from repo_lens.model.loaders import checkpoint_files as _checkpoint_files
 from repo_lens.model.loaders import load_checkpoint
 from repo_lens.model.loaders.device_map import load_dispatched
 from repo_lens.zoo import resolve_source
@@ -35,11 +37,27 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         Traceback (most recent call last):
         repo_lens.errors.InputError: unknown zoo model 'no-such-model'; available: bytes-cope, ...
     """
-    if not isinstance(source, (str, os.PathLike)):
-        raise InputError(f"source must be 'zoo:NAME' or a path (str or os.PathLike), not {type(source).__name__}")
-    path = resolve_source(source)
+    path = _source_path(source)
     if device_map is not None:
         loaded = load_dispatched(path, device_map=device_map, dtype=dtype, max_memory=max_memory)
     else:
         loaded = load_checkpoint(path, device=device, dtype=dtype)
     return Lens(loaded.model, loaded.tokenizer, loaded.meta)
+
+
+def checkpoint_files(source: str | os.PathLike) -> list[Path]:
+    """Every file ``load(source)`` opens (config.json, weights or shard index + shards, tokenizer files;
+    for a .gguf, the file), unresolved, so a caller can check each real path before loading (the app
+    checks them against its roots). Broken configs or shard indices raise CheckpointError as ``load`` does.
+
+    Example:
+        >>> [path.name for path in checkpoint_files("zoo:bytes-repo")]
+        ['config.json', 'model.safetensors']
+    """
+    return _checkpoint_files(_source_path(source))
+
+
+def _source_path(source: Any) -> Path:
+    if not isinstance(source, (str, os.PathLike)):
+        raise InputError(f"source must be 'zoo:NAME' or a path (str or os.PathLike), not {type(source).__name__}")
+    return resolve_source(source)

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from repo_lens.atomic import atomic_write
-from repo_lens.errors import InputError, TraceFileError
+from repo_lens.errors import InputError
+from repo_lens.trace_file import TRACE_FORMAT_VERSION, TRACE_MARKER, read_trace_file
 from repo_lens.validation import check_index
 
-TRACE_MARKER = "repo_lens_trace"
-TRACE_FORMAT_VERSION = 1
+__all__ = ["TRACE_FORMAT_VERSION", "TRACE_MARKER", "Trace", "flag_nonfinite"]
 
 
 @dataclass
@@ -47,7 +48,13 @@ class Trace:
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.token_ids = np.asarray(self.token_ids, dtype=np.int64)
+        if isinstance(self.tokens, str) or not all(isinstance(token, str) for token in self.tokens):
+            raise InputError(f"tokens must be a list of str, one display string per token; got {self.tokens!r:.80}")
+        self.tokens = list(self.tokens)
+        ids = np.asarray(self.token_ids)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise InputError(f"token_ids must be integers; got dtype {ids.dtype} (ids are never rounded)")
+        self.token_ids = ids.astype(np.int64)
         self.positions = np.asarray(self.positions, dtype=np.float32)
         if self.positions.ndim != 3:
             raise InputError(f"positions must be (n_layers, n_heads, T), got shape {self.positions.shape}")
@@ -61,7 +68,7 @@ class Trace:
             raise InputError(
                 f"{len(self.layer_kinds)} layer kinds for {self.positions.shape[0]} layers of positions"
             )
-        self.spans = {name: (int(start), int(end)) for name, (start, end) in self.spans.items()}
+        self.spans = {name: _checked_span(name, span, n_tokens) for name, span in self.spans.items()}
 
     def __len__(self) -> int:
         return int(self.positions.shape[2])
@@ -91,51 +98,101 @@ class Trace:
         }
         arrays = {"positions": np.ascontiguousarray(self.positions), "token_ids": np.ascontiguousarray(self.token_ids)}
         arrays.update({f"extras.{name}": np.ascontiguousarray(value) for name, value in self.extras.items()})
-        metadata = {TRACE_MARKER: json.dumps(document, default=_jsonable)}
+        metadata = {TRACE_MARKER: _json_document(document)}
         return atomic_write(path, lambda temp: save_file(arrays, str(temp), metadata=metadata))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Trace":
-        """Read a trace written by :meth:`save`; corrupt or foreign files raise TraceFileError."""
-        path = Path(path)
-        if not path.is_file():
-            raise TraceFileError(f"no trace file at {path}; pass a file written by Trace.save")
-        try:
-            with safe_open(str(path), framework="np") as file:
-                header = file.metadata() or {}
-                arrays = {name: file.get_tensor(name) for name in file.keys()}
-        except (SafetensorError, OSError, ValueError) as error:
-            raise TraceFileError(
-                f"{path} is not a readable repo_lens trace (corrupt, truncated or not safetensors: {error})"
-            ) from None
-        if TRACE_MARKER not in header:
-            raise TraceFileError(
-                f"{path} is a safetensors file but not a repo_lens trace (no '{TRACE_MARKER}' header); "
-                "traces are written by Trace.save / `repo-lens trace --save`"
-            )
-        try:
-            document = json.loads(header[TRACE_MARKER])
-            version = document["format_version"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise TraceFileError(f"{path} has a damaged trace header ({error})") from None
-        if not isinstance(version, int) or version > TRACE_FORMAT_VERSION:
-            raise TraceFileError(
-                f"{path} is trace format {version!r}; this repo_lens reads up to {TRACE_FORMAT_VERSION}. Upgrade repo_lens."
-            )
-        if "positions" not in arrays or "token_ids" not in arrays:
-            raise TraceFileError(f"{path} lacks the 'positions' or 'token_ids' array; it is not a complete trace")
-        try:
-            return cls(
-                tokens=list(document["tokens"]),
-                token_ids=arrays["token_ids"],
-                positions=arrays["positions"],
-                layer_kinds=list(document["layer_kinds"]),
-                meta=dict(document.get("meta", {})),
-                spans={name: tuple(span) for name, span in document.get("spans", {}).items()},
-                extras={name[len("extras."):]: value for name, value in arrays.items() if name.startswith("extras.")},
-            )
-        except (InputError, KeyError, TypeError, ValueError) as error:
-            raise TraceFileError(f"{path} holds an inconsistent trace: {error}") from None
+        """Read a trace written by :meth:`save`. Every field is checked
+        (:mod:`repo_lens.trace_file`): a corrupt, foreign or inconsistent file raises TraceFileError
+        naming the file and the field. Non-finite positions are flagged in ``meta``
+        (:func:`flag_nonfinite`), whoever wrote the file."""
+        trace = cls(**read_trace_file(Path(path)))
+        flag_nonfinite(trace.positions, trace.meta)
+        return trace
+
+
+def _checked_span(name: str, span: Any, n_tokens: int) -> tuple[int, int]:
+    try:
+        start, end = span
+        if isinstance(start, (bool, np.bool_)) or isinstance(end, (bool, np.bool_)):
+            raise TypeError
+        start, end = operator.index(start), operator.index(end)
+    except (TypeError, ValueError):
+        raise InputError(f"span {name!r} is {span!r}; give (start, end), two ints") from None
+    if not 0 <= start <= end <= n_tokens:
+        raise InputError(f"span {name!r} is ({start}, {end}); a span needs 0 <= start <= end <= {n_tokens} "
+                         "(the trace's tokens, end exclusive)")
+    return start, end
+
+
+def flag_nonfinite(positions: np.ndarray, meta: dict[str, Any], stacklevel: int = 3) -> None:
+    """Record NaN or infinite ``positions`` (L, H, T) in ``meta``: ``meta["nonfinite_positions"]``
+    lists the (layer, head) pairs that hold one, ``meta["nonfinite_counts"]`` how many positions,
+    tokens and heads are affected, ``meta["warnings"]`` gets a message (once), and a warning is
+    issued. With finite positions the two keys are removed, if present.
+
+    Example:
+        >>> import warnings
+        >>> meta = {}
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     flag_nonfinite(np.array([[[0.0, np.nan]], [[1.0, 2.0]]]), meta)
+        >>> meta["nonfinite_positions"], meta["nonfinite_counts"]
+        ([[0, 0]], {'positions': 1, 'tokens': 1, 'heads': 1})
+    """
+    bad = ~np.isfinite(positions)
+    if not bad.any():  # a flag a file claims without cause does not survive loading
+        meta.pop("nonfinite_positions", None)
+        meta.pop("nonfinite_counts", None)
+        return
+    heads = np.argwhere(bad.any(axis=2)).tolist()
+    message = (
+        f"{int(bad.sum())} positions are NaN or infinite, in (layer, head) {heads[:10]}"
+        + (" …" if len(heads) > 10 else "")
+        + "; the model's weights or input may be broken (try dtype='float32')"
+    )
+    meta["nonfinite_positions"] = heads
+    meta["nonfinite_counts"] = {"positions": int(bad.sum()), "tokens": int(bad.any(axis=(0, 1)).sum()),
+                                "heads": len(heads)}
+    recorded = meta.setdefault("warnings", [])
+    if message not in recorded:
+        recorded.append(message)
+    warnings.warn(message, stacklevel=stacklevel)
+
+
+def _json_document(document: dict[str, Any]) -> str:
+    try:
+        return json.dumps(document, default=_jsonable)
+    except (TypeError, ValueError) as error:
+        where, problem = _json_problem(document, "the trace", set())
+        raise InputError(
+            f"cannot save the trace: {where} {problem or error}; meta must hold JSON data (dicts with str keys, lists, "
+            "str, numbers, bools, None; numpy values and paths are converted)"
+        ) from None
+
+
+def _json_problem(value: Any, where: str, open_containers: set[int]) -> tuple[str, str]:
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in open_containers:
+            return where, "refers back to itself (a circular reference)"
+        open_containers.add(id(value))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(value, dict) and not isinstance(key, (str, int, float, bool)) and key is not None:
+                return where, f"has the key {key!r} ({type(key).__name__}), not a str"
+            found = _json_problem(item, key if where == "the trace" else f"{where}[{key!r}]", open_containers)
+            if found[1]:
+                return found
+        open_containers.discard(id(value))
+        return where, ""
+    if value is None or isinstance(value, (str, int, float)):
+        return where, ""
+    try:
+        _jsonable(value)
+    except TypeError as error:
+        return where, str(error)
+    return where, ""
 
 
 def _jsonable(value: Any) -> Any:
@@ -143,4 +200,6 @@ def _jsonable(value: Any) -> Any:
         return value.item()
     if isinstance(value, np.ndarray):
         return value.tolist()
-    return str(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"is of type {type(value).__name__}, which JSON cannot hold ({value!r:.60})")

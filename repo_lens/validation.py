@@ -10,6 +10,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
+
 from repo_lens.errors import InputError
 
 
@@ -37,9 +39,69 @@ def check_index(value: Any, size: int, name: str, *, owner: str = "trace") -> in
             raise TypeError
         index = operator.index(value)
     except TypeError:
+        hint = f"give the int {int(value)}, not {value!r}; " if _is_integral_float(value) else ""
         raise InputError(
-            f"{name} {value!r} is not an integer index (got {type(value).__name__}); pass an int in {valid}"
+            f"{name} {value!r} is not an integer index (got {type(value).__name__}); {hint}pass an int in {valid}"
         ) from None
     if not -size <= index < size:
         raise InputError(f"{name} {index} does not exist; this {owner} has {name}s {valid}")
     return index % size
+
+
+def _is_integral_float(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and bool(np.isfinite(value)) and float(value).is_integer()
+
+
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)  # where errors="surrogateescape" puts undecodable bytes 0x80..0xff
+
+
+def utf8_bytes(text: str, what: str = "the text") -> bytes:
+    """``text`` encoded as UTF-8; a character UTF-8 cannot encode (a lone surrogate) is an InputError
+    naming its position and the fix, never a UnicodeEncodeError.
+
+    Python gives lone surrogates for undecodable bytes on the command line and in files read
+    with ``errors="surrogateescape"``; the message then names the byte.
+
+    Example:
+        >>> utf8_bytes("hé")
+        b'h\\xc3\\xa9'
+        >>> try:
+        ...     utf8_bytes("ab\\udcff")
+        ... except InputError as error:
+        ...     print(str(error)[:77])
+        the text is not valid UTF-8: character 2 stands for the undecodable byte 0xff
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        if code in _ESCAPED_BYTES:
+            problem = (f"character {error.start} stands for the undecodable byte 0x{code - 0xDC00:02x} (invalid UTF-8, "
+                       "as the command line or a file read with errors='surrogateescape' gives)")
+            fix = "pass UTF-8 text (re-encode the source as UTF-8), or decode the bytes with errors='replace'"
+        else:
+            problem = f"character {error.start} is a lone surrogate U+{code:04X}, which is not a Unicode character"
+            fix = "remove it, or join surrogate pairs with text.encode('utf-16', 'surrogatepass').decode('utf-16')"
+        raise InputError(f"{what} is not valid UTF-8: {problem}; {fix}") from None
+
+
+def json_nesting_depth(text: str) -> int:
+    """How deeply arrays and objects nest in the JSON ``text``, counted without parsing it, so a
+    caller can refuse a hostile document before ``json.loads`` recurses into it.
+
+    Example:
+        >>> json_nesting_depth('{"a": [1, {"b": "[[\\\\\\"["}]}'), json_nesting_depth("3")
+        (3, 0)
+    """
+    codes = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    if codes.size == 0:
+        return 0
+    index = np.arange(codes.size)
+    # a quote is escaped when an odd number of backslashes runs up to it
+    last_plain = np.maximum.accumulate(np.where(codes != ord("\\"), index, -1))
+    backslashes_before = np.concatenate(([0], index[:-1] - last_plain[:-1]))
+    quotes = (codes == ord('"')) & (backslashes_before % 2 == 0)
+    outside = np.cumsum(quotes) % 2 == 0
+    opens = np.isin(codes, (ord("["), ord("{"))) & outside
+    closes = np.isin(codes, (ord("]"), ord("}"))) & outside
+    return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))

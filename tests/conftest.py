@@ -128,3 +128,42 @@ def byte_model_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny_bytes")
     save_checkpoint(tiny_model("repo", seed=2), directory, info={"name": "tiny"})
     return directory
+
+
+PUBLISHED_SHAPE_TOKENS = 4096
+
+
+def published_shape_text(n_bytes: int = PUBLISHED_SHAPE_TOKENS, seed: int = 0) -> str:
+    """Exactly ``n_bytes`` ASCII characters of seeded random words and sentences (one byte token each)."""
+    import random
+
+    rng = random.Random(seed)
+    words = [word for word in WORDS if word.isalpha()]
+    pieces: list[str] = []
+    length = 0
+    while length < n_bytes:
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))).capitalize() + ". "
+        pieces.append(sentence)
+        length += len(sentence)
+    return "".join(pieces)[:n_bytes]
+
+
+@pytest.fixture(scope="session")
+def published_shape_dir(tmp_path_factory) -> Path:
+    """A random byte-level checkpoint of SakanaAI/RePo-OLMo2-1B-stage2-L5's shape: 16 layers × 16 heads,
+    RoPE in layers 0–4, RePo in 5–15, context 8192, d_model 128 (``repo-lens tiny DIR --shape olmo2-1b``)."""
+    from repo_lens.model.loaders import save_checkpoint
+    from repo_lens.model.tiny import published_shape_model
+
+    directory = tmp_path_factory.mktemp("published_shape")
+    save_checkpoint(published_shape_model(), directory, info={"name": "tiny-olmo2-1b-shape"})
+    return directory
+
+
+@pytest.fixture(scope="session")
+def published_shape_trace(published_shape_dir):
+    """A 4,096-token trace of ``published_shape_dir`` (positions (16, 16, 4096)), built once (~4 s on 2 cores)."""
+    import repo_lens
+
+    lens = repo_lens.load(published_shape_dir, device="cpu")
+    return lens.trace(published_shape_text(), progress=False)

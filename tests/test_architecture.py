@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("model/", 1, "model"),
     ("data/", 1, "data"),
     ("lens.py", 2, "lens"), ("capture.py", 2, "lens"), ("trace.py", 2, "lens"), ("inputs.py", 2, "lens"),
-    ("protocol.py", 2, "lens"),
+    ("trace_file.py", 2, "lens"), ("protocol.py", 2, "lens"),
     ("train/", 3, "train/zoo"), ("zoo/", 3, "train/zoo"),
     ("analysis/", 3, "analysis"), ("hf/", 3, "analysis"),
     ("plots/", 4, "plots"),

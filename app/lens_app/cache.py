@@ -5,15 +5,17 @@ checkpoint is reloaded."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 import repo_lens
-from repo_lens import Trace
+from repo_lens import RepoLensError, Trace
 
 from lens_app.config import loadable
 from lens_app.documents import Document, build_document, trace_document
+from lens_app.models import ModelInfo, model_info, model_sources
 from lens_app.results import BoundaryResult, boundary_result, load_trace_bytes, niah_mass
 
 
@@ -23,11 +25,32 @@ def get_lens(source: str, stamp: float) -> Any:
     return repo_lens.load(loadable(source), device="auto")
 
 
+@st.cache_data(show_spinner=False, ttl=60)
+def get_model_sources(roots: tuple[str, ...]) -> list[str]:
+    """Every model that loads offline, local checkpoints from under ``roots`` (re-listed at most once a minute)."""
+    return model_sources([Path(root) for root in roots])
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def get_model_info(source: str, stamp: float) -> ModelInfo | None:
+    """Layers, heads, context and size of ``source`` from its file headers; None when they cannot be read."""
+    try:
+        return model_info(source)
+    except (OSError, ValueError, KeyError, TypeError, RepoLensError):
+        return None
+
+
+@st.cache_data(show_spinner="Tokenizing…", max_entries=32)
+def get_document(source: str, stamp: float, kind: str, text: str, params_json: str) -> Document:
+    """The input encoded for ``source`` (no forward pass): lets the app check it fits before tracing."""
+    return build_document(get_lens(source, stamp), kind, text, json.loads(params_json))
+
+
 @st.cache_data(show_spinner="Tracing…", max_entries=32)
 def get_traced(source: str, stamp: float, kind: str, text: str, params_json: str, truncate: bool) -> tuple[Trace, Document]:
-    lens = get_lens(source, stamp)
-    doc = build_document(lens, kind, text, json.loads(params_json))
-    return trace_document(lens, doc, truncate), doc  # the Lens serialises its hooked forward passes itself
+    doc = get_document(source, stamp, kind, text, params_json)
+    # the Lens serialises its hooked forward passes itself
+    return trace_document(get_lens(source, stamp), doc, truncate), doc
 
 
 @st.cache_data(show_spinner="Measuring attention mass…", max_entries=16)
@@ -49,5 +72,5 @@ def load_uploaded_trace(file: Any) -> Trace:
     key = getattr(file, "file_id", None) or file.name
     if key not in store:
         store.clear()
-        store[key] = load_trace_bytes(file.getvalue())
+        store[key] = load_trace_bytes(file.getvalue(), file.name)
     return store[key]

@@ -1,7 +1,13 @@
 """Where the app may read models from, its default model and its size limits (no Streamlit here).
 
 Local checkpoint directories are read only under the roots in ``REPO_LENS_APP_ROOTS``
-(os.pathsep-separated; none by default, so only zoo models load). The default model is
+(os.pathsep-separated; none by default, so only zoo models load). Not only the directory: every file
+a load opens (``repo_lens.checkpoint_files``: config.json, the weights or the shard index and every
+shard, the tokenizer files), and every entry at the top of the directory, must resolve (symlinks
+followed) under a root. The check runs when a checkpoint is listed or picked and again right before
+it is loaded; a file swapped for a symlink between that last check and the read (time of check vs
+time of use) is not caught, so the roots should not be writable by anyone the app must not trust.
+The default model is
 ``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under a root), else ``zoo:bytes-repo``,
 else the first zoo model, else none (the app asks to pick a checkpoint).
 """
@@ -11,15 +17,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from repo_lens import InputError, zoo
+from repo_lens import CheckpointError, InputError, checkpoint_files, zoo
 
 ROOTS_ENV = "REPO_LENS_APP_ROOTS"
 DEFAULT_MODEL_ENV = "REPO_LENS_APP_DEFAULT_MODEL"
 PREFERRED_ZOO_MODEL = "bytes-repo"
-MAX_TEXT_BYTES = 200_000  # free text and uploaded text files
+MAX_TEXT_BYTES = 2**20  # free text and uploaded text files: 1 MB, the limit the text upload widget states
 MAX_TRACE_BYTES = 64 * 1024 * 1024  # uploaded trace files
 SPACED_TOKEN_LIMIT = 2000  # tokens drawn by the spaced-token view (sampled beyond)
-SCATTER_POINT_LIMIT = 4000  # points per head in the scatter (min-max decimated beyond)
+PLOT_WIDTH_PX = 1100  # the width the spaced-token view places its labels for (the main area of a ~1,500 px window)
+SCATTER_POINT_LIMIT = 2000  # points per head in the scatter (min-max decimated beyond; ~2 per pixel)
 DEFAULT_WINDOW = 300  # tokens shown by the spaced-token view at first
 
 
@@ -51,14 +58,41 @@ def resolve_checkpoint(path: str, roots: list[Path] | None = None) -> Path:
     if not candidate.is_absolute():
         raise InputError(f"{text!r} is a relative path; give an absolute path under {_roots_text(roots)}")
     real = candidate.resolve()
-    if not any(real == root or real.is_relative_to(root) for root in roots):
+    if not _under_a_root(real, roots):
         raise InputError(f"{text} is outside the directories this app may read ({_roots_text(roots)}); "
                          f"add its parent to {ROOTS_ENV} to allow it")
     if not real.is_dir():
         raise InputError(f"there is no directory at {text}; pick a checkpoint directory under {_roots_text(roots)}")
-    if not (real / "config.json").is_file():
+    config = real / "config.json"
+    if not (config.exists() or config.is_symlink()):
         raise InputError(f"{text} is not a checkpoint directory (it has no config.json)")
+    confine_checkpoint(real, roots)
     return real
+
+
+def confine_checkpoint(directory: Path, roots: list[Path]) -> None:
+    """Refuse ``directory`` unless every file a load of it opens, and every entry at its top (a tokenizer
+    may open files repo_lens does not enumerate), resolves under one of ``roots``. The top is checked
+    first, so listing the files (which reads config.json and the shard index) reads nothing outside."""
+    _refuse_outside(sorted(directory.iterdir()), roots)
+    try:
+        files = checkpoint_files(directory)
+    except CheckpointError as error:
+        raise InputError(f"{directory} cannot be loaded: {error}") from None
+    _refuse_outside(files, roots)
+
+
+def _refuse_outside(paths: list[Path], roots: list[Path]) -> None:
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        if not _under_a_root(real, roots):
+            raise InputError(f"{path} resolves to {real}, outside the directories this app may read "
+                             f"({_roots_text(roots)}); copy the file into the checkpoint directory instead of "
+                             f"linking it, or add its location to {ROOTS_ENV}")
+
+
+def _under_a_root(real: Path, roots: list[Path]) -> bool:
+    return any(real == root or real.is_relative_to(root) for root in roots)
 
 
 def _roots_text(roots: list[Path]) -> str:
@@ -66,7 +100,8 @@ def _roots_text(roots: list[Path]) -> str:
 
 
 def discover_checkpoints(roots: list[Path] | None = None, depth: int = 2, limit: int = 50) -> list[str]:
-    """Checkpoint directories (with a config.json) at most ``depth`` levels under the roots."""
+    """Checkpoint directories (with a config.json) at most ``depth`` levels under the roots that
+    :func:`resolve_checkpoint` accepts (so none whose files lie outside the roots)."""
     roots = configured_roots() if roots is None else roots
     found: list[str] = []
     for root in roots:
@@ -74,11 +109,13 @@ def discover_checkpoints(roots: list[Path] | None = None, depth: int = 2, limit:
         for _ in range(depth + 1):
             next_frontier = []
             for directory in frontier:
-                if (directory / "config.json").is_file():
-                    found.append(str(directory))
+                if (directory / "config.json").exists() or (directory / "config.json").is_symlink():
+                    if _accepted(directory, roots):
+                        found.append(str(directory))
                     continue
                 try:
-                    children = sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
+                    children = sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")
+                                      and _under_a_root(Path(os.path.realpath(p)), roots))
                 except OSError:
                     continue
                 next_frontier.extend(children[:200])
@@ -86,6 +123,14 @@ def discover_checkpoints(roots: list[Path] | None = None, depth: int = 2, limit:
             if len(found) >= limit:
                 break
     return sorted(dict.fromkeys(found))[:limit]
+
+
+def _accepted(directory: Path, roots: list[Path]) -> bool:
+    try:
+        resolve_checkpoint(str(directory), roots)
+    except InputError:
+        return False
+    return True
 
 
 def zoo_sources() -> list[str]:

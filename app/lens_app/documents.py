@@ -76,7 +76,8 @@ def encode_text(tokenizer: Any, kind: str, text: str) -> Document:
         raise InputError("the text is empty; type or upload some text")
     size = len(text.encode("utf-8"))
     if size > MAX_TEXT_BYTES:
-        raise InputError(f"the text is {size:,} bytes; the app reads at most {MAX_TEXT_BYTES:,} bytes")
+        raise InputError(f"the text is {size:,} bytes; the app reads at most {MAX_TEXT_BYTES // 2**20} MB "
+                         f"({MAX_TEXT_BYTES:,} bytes)")
     try:
         ids, offsets = encode_with_offsets(tokenizer, text)
     except InputError:  # a tokenizer without offsets (slow tokenizer): no character offsets

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from repo_lens import InputError, Trace
+from repo_lens import InputError, RepoLensError, Trace, TraceFileError
 from repo_lens.analysis import (
     AttentionMass,
     attention_mass,
@@ -108,12 +107,14 @@ def trace_bytes(trace: Trace) -> bytes:
         return path.read_bytes()
 
 
-def load_trace_bytes(data: bytes) -> Trace:
-    """A trace from uploaded bytes (TraceFileError when it is none)."""
-    handle, temp = tempfile.mkstemp(suffix=".safetensors")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        return Trace.load(temp)
-    finally:
-        Path(temp).unlink(missing_ok=True)
+def load_trace_bytes(data: bytes, name: str = "the uploaded file") -> Trace:
+    """A trace from uploaded bytes (TraceFileError when it is none); messages name the file ``name``
+    the user uploaded, never the server's temporary copy."""
+    with tempfile.TemporaryDirectory() as directory:
+        temp = Path(directory) / (Path(name).name or "upload.safetensors")
+        temp.write_bytes(data)
+        try:
+            return Trace.load(temp)
+        except RepoLensError as error:
+            message = str(error).replace(str(temp), name).replace(directory, "")
+            raise TraceFileError(message) from None

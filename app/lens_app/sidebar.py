@@ -11,12 +11,13 @@ import streamlit as st
 
 from repo_lens import InputError
 
-from lens_app import config
+from lens_app import cache, config
 from lens_app.documents import PRESET_TEXT, PRESETS
 from lens_app.ui import guard
 
 MODE_MODEL, MODE_TRACE = "Run a model", "Open a saved trace"
 OTHER = "Other directory…"
+NIAH_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def _models(selection: Selection) -> None:
     default = None
     with guard("Default model"):
         default = config.default_source()
-    options = config.zoo_sources() + config.discover_checkpoints(roots)
+    options = list(cache.get_model_sources(tuple(map(str, roots))))
     if default and default not in options:
         options.insert(0, default)
     if roots:
@@ -107,9 +108,42 @@ def _pick(label: str, key: str, options: list[str], default: str | None, roots: 
 
 
 def _option_label(option: str) -> str:
-    if option.startswith("zoo:") or option == OTHER:
+    if option == OTHER:
         return option
-    return f"{Path(option).name}  ·  {Path(option).parent}"
+    name = option if option.startswith("zoo:") else f"{Path(option).name}  ·  {Path(option).parent}"
+    info = model_info(option)
+    return f"{name}  ·  {info.describe()}" if info is not None else name
+
+
+def model_info(source: str) -> Any:
+    """The cached size of ``source`` (a ModelInfo), or None when it cannot be read."""
+    try:
+        return cache.get_model_info(source, config.source_stamp(source))
+    except (InputError, OSError):
+        return None
+
+
+def context_of(sources: list[str]) -> tuple[int | None, str]:
+    """The shortest context among ``sources`` and the label of the model that has it."""
+    known = [(info.context, config.source_label(source)) for source in sources
+             if (info := model_info(source)) is not None and info.context]
+    return min(known) if known else (None, "")
+
+
+def _niah_length(selection: Selection) -> int | None:
+    """A NIAH length the chosen models can hold: only lengths up to the shortest context are offered."""
+    context, label = context_of(selection.sources)
+    lengths = [n for n in NIAH_LENGTHS if context is None or n <= context]
+    if not lengths:
+        selection.problem = (f"NIAH prompts start at {NIAH_LENGTHS[0]} tokens, longer than {label}'s context "
+                             f"({context:,} tokens); pick a model with a longer context.")
+        st.warning(selection.problem)
+        return None
+    default = 512 if 512 in lengths else lengths[-1]
+    length = st.select_slider("Length (tokens)", lengths, value=default, key=f"niah_length_{lengths[-1]}")
+    if context is not None:
+        st.caption(f"Up to {context:,} tokens: {label}'s context.")
+    return int(length)
 
 
 def _input(selection: Selection) -> None:
@@ -119,7 +153,9 @@ def _input(selection: Selection) -> None:
         selection.text = st.text_area("Text", PRESET_TEXT[kind], key=f"text_{kind}", height=180,
                                       max_chars=config.MAX_TEXT_BYTES)
     elif kind == "NIAH":
-        length = st.number_input("Length (tokens)", min_value=64, max_value=32768, value=512, step=64, key="niah_length")
+        length = _niah_length(selection)
+        if length is None:
+            return
         depth = st.slider("Needle depth", 0.0, 1.0, 0.5, 0.05, key="niah_depth")
         seed = st.number_input("Seed", min_value=0, max_value=10_000, value=0, key="niah_seed")
         selection.params = {"length": int(length), "depth": float(depth), "seed": int(seed)}
@@ -127,8 +163,8 @@ def _input(selection: Selection) -> None:
         words = st.slider("Words to reverse", 2, 40, 12, key="reversal_words")
         selection.params = {"words": int(words), "seed": 0}
     elif kind == "Upload text file":
-        upload = st.file_uploader(f"Text file (at most {config.MAX_TEXT_BYTES // 1000} kB, UTF-8)", key="text_file",
-                                  max_upload_size=1)
+        upload = st.file_uploader("Text file (UTF-8)", key="text_file",
+                                  max_upload_size=config.MAX_TEXT_BYTES // 2**20)  # the widget states the limit
         selection.kind = "Free text"
         if upload is None:
             selection.problem = "Upload a text file in the sidebar."
@@ -136,7 +172,7 @@ def _input(selection: Selection) -> None:
             data = upload.getvalue()
             if len(data) > config.MAX_TEXT_BYTES:
                 selection.problem = (f"{upload.name} is {len(data):,} bytes; the app reads text files of at most "
-                                     f"{config.MAX_TEXT_BYTES:,} bytes. Upload a shorter excerpt.")
+                                     f"{config.MAX_TEXT_BYTES // 2**20} MB ({config.MAX_TEXT_BYTES:,} bytes). Upload a shorter excerpt.")
             else:
                 try:
                     selection.text = data.decode("utf-8")

@@ -36,6 +36,7 @@ class Item:
     source: str | None = None
     stamp: float = 0.0
     key: str = ""
+    input_id: str = ""  # a short hash of the token ids, for export file names
 
 
 @contextmanager
@@ -53,27 +54,54 @@ def guard(what: str) -> Iterator[None]:
                  icon="🛑")
 
 
-def show_figure(fig: go.Figure, key: str, name: str) -> None:
-    """The interactive chart, then a row of PNG / SVG / PDF / HTML downloads rendered only when clicked."""
-    st.plotly_chart(fig, theme=None, key=f"chart-{key}", width="stretch",
-                    config={"displaylogo": False, "toImageButtonOptions": {"format": "svg", "filename": name}})
-    columns = st.columns([1, 1, 1, 1, 6], gap="small")
+MODEBAR_PX = 34  # the modebar's band at the top of a chart: the title goes under it
+
+
+def show_figure(fig: go.Figure, key: str, name: str, on_select: Callable[[], None] | None = None) -> Any:
+    """The interactive chart, then labelled "Download PNG / SVG / PDF / HTML" buttons rendered only when
+    clicked, saved as ``name``.<format>. ``on_select`` makes points clickable (a click reruns and then
+    calls it; the selection is in ``st.session_state["chart-" + key]``). Returns the chart's selection state."""
+    if fig.layout.title.text:
+        fig.update_layout(margin_t=max(fig.layout.margin.t or 0, MODEBAR_PX + 46), title_yref="container",
+                          title_y=1.0, title_yanchor="top", title_pad_t=MODEBAR_PX)
+    selection = {"on_select": on_select, "selection_mode": "points"} if on_select else {}
+    state = st.plotly_chart(fig, theme=None, key=f"chart-{key}", width="stretch", **selection,
+                            config={"displaylogo": False, "toImageButtonOptions": {"format": "svg", "filename": name}})
+    columns = st.columns(len(EXPORT_FORMATS) + 1, gap="small")
     problem = export_unavailable()  # no Chromium: static formats are off and say why; HTML still works
     for column, (label, fmt, mime) in zip(columns, EXPORT_FORMATS):
         static = fmt != "html"
-        column.download_button(label, data=_renderer(fig, fmt), file_name=f"{name}.{fmt}", mime=mime,
+        column.download_button(f"Download {label}", data=_renderer(fig, fmt), file_name=f"{name}.{fmt}", mime=mime,
                                key=f"export-{fmt}-{key}", on_click="ignore", icon=":material/download:",
                                help=problem if static and problem else f"Download this figure as {label}",
-                               disabled=bool(static and problem))
+                               disabled=bool(static and problem), width="stretch")
     if problem:
         columns[-1].caption(f"PNG / SVG / PDF export is off: {problem}")
+    return state
 
 
 def _renderer(fig: go.Figure, fmt: str) -> Callable[[], bytes]:
     def render() -> bytes:
-        return figure_bytes(fig, fmt)
+        return figure_bytes(static_figure(fig) if fmt != "html" else fig, fmt)
 
     return render
+
+
+VECTOR_POINT_LIMIT = 40_000  # up to this many points a static export draws WebGL traces as vector (SVG) ones
+
+
+def static_figure(fig: go.Figure) -> go.Figure:
+    """``fig`` for a PNG / SVG / PDF file: WebGL traces drawn as SVG ones when the figure is small enough.
+    Headless Chromium rasterises WebGL in software (slow at 2× scale), and in an SVG or PDF a WebGL
+    trace is a bitmap; as SVG traces they stay vector graphics and export several times faster."""
+    points = sum(len(trace.x) for trace in fig.data if getattr(trace, "x", None) is not None)
+    if points > VECTOR_POINT_LIMIT or not any(trace.type == "scattergl" for trace in fig.data):
+        return fig
+    traces = []
+    for trace in fig.data:
+        spec = trace.to_plotly_json()  # numpy arrays as they are
+        traces.append(go.Scatter({k: v for k, v in spec.items() if k != "type"}) if trace.type == "scattergl" else trace)
+    return go.Figure(traces, fig.layout)
 
 
 def csv_button(label: str, data: Callable[[], bytes] | bytes, file_name: str, key: str) -> None:
@@ -103,16 +131,15 @@ def clamp_head(head: Any, n_heads: int) -> Any:
 
 
 def per_item(items: Sequence[Item], render: Callable[[Item], None]) -> None:
-    """Render each item, side by side when comparing."""
+    """Render each item; when comparing, one under the other at full width, each under its model's name."""
     if len(items) == 1:
         with guard(items[0].label):
             render(items[0])
         return
-    for column, item in zip(st.columns(len(items)), items):
-        with column:
-            st.markdown(f"**{item.label}**")
-            with guard(item.label):
-                render(item)
+    for item in items:
+        st.subheader(item.label, divider="gray")
+        with guard(item.label):
+            render(item)
 
 
 def first_learned_layer(trace: Trace) -> int:

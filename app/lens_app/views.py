@@ -4,7 +4,6 @@ a layer or head re-renders without a forward pass. Adding a view = a function an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,14 +24,11 @@ from repo_lens.plots import (
 )
 
 from lens_app import cache, config, results
+from lens_app.names import export_name, slug
 from lens_app.sidebar import Selection
 from lens_app.ui import Item, clamp_head, csv_button, first_learned_layer, guard, head_picker, per_item, show_figure
 
 HIGHLIGHT_ORDER = ("needle", "query", "answer", "input", "output", "question")
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "trace"
 
 
 def _chunk_settings() -> tuple[int, float]:
@@ -61,6 +57,14 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
         window = c3.slider("Tokens shown", 0, n_tokens, (0, min(n_tokens, config.DEFAULT_WINDOW)),
                            key=f"spaced_window_{n_tokens}")
     strip = c4.toggle("Chunk strip", value=True, key="spaced_strip", help="constant / mono / hybrid chunk of each token")
+    z1, z2, z3, z4 = st.columns([3.5, 1.6, 1.0, 1.3], vertical_alignment="bottom")
+    zoom = z1.slider("Zoom: part of the x axis shown (labels are placed again for it)", 0.0, 1.0, (0.0, 1.0),
+                     0.01, key="spaced_zoom")
+    token = z2.number_input("Highlight token (or click one)", 0, max(n_tokens - 1, 0), value=None, key=HIGHLIGHT_KEY,
+                            placeholder="token index", help="the token and its ±k neighbours, in every layer")
+    k = int(z3.number_input("± k", 0, 64, 3, key="spaced_k"))
+    z4.button("Clear highlight", key="spaced_clear", on_click=_clear_highlight, disabled=token is None,
+              icon=":material/close:")
     size, eps = _chunk_settings()
 
     def render(item: Item) -> None:
@@ -68,9 +72,6 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
         start, end = min(window[0], len(trace) - 1), min(window[1], len(trace))
         if end <= start:
             start, end = 0, len(trace)
-        if end - start > config.SPACED_TOKEN_LIMIT:
-            st.caption(f"{end - start:,} tokens: every ~{(end - start) // config.SPACED_TOKEN_LIMIT + 1}th drawn; "
-                       "narrow the window to see them all")
         h = clamp_head(head, trace.n_heads)
         patterns = None
         if strip:
@@ -78,12 +79,56 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
                 patterns = _head_patterns(trace, h, size, eps)
             except InputError as error:
                 st.caption(f"No chunk strip: {error}")
-        fig = spaced_tokens_figure(trace, head=h, scale="row" if scale == "per layer" else "shared",
-                                   window=(start, end), patterns=patterns, chunk_size=size,
-                                   max_tokens=config.SPACED_TOKEN_LIMIT)
-        show_figure(fig, f"spaced-{item.key}", f"spaced-tokens-{_slug(item.label)}")
+        highlight = None
+        if token is not None and start <= token < end:
+            highlight = (int(token), k)
+        elif token is not None:
+            st.caption(f"Token {token} is outside the tokens shown ({start}..{end - 1}); widen the window to see it.")
+        row_scale = "row" if scale == "per layer" else "shared"
+        fig = spaced_tokens_figure(trace, head=h, scale=row_scale, window=(start, end), patterns=patterns,
+                                   chunk_size=size, max_tokens=config.SPACED_TOKEN_LIMIT, highlight=highlight,
+                                   x_range=_zoomed(trace, h, row_scale, (start, end), zoom),
+                                   width=config.PLOT_WIDTH_PX)
+        chart = f"spaced-{item.key}"
+        show_figure(fig, chart, export_name(item.label, "spaced-tokens", item.input_id, head=h),
+                    on_select=lambda: _pick_token(f"chart-{chart}"))
 
     per_item(items, render)
+
+
+HIGHLIGHT_KEY = "spaced_token"
+
+
+def _pick_token(chart_key: str) -> None:
+    """A click on the spaced-token plot: highlight the clicked token (its index is customdata[0])."""
+    points = (st.session_state.get(chart_key) or {}).get("selection", {}).get("points", [])
+    for point in points:
+        data = point.get("customdata")
+        index = data[0] if isinstance(data, (list, tuple)) and data else data
+        if isinstance(index, (int, float)):
+            st.session_state[HIGHLIGHT_KEY] = int(index)
+            return
+
+
+def _clear_highlight() -> None:
+    st.session_state[HIGHLIGHT_KEY] = None
+
+
+def _zoomed(trace: Trace, head: int | str, scale: str, window: tuple[int, int],
+            zoom: tuple[float, float]) -> tuple[float, float] | None:
+    """The x range of the zoom slider's fraction of the axis: [0, 1] per layer, else the window's positions."""
+    if tuple(zoom) == (0.0, 1.0) or zoom[1] <= zoom[0]:
+        return None
+    low, high = 0.0, 1.0
+    if scale == "shared":
+        z = trace.positions[:, :, window[0]:window[1]]
+        z = z.mean(axis=1) if head == "mean" else z[:, head]
+        finite = z[np.isfinite(z)]
+        if finite.size == 0:
+            return None
+        low, high = float(finite.min()), float(finite.max())
+    span = (high - low) or 1.0
+    return low + zoom[0] * span, low + zoom[1] * span
 
 
 def _highlights(trace: Trace, item: Item) -> dict[str, tuple[int, int]]:
@@ -115,7 +160,8 @@ def scatter_view(items: Sequence[Item], selection: Selection) -> None:
         fig = position_scatter_figure(trace, chosen, clamp_head(head, trace.n_heads), view=view,
                                       max_points=config.SCATTER_POINT_LIMIT,
                                       highlight=_highlights(trace, item) if highlight else None)
-        show_figure(fig, f"scatter-{item.key}", f"scatter-{_slug(item.label)}-L{chosen}")
+        show_figure(fig, f"scatter-{item.key}",
+                    export_name(item.label, "scatter", item.input_id, layer=chosen, head=clamp_head(head, trace.n_heads)))
 
     per_item(items, render)
 
@@ -133,22 +179,22 @@ def heatmaps_view(items: Sequence[Item], selection: Selection) -> None:
         kinds = trace.layer_kinds
         with guard("Range statistics"):
             ranges = range_stats(trace.positions)
-            show_figure(range_heatmap(ranges, kinds), f"range-{item.key}", f"range-{_slug(item.label)}")
+            show_figure(range_heatmap(ranges, kinds), f"range-{item.key}", export_name(item.label, "range", item.input_id))
             csv_button("Ranges (CSV)", results.layer_head_csv(ranges, "range", kinds),
-                       f"range-{_slug(item.label)}.csv", f"csv-range-{item.key}")
+                       export_name(item.label, "range", item.input_id) + ".csv", f"csv-range-{item.key}")
         with guard("Chunk patterns"):
             codes = chunk_pattern_codes(trace.positions, size, eps)
             fractions = pattern_fractions(np.take(np.asarray(("constant", "mono", "hybrid")), codes))
             show_figure(pattern_fractions_figure(fractions, kinds), f"fractions-{item.key}",
-                        f"pattern-fractions-{_slug(item.label)}")
+                        export_name(item.label, "pattern-fractions", item.input_id))
             csv_button("Pattern fractions (CSV)", results.fractions_csv(fractions, kinds),
-                       f"pattern-fractions-{_slug(item.label)}.csv", f"csv-fractions-{item.key}")
+                       export_name(item.label, "pattern-fractions", item.input_id) + ".csv", f"csv-fractions-{item.key}")
             h = clamp_head(head, trace.n_heads)
             strip = _head_patterns(trace, h, size, eps)
             head_text = "mean of heads" if h == "mean" else f"head {h}"
             fig = pattern_strip_figure(strip, size, tokens=trace.tokens, layer_kinds=kinds,
                                        title=f"Chunk classification along the text — {head_text}")
-            show_figure(fig, f"strip-{item.key}", f"chunk-strip-{_slug(item.label)}")
+            show_figure(fig, f"strip-{item.key}", export_name(item.label, "chunk-strip", item.input_id, head=h))
 
     per_item(items, render)
 
@@ -178,9 +224,13 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
         inner = column.columns(len(mass.per_token))
         for cell, (span, value) in zip(inner, mass.per_token.items()):
             cell.metric(f"{span} ({mass.span_lengths[span]} tok)", f"{value:.2e}")
-    show_figure(attention_mass_figure(masses), "mass-bars", "attention-mass")
-    show_figure(attention_mass_layers_figure(masses), "mass-layers", "attention-mass-by-layer")
-    csv_button("Attention mass by layer and head (CSV)", results.mass_csv(masses), "attention-mass.csv", "csv-mass")
+    models = "-vs-".join(slug(label) for label in masses)
+    input_id = next(item.input_id for item in items if item.source is not None)
+    show_figure(attention_mass_figure(masses), "mass-bars", export_name(models, "attention-mass", input_id))
+    show_figure(attention_mass_layers_figure(masses), "mass-layers",
+                export_name(models, "attention-mass-by-layer", input_id))
+    csv_button("Attention mass by layer and head (CSV)", results.mass_csv(masses),
+               export_name(models, "attention-mass", input_id) + ".csv", "csv-mass")
 
 
 def boundaries_view(items: Sequence[Item], selection: Selection) -> None:
@@ -190,9 +240,9 @@ def boundaries_view(items: Sequence[Item], selection: Selection) -> None:
     def render(item: Item) -> None:
         result = cache.get_boundaries(item.key, item.trace, item.doc)
         fig = boundary_auc_figure(result.auc, item.trace.layer_kinds, n_scored=result.n_scored)
-        show_figure(fig, f"auc-{item.key}", f"boundary-auc-{_slug(item.label)}")
+        show_figure(fig, f"auc-{item.key}", export_name(item.label, "boundary-auc", item.input_id))
         csv_button("AUC (CSV)", results.layer_head_csv(result.auc, "auc", item.trace.layer_kinds),
-                   f"boundary-auc-{_slug(item.label)}.csv", f"csv-auc-{item.key}")
+                   export_name(item.label, "boundary-auc", item.input_id) + ".csv", f"csv-auc-{item.key}")
         with st.expander(f"jieba segmentation ({len(result.words)} words, {result.n_boundaries} scored boundaries)"):
             st.text(" / ".join(result.words[:400]) + (" …" if len(result.words) > 400 else ""))
 
@@ -204,13 +254,13 @@ def data_view(items: Sequence[Item], selection: Selection) -> None:
         trace = item.trace
         st.markdown(f"{len(trace):,} tokens · {trace.n_layers} layers ({', '.join(trace.layer_kinds)}) · "
                     f"{trace.n_heads} heads")
-        slug = _slug(item.label)
+        name = export_name(item.label, "trace", item.input_id)
         st.download_button("Trace (.safetensors)", data=lambda t=trace: results.trace_bytes(t),
-                           file_name=f"{slug}.trace.safetensors", mime="application/octet-stream",
+                           file_name=f"{name}.trace.safetensors", mime="application/octet-stream",
                            key=f"trace-{item.key}", on_click="ignore", icon=":material/download:",
                            help="Open it later with “Open a saved trace” or repo_lens.Trace.load")
         csv_button("Positions (CSV, every layer and head)", lambda t=trace: results.positions_csv(t),
-                   f"{slug}-positions.csv", f"csv-positions-{item.key}")
+                   f"{name}-positions.csv", f"csv-positions-{item.key}")
         shown = min(len(trace), 2000)
         st.dataframe({"token": trace.tokens[:shown], "id": trace.token_ids[:shown].tolist(),
                       **{f"L{l} {trace.layer_kinds[l]}": np.round(trace.positions[l].mean(axis=0)[:shown], 3)

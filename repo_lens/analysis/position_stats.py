@@ -31,7 +31,8 @@ def range_stats(positions: np.ndarray) -> np.ndarray:
     high, low = z.max(axis=-1), z.min(axis=-1)  # exact in any dtype; NaN and inf propagate
     if not (np.isfinite(high).all() and np.isfinite(low).all()):
         raise_if_nonfinite(z, "positions")
-    return high.astype(np.float64) - low.astype(np.float64)
+    with np.errstate(over="ignore"):  # a spread beyond the float64 range is inf, as it should be
+        return high.astype(np.float64) - low.astype(np.float64)
 
 
 def _check_chunking(size: object, eps: object, n_tokens: int) -> int:
@@ -73,9 +74,16 @@ def _codes_of_rows(rows: np.ndarray, eps: float) -> np.ndarray:
     # (reducing a short last axis pays numpy's per-row overhead).
     cols = np.empty(rows.shape[::-1], dtype=np.float64)
     np.copyto(cols, rows.T)
-    mean = np.add.reduce(cols, axis=0) / cols.shape[0]
+    with np.errstate(over="ignore"):
+        mean = np.add.reduce(cols, axis=0) / cols.shape[0]
+    overflowed = ~np.isfinite(mean)
+    if overflowed.any():  # values near ±1.8e308: the mean is the first value plus the mean of the differences
+        first = cols[0, overflowed]
+        with np.errstate(over="ignore"):
+            mean[overflowed] = first + np.add.reduce(cols[:, overflowed] - first, axis=0) / cols.shape[0]
     # |z - a| <= eps for every z  <=>  max - a <= eps and a - min <= eps (exactly, in floats too).
-    constant = (cols.max(axis=0) - mean <= eps) & (mean - cols.min(axis=0) <= eps)
+    with np.errstate(over="ignore"):  # an overflowing range is inf: far from constant, as it should be
+        constant = (cols.max(axis=0) - mean <= eps) & (mean - cols.min(axis=0) <= eps)
     later, earlier = cols[1:], cols[:-1]
     mono = (later > earlier).all(axis=0) | (later < earlier).all(axis=0)
     codes = np.full(constant.shape, 2, dtype=np.int8)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from repo_lens.errors import InputError
+from repo_lens.validation import utf8_bytes
 
 Span = tuple[int, int]
 
@@ -32,6 +33,7 @@ def encode_with_offsets(tokenizer: Any, text: str, add_special_tokens: bool = Tr
     """
     if not isinstance(text, str):
         raise InputError(f"text must be a str, got {type(text).__name__}")
+    utf8_bytes(text)  # a lone surrogate: an InputError naming it, not the tokenizer's own exception
     if hasattr(tokenizer, "offsets") and callable(tokenizer.offsets):  # ByteTokenizer
         return [int(i) for i in tokenizer.encode(text)], [(int(a), int(b)) for a, b in tokenizer.offsets(text)]
     if getattr(tokenizer, "is_fast", None) is False:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from repo_lens.validation import utf8_bytes
+
 
 class ByteTokenizer:
     """Tokens are UTF-8 bytes; ``offsets`` map each byte to the character span it belongs to.
@@ -21,13 +23,15 @@ class ByteTokenizer:
     name = "bytes"
 
     def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+        """The UTF-8 bytes of ``text``; a lone surrogate is an InputError naming its position."""
+        return list(utf8_bytes(text))
 
     def decode(self, ids) -> str:
         return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         """(start, end) character offsets of every byte of ``text``'s UTF-8 encoding."""
+        utf8_bytes(text)
         spans: list[tuple[int, int]] = []
         for index, char in enumerate(text):
             spans.extend([(index, index + 1)] * len(char.encode("utf-8")))

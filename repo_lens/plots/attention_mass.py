@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.plots.style import OKABE_ITO, SPAN_COLORS, styled
+from repo_lens.plots.style import LOG_AXIS, OKABE_ITO, SPAN_COLORS, styled
 
 
 def _as_mapping(masses: Any) -> dict[str, Any]:
@@ -25,10 +25,13 @@ def _as_mapping(masses: Any) -> dict[str, Any]:
     return out
 
 
-def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: bool = True) -> go.Figure:
+def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: bool | None = None, *,
+                          log_y: bool = False) -> go.Figure:
     """Bars of the attention mass per token on each span (default: every span, ``rest`` last),
-    one bar group per span and one colour per model when ``masses`` maps model labels to results.
-    ``log`` uses a log y axis when every value is positive (needle and rest differ by orders).
+    one bar group per span and one colour per model when ``masses`` maps model labels to results,
+    each bar with its value printed above it. The y axis is linear, so bar heights compare as the
+    values do; ``log_y=True`` (``log``, its older name) takes a log axis when every value is positive,
+    labelled once per decade.
 
     Example:
         >>> import numpy as np
@@ -57,19 +60,22 @@ def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: 
         colors = [SPAN_COLORS.get(n, OKABE_ITO[4]) for n in names] if single else OKABE_ITO[index % len(OKABE_ITO)]
         fig.add_trace(go.Bar(
             x=names, y=values, name=label, marker_color=colors,
-            text=[f"{v:.2e}" if np.isfinite(v) else "n/a" for v in values], textposition="outside",
+            text=[f"{v:.3g}" if np.isfinite(v) else "n/a" for v in values], texttemplate="%{text}",
+            textposition="outside", cliponaxis=False,
             customdata=[mass.span_lengths.get(n, 0) for n in names],
             hovertemplate="%{x}: %{y:.4g} per token (%{customdata} tokens)<extra>" + label + "</extra>",
         ))
     styled(fig, "Attention mass per token from the answer rows (mean over rows, heads and layers)", height=440)
     positive = all(np.isfinite(v) and v > 0 for v in all_values)
-    fig.update_yaxes(title_text="mass per token", type="log" if log and positive else "linear")
+    wants_log = log_y or bool(log)
+    fig.update_yaxes(title_text="mass per token", **(LOG_AXIS if wants_log and positive else {"type": "linear"}))
     fig.update_layout(barmode="group", showlegend=not single)
     return fig
 
 
-def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None) -> go.Figure:
-    """Attention mass per token by layer (mean over heads), one line per span (and dash per model).
+def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None, *, log_y: bool = True) -> go.Figure:
+    """Attention mass per token by layer (mean over heads), one line per span (and dash per model), on a
+    log axis labelled once per decade (needle and rest differ by orders of magnitude), or linear with ``log_y=False``.
 
     Example:
         >>> import numpy as np
@@ -99,5 +105,5 @@ def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None
             ))
     styled(fig, "Attention mass per token by layer (mean over heads)", height=420)
     fig.update_xaxes(title_text="layer", dtick=1)
-    fig.update_yaxes(title_text="mass per token", type="log")
+    fig.update_yaxes(title_text="mass per token", **(LOG_AXIS if log_y else {"type": "linear"}))
     return fig

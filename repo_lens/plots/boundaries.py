@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.plots.heatmaps import layer_head_heatmap
+from repo_lens.plots.heatmaps import layer_head_heatmap, layer_head_values
 from repo_lens.plots.style import DIVERGING
 
 
@@ -23,9 +23,10 @@ def boundary_auc_figure(auc: np.ndarray, layer_kinds: Sequence[str] | None = Non
         >>> list(fig.data[0].y), fig.data[0].zmid
         (['L0 rope · mean 0.60', 'L1 repo · mean 0.40'], 0.5)
     """
-    values = np.asarray(auc, dtype=np.float64)
-    if values.ndim != 2:
-        raise InputError(f"auc must be (n_layers, n_heads), got shape {values.shape}")
+    values = layer_head_values(auc, "auc")
+    if ((values < 0) | (values > 1)).any():  # NaN (an undefined AUC) passes
+        raise InputError(f"auc must lie in [0, 1] (from repo_lens.analysis.boundary_auc); got values from "
+                         f"{np.nanmin(values):g} to {np.nanmax(values):g}")
     means = np.nanmean(values, axis=1)
     kinds = list(layer_kinds) if layer_kinds is not None else None
     title = "Chinese word-boundary AUC of position increments (0.5 = chance)"

@@ -15,6 +15,23 @@ from repo_lens.plots.style import PATTERN_COLORS, SEQUENTIAL, escape_tokens, lay
 PATTERN_NAMES = ("constant", "mono", "hybrid")
 
 
+def layer_head_values(values: Any, name: str = "values") -> np.ndarray:
+    """``values`` as a float (n_layers, n_heads) array (NaN allowed: an empty cell), else an InputError.
+
+    >>> layer_head_values([[1, 2]]).dtype
+    dtype('float64')
+    """
+    raw = np.asarray(values)
+    if raw.dtype.kind not in "biuf":
+        raise InputError(f"{name} must be a numeric (n_layers, n_heads) array, got dtype {raw.dtype}")
+    v = raw.astype(np.float64)
+    if v.ndim != 2 or v.size == 0:
+        raise InputError(f"{name} must be a non-empty (n_layers, n_heads) array, got shape {v.shape}")
+    if np.isinf(v).any():
+        raise InputError(f"{name} contains inf; pass finite values (NaN leaves a cell empty)")
+    return v
+
+
 def layer_head_heatmap(
     values: np.ndarray,
     *,
@@ -36,9 +53,7 @@ def layer_head_heatmap(
         >>> fig.data[0].z.tolist(), list(fig.data[0].y), list(fig.data[0].x)
         ([[1.0, 2.0], [3.0, 4.0]], ['L0', 'L1'], ['h0', 'h1'])
     """
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim != 2 or v.size == 0:
-        raise InputError(f"values must be a non-empty (n_layers, n_heads) array, got shape {v.shape}")
+    v = layer_head_values(values)
     n_layers, n_heads = v.shape
     heatmap = go.Heatmap(
         z=v, x=[f"h{h}" for h in range(n_heads)], y=[layer_label(layer, layer_kinds) for layer in range(n_layers)],
@@ -125,14 +140,20 @@ def pattern_strip_figure(
     p = np.asarray(patterns)
     if p.ndim != 2 or p.size == 0:
         raise InputError(f"patterns must be (n_layers, n_chunks) for one head, got shape {p.shape}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise InputError(f"chunk_size must be a whole number of tokens >= 1, got {chunk_size!r}")
     if p.dtype.kind in "US":
         lookup = {name: code for code, name in enumerate(PATTERN_NAMES)}
         try:
             codes = np.vectorize(lookup.__getitem__, otypes=[np.int64])(p)
         except KeyError as error:
             raise InputError(f"unknown pattern label {error}; labels are {PATTERN_NAMES}") from None
-    else:
+    elif p.dtype.kind in "iu" and p.min() >= 0 and p.max() < len(PATTERN_NAMES):
         codes = p.astype(np.int64)
+    else:
+        found = f"values {p.min()}..{p.max()}" if p.dtype.kind in "iu" else f"dtype {p.dtype}"
+        raise InputError(f"patterns must be labels {PATTERN_NAMES} or their int codes 0..{len(PATTERN_NAMES) - 1} "
+                         f"(chunk_patterns / chunk_pattern_codes); got {found}")
     n_layers, n_chunks = codes.shape
     centers = np.arange(n_chunks) * chunk_size + (chunk_size - 1) / 2
     if tokens is not None:

@@ -9,9 +9,14 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.plots.labels import LABEL_GAP_PX, label_width_px
 from repo_lens.plots.style import (
+    DEFAULT_WIDTH,
     OKABE_ITO,
     SPAN_COLORS,
+    STYLE_MARGIN_PX,
+    WEBGL_MIN_POINTS,
+    check_head,
     check_layer,
     layer_label,
     positions_of,
@@ -62,6 +67,7 @@ def position_scatter_figure(
     context: int = 8,
     highlight: Mapping[str, tuple[int, int]] | None = None,
     title: str | None = None,
+    width: int = DEFAULT_WIDTH,
 ) -> go.Figure:
     """Scatter of token index (x) against position (y) for one layer: one head, every head, or their mean.
 
@@ -70,7 +76,9 @@ def position_scatter_figure(
     the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
     named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the token and
     ``context`` tokens either side. Beyond ``max_points`` tokens each head is min-max decimated.
-    ``highlight``: named token spans (e.g. needle, query) shaded in the background.
+    ``highlight``: named token spans (e.g. needle, query) shaded in the background, each named at its
+    top left; names that would overlap on a ``width``-pixel figure go one line lower. Beyond 1,000
+    points a head is a WebGL trace.
 
     Example:
         >>> import numpy as np
@@ -93,9 +101,7 @@ def position_scatter_figure(
     keep = sample_indices(n_tokens, max_points, values)
     contexts = np.asarray(token_contexts(tokens, keep, context), dtype=str)  # not object: plotly deep-copies those
     fig = go.Figure()
-    for name, (start, end) in (highlight or {}).items():
-        fig.add_vrect(x0=start - 0.5, x1=end - 0.5, fillcolor=SPAN_COLORS.get(name, OKABE_ITO[4]), opacity=0.15,
-                      line_width=0, annotation_text=name, annotation_position="top left")
+    _shade_spans(fig, highlight or {}, n_tokens, width, legend=len(heads) > 1 or view == "focus")
     if view == "focus":
         low, high = iqr_bounds(values[finite], k)
         outside = finite & ((values < low) | (values > high))
@@ -105,7 +111,7 @@ def position_scatter_figure(
     for row, label in enumerate(heads):
         show = finite[row, keep] & ~outside[row, keep]
         idx = keep[show]
-        fig.add_trace(go.Scatter(
+        fig.add_trace((go.Scattergl if len(idx) > WEBGL_MIN_POINTS else go.Scatter)(
             x=idx, y=values[row, idx], mode="markers", name=label,
             marker=dict(size=5 if n_tokens > 500 else 7, color=OKABE_ITO[row % len(OKABE_ITO)],
                         opacity=0.75 if many else 0.9),
@@ -135,10 +141,36 @@ def position_scatter_figure(
            height=460)
     fig.update_xaxes(title_text="token index", range=[-0.5, n_tokens - 0.5])
     fig.update_yaxes(title_text="position")
-    fig.update_layout(hovermode="closest", showlegend=many or bool(outside.any()),
+    fig.update_layout(width=width, hovermode="closest", showlegend=many or bool(outside.any()),
                       meta={"kind": "scatter", "layer": layer, "head": head, "view": view,
                             "n_outliers": int(outside.sum())})
     return fig
+
+
+SPAN_LABEL_FONT = 12
+SPAN_LABEL_LINE_PX = 16
+LEGEND_ALLOWANCE_PX = 140  # a vertical legend of head names takes this much of the width (or less)
+
+
+def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, width: int,
+                 legend: bool) -> None:
+    """A shaded band per span, its name at the band's top left; a name that would overlap an earlier
+    one goes down a line (``yshift``), the lowest free line first."""
+    plot_width = width - STYLE_MARGIN_PX - (LEGEND_ALLOWANCE_PX if legend else 0)
+    px_per_token = plot_width / max(n_tokens, 1)
+    line_ends: list[float] = []  # right edge (px) of the last name on each line
+    for name, (start, end) in sorted(spans.items(), key=lambda item: (item[1][0], item[0])):
+        fig.add_vrect(x0=start - 0.5, x1=end - 0.5, fillcolor=SPAN_COLORS.get(name, OKABE_ITO[4]), opacity=0.15,
+                      line_width=0)
+        left = start * px_per_token  # the x axis spans -0.5 .. n_tokens - 0.5
+        right = left + label_width_px(name, SPAN_LABEL_FONT) + 4
+        line = next((i for i, line_end in enumerate(line_ends) if line_end + LABEL_GAP_PX <= left), len(line_ends))
+        if line == len(line_ends):
+            line_ends.append(right)
+        line_ends[line] = right
+        fig.add_annotation(x=start - 0.5, xref="x", xanchor="left", y=1, yref="paper", yanchor="top",
+                           yshift=-SPAN_LABEL_LINE_PX * line, text=name, showarrow=False,
+                           font=dict(size=SPAN_LABEL_FONT), bgcolor="rgba(255,255,255,0.7)")
 
 
 def _head_values(layer_positions: np.ndarray, head: Any, n_heads: int) -> tuple[list[str], np.ndarray]:
@@ -147,6 +179,5 @@ def _head_values(layer_positions: np.ndarray, head: Any, n_heads: int) -> tuple[
         return [f"head {h}" for h in range(n_heads)], z
     if head == "mean":
         return ["mean of heads"], z.mean(axis=0, keepdims=True)
-    if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not -n_heads <= head < n_heads:
-        raise InputError(f"head {head!r} does not exist; pass 0..{n_heads - 1}, 'all' or 'mean'")
-    return [f"head {int(head) % n_heads}"], z[int(head)][None]
+    index = check_head(head, n_heads, "'all' or 'mean'")
+    return [f"head {index}"], z[index][None]

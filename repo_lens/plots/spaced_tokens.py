@@ -9,8 +9,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.plots.labels import label_width_px, place_labels
 from repo_lens.plots.style import (
+    DEFAULT_WIDTH,
     PATTERN_COLORS,
+    WEBGL_MIN_POINTS,
     check_layer,
     escape_tokens,
     kind_color,
@@ -34,11 +37,16 @@ def spaced_tokens_figure(
     patterns: np.ndarray | None = None,
     chunk_size: int = 16,
     connect: bool = True,
-    max_tokens: int = 2000,
+    max_tokens: int = 8192,
     label_limit: int = 400,
     title: str | None = None,
+    x_range: tuple[float, float] | None = None,
+    highlight: tuple[int, int] | None = None,
+    width: int = DEFAULT_WIDTH,
+    font_size: int = 14,
+    max_connectors: int = 200,
 ) -> go.Figure:
-    """Each token drawn at x = its position, one row per layer, faint lines following a token down the layers.
+    """Each token drawn at x = its position, one row per layer, faint lines following tokens down the layers.
 
     ``trace``: a :class:`repo_lens.Trace` (anything with ``positions`` (L, H, T), ``tokens`` and
     ``layer_kinds``). ``head``: a head index or ``"mean"`` (mean over heads). ``scale="shared"``
@@ -46,10 +54,19 @@ def spaced_tokens_figure(
     positions over the shown tokens to [0, 1] (min to max), so layers with small and large ranges
     are both legible (seeds/002 scales each layer independently). The raw position is in the
     hover and in ``customdata[:, 1]``. ``window=(start, end)`` shows tokens start..end-1; beyond
-    ``max_tokens`` tokens are sampled with an even stride; beyond ``label_limit`` tokens are
-    markers instead of text. ``patterns`` (L, n_chunks), from
+    ``max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
+
+    Labels never overlap within a row: when every token's label fits, each row is one text trace;
+    otherwise each row (the trace named after the layer) draws every token as a mark with its text
+    in the hover, and a second trace per row (``meta["labels_of_layer"]``) draws the labels that fit,
+    placed greedily from left to right (:func:`repo_lens.plots.labels.place_labels`, at most
+    ``label_limit`` per row) for a ``width``-pixel figure. ``x_range=(low, high)`` (in x units: [0, 1]
+    with ``scale="row"``) zooms the x axis and places labels for that range, so zooming brings labels back.
+    ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them first,
+    and draws the connectors for those tokens only; otherwise connectors follow at most
+    ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns`` (L, n_chunks), from
     :func:`repo_lens.analysis.chunk_patterns` for this head, adds a strip of squares under each
-    row coloured by the chunk class of each token. Non-finite positions are left out.
+    row coloured by the chunk class of each token. Rows of more than 1,000 marks are WebGL traces.
 
     Example:
         >>> import numpy as np
@@ -70,45 +87,112 @@ def spaced_tokens_figure(
         raise InputError("layers is empty; pass None (all layers) or some layer indices")
     start, end = _window(window, n_tokens)
     shown = np.arange(start, end)[sample_indices(end - start, max_tokens)]
-    labels = len(shown) <= label_limit
+    marked = _highlighted(highlight, start, end)
+    if marked.size:
+        shown = np.union1d(shown, marked)
     display = np.asarray(escape_tokens([tokens[t] for t in shown]), dtype=str)  # not object: plotly deep-copies those
 
     xs = np.empty((len(rows), len(shown)))
     for r, layer in enumerate(rows):
         xs[r] = _scaled(z[layer, shown], z[layer, start:end], scale)
+    axis_range = _axis_range(xs, x_range)
 
     fig = go.Figure()
+    _lay_out(fig, title=title, head=head, scale=scale, rows=rows, kinds=kinds, width=width, axis_range=axis_range,
+             patterns=patterns is not None)
+    plot_width = width - fig.layout.margin.l - fig.layout.margin.r
+    widths = np.array([label_width_px(tokens[t], font_size) for t in shown.tolist()])
+    first = np.flatnonzero(np.isin(shown, marked))
+    placed = np.stack([place_labels(xs[r], widths, axis_range, plot_width, first=first, limit=label_limit)
+                       for r in range(len(rows))])
+    every_label = bool(placed.all())
+
     if connect and len(rows) > 1:
-        fig.add_trace(_connectors(xs))
+        fig.add_trace(_connectors(xs, first if marked.size else _connected(len(shown), len(rows), max_connectors),
+                                  strong=bool(marked.size)))
     if patterns is not None:
-        for trace_ in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers):
+        for trace_ in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers,
+                                     (axis_range[1] - axis_range[0]) / plot_width):
             fig.add_trace(trace_)
     increments = np.diff(z, axis=1, prepend=np.nan)
+    row_dtype = np.int8 if len(rows) < 128 else np.int32
     for r, layer in enumerate(rows):
-        kind = kinds[layer] if kinds else ""
-        color = kind_color(kind, layer)
-        custom = np.column_stack([shown, z[layer, shown], increments[layer, shown]])
-        fig.add_trace(go.Scatter(
-            x=xs[r], y=np.full(len(shown), r), name=layer_label(layer, kinds),
-            mode="text" if labels else "markers",
-            text=display, textfont=dict(color=color, size=14),
-            marker=dict(color=color, size=5, symbol="line-ns-open"),
-            customdata=custom, hovertext=display,
-            hovertemplate=("token %{customdata[0]}: %{hovertext}<br>position %{customdata[1]:.3f}"
+        color = kind_color(kinds[layer] if kinds else "", layer)
+        custom = np.column_stack([shown, z[layer, shown], increments[layer, shown]]).astype(np.float32)
+        row_class = go.Scattergl if len(shown) > WEBGL_MIN_POINTS and not every_label else go.Scatter
+        fig.add_trace(row_class(
+            x=xs[r].astype(np.float32), y=np.full(len(shown), r, dtype=row_dtype), name=layer_label(layer, kinds),
+            mode="text" if every_label else "markers", text=display, textfont=dict(color=color, size=font_size),
+            marker=dict(color=color, size=7, symbol="line-ns-open", line=dict(color=color, width=1)),
+            customdata=custom, meta={"layer": layer},
+            hovertemplate=("token %{customdata[0]}: %{text}<br>position %{customdata[1]:.3f}"
                            "<br>increment %{customdata[2]:.3f}<extra>%{fullData.name}</extra>"),
             showlegend=False,
         ))
+        if not every_label:
+            fig.add_trace(go.Scatter(
+                x=xs[r, placed[r]].astype(np.float32), y=np.full(int(placed[r].sum()), r, dtype=row_dtype),
+                mode="text", text=display[placed[r]], textposition="top center",
+                textfont=dict(color=color, size=font_size), hoverinfo="skip", showlegend=False, name="",
+                meta={"labels_of_layer": layer},
+            ))
+    if marked.size:
+        fig.add_trace(_highlight_marks(xs, first, shown, display))
+    fig.layout.meta = {"kind": "spaced_tokens", "head": head, "scale": scale, "window": [start, end],
+                       "sampled": bool(len(shown) < end - start), "x_range": list(axis_range),
+                       "labelled": placed.sum(axis=1).tolist(), "highlight": marked.tolist(), "width": width}
+    return fig
+
+
+def _lay_out(fig: go.Figure, *, title: str | None, head: Any, scale: str, rows: list[int], kinds: Any, width: int,
+             axis_range: tuple[float, float], patterns: bool) -> None:
     head_text = "mean of heads" if head == "mean" else f"head {head}"
     axis = "position (each layer rescaled to [0, 1])" if scale == "row" else "position"
     styled(fig, title or f"Tokens spaced by their positions — {head_text}", height=110 + 64 * len(rows))
-    fig.update_xaxes(title_text=axis, zeroline=False)
+    fig.update_xaxes(title_text=axis, zeroline=False, range=list(axis_range))
     fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[layer_label(layer, kinds) for layer in rows],
                      autorange="reversed", showgrid=False, zeroline=False, range=None)
-    fig.update_layout(hovermode="closest", showlegend=patterns is not None,
-                      legend=dict(orientation="h", y=-0.12 - 0.6 / len(rows), x=0),
-                      meta={"kind": "spaced_tokens", "head": head, "scale": scale, "window": [start, end],
-                            "sampled": bool(len(shown) < end - start)})
-    return fig
+    fig.update_layout(width=width, hovermode="closest", showlegend=patterns,
+                      legend=dict(orientation="h", y=-0.12 - 0.6 / len(rows), x=0))
+
+
+def _highlighted(highlight: tuple[int, int] | None, start: int, end: int) -> np.ndarray:
+    """Token indices of ``highlight=(token, k)``: token-k..token+k, within the window."""
+    if highlight is None:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        token, k = (int(value) for value in highlight)
+    except (TypeError, ValueError):
+        raise InputError(f"highlight must be (token index, k neighbours), got {highlight!r}") from None
+    if not start <= token < end:
+        raise InputError(f"highlight token {token} is outside the shown tokens {start}..{end - 1}; "
+                         "pick a token in the window, or pass highlight=None")
+    if k < 0:
+        raise InputError(f"highlight neighbours k must be >= 0, got {k}")
+    return np.arange(max(start, token - k), min(end, token + k + 1))
+
+
+def _axis_range(xs: np.ndarray, x_range: tuple[float, float] | None) -> tuple[float, float]:
+    if x_range is not None:
+        try:
+            low, high = (float(value) for value in x_range)
+        except (TypeError, ValueError):
+            raise InputError(f"x_range must be (low, high), got {x_range!r}") from None
+        if not (np.isfinite(low) and np.isfinite(high) and low < high):
+            raise InputError(f"x_range must be two finite numbers with low < high, got {x_range!r}")
+        return low, high
+    finite = xs[np.isfinite(xs)]
+    if finite.size == 0:
+        return -0.5, 0.5
+    low, high = float(finite.min()), float(finite.max())
+    pad = 0.03 * (high - low) if high > low else 0.5
+    return low - pad, high + pad
+
+
+def _connected(n_tokens: int, n_rows: int, max_segments: int) -> np.ndarray:
+    """Evenly spaced token slots whose connectors make at most ``max_segments`` segments."""
+    per_token = max(1, n_rows - 1)
+    return sample_indices(n_tokens, max(2, max_segments // per_token))
 
 
 def _window(window: tuple[int, int] | None, n_tokens: int) -> tuple[int, int]:
@@ -134,18 +218,32 @@ def _scaled(values: np.ndarray, reference: np.ndarray, scale: str) -> np.ndarray
     return (out - low) / (high - low)
 
 
-def _connectors(xs: np.ndarray) -> go.Scatter:
-    n_rows, n_tokens = xs.shape
-    x = np.full((n_tokens, n_rows + 1), np.nan)
-    y = np.full((n_tokens, n_rows + 1), np.nan)
-    x[:, :n_rows] = xs.T
+def _connectors(xs: np.ndarray, slots: np.ndarray, strong: bool = False) -> go.Scatter:
+    """One polyline per token slot through its x in every row, separated by gaps (NaN)."""
+    n_rows = xs.shape[0]
+    x = np.full((len(slots), n_rows + 1), np.nan)
+    y = np.full((len(slots), n_rows + 1), np.nan)
+    x[:, :n_rows] = xs[:, slots].T
     y[:, :n_rows] = np.arange(n_rows)
-    return go.Scatter(x=x.ravel(), y=y.ravel(), mode="lines", line=dict(color="rgba(60,60,60,0.16)", width=0.8),
-                      hoverinfo="skip", showlegend=False, name="", connectgaps=False)
+    line = dict(color="rgba(0,0,0,0.55)", width=1.2) if strong else dict(color="rgba(60,60,60,0.16)", width=0.8)
+    return go.Scatter(x=x.ravel(), y=y.ravel(), mode="lines", line=line, hoverinfo="skip", showlegend=False,
+                      name="", connectgaps=False)
+
+
+def _highlight_marks(xs: np.ndarray, slots: np.ndarray, shown: np.ndarray, display: np.ndarray) -> go.Scatter:
+    n_rows = xs.shape[0]
+    return go.Scatter(
+        x=xs[:, slots].ravel(), y=np.repeat(np.arange(n_rows), len(slots)), mode="markers",
+        name="highlighted tokens", marker=dict(symbol="circle-open", size=13, color="#000000", line=dict(width=2)),
+        customdata=np.tile(shown[slots], n_rows), text=np.tile(display[slots], n_rows),
+        hovertemplate="token %{customdata}: %{text}<extra>highlighted</extra>", showlegend=False,
+    )
 
 
 def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs: np.ndarray, size: int,
-                   n_layers: int) -> list[go.Scatter]:
+                   n_layers: int, units_per_px: float = 0.0) -> list[go.Scatter]:
+    """One trace of squares per chunk class under each row; beyond WEBGL_MIN_POINTS tokens, one square per
+    class and 2-pixel column (``units_per_px`` x units per pixel), which looks the same and is far smaller."""
     if patterns.ndim != 2 or patterns.shape[0] != n_layers:
         raise InputError(
             f"patterns must be (n_layers={n_layers}, n_chunks) for the shown head, got shape {patterns.shape}; "
@@ -160,10 +258,15 @@ def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs:
         for r, layer in enumerate(rows):
             hit = inside.copy()
             hit[inside] = labels[layer, chunk[inside]] == name
-            x.append(xs[r, hit])
-            y.append(np.full(int(hit.sum()), r + 0.34))
-        out.append(go.Scatter(
-            x=np.concatenate(x), y=np.concatenate(y), mode="markers", name=f"{name} chunk",
+            row_x = xs[r, hit]
+            if len(shown) > WEBGL_MIN_POINTS and units_per_px > 0:
+                row_x = row_x[np.unique(np.floor(row_x / (2 * units_per_px)), return_index=True)[1]]
+            x.append(row_x)
+            y.append(np.full(len(row_x), r + 0.34))
+        x_all = np.concatenate(x).astype(np.float32)
+        strip_class = go.Scattergl if len(x_all) > WEBGL_MIN_POINTS else go.Scatter
+        out.append(strip_class(
+            x=x_all, y=np.concatenate(y).astype(np.float32), mode="markers", name=f"{name} chunk",
             marker=dict(symbol="square", size=6, color=PATTERN_COLORS[name]), hoverinfo="skip",
         ))
     return out

@@ -35,11 +35,19 @@ KIND_PALETTE: tuple[str, ...] = (
 )
 PATTERN_COLORS: dict[str, str] = {"constant": OKABE_ITO[0], "mono": OKABE_ITO[1], "hybrid": OKABE_ITO[3]}
 SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": OKABE_ITO[0], "rest": "#8C8C8C"}
+# a log axis labelled at the decades only (1e-3, 1e-2, ...), with unlabelled minor ticks at 2..9 × each
+# decade: plotly's default labels the minor ticks "2 … 9" beside "0.001" when a range spans few decades
+LOG_AXIS: dict[str, Any] = {"type": "log", "dtick": 1, "exponentformat": "power",
+                            "minor": {"ticks": "outside", "ticklen": 3, "dtick": "D1", "showgrid": False}}
 SEQUENTIAL = "Cividis"
 DIVERGING = "PuOr"
 FONT_FAMILY = "'DejaVu Sans', 'WenQuanYi Micro Hei', 'Noto Sans CJK SC', 'Microsoft YaHei', sans-serif"
 MONO_FAMILY = "'DejaVu Sans Mono', 'WenQuanYi Micro Hei Mono', 'WenQuanYi Micro Hei', monospace"
 DEFAULT_WIDTH = 1100
+MARGIN_LEFT_PX = 70
+STYLE_MARGIN_PX = 100  # left + right margin of every styled figure: the plot area is the width less this
+# traces with more points than this are drawn with WebGL (go.Scattergl): SVG slows down past a few thousand
+WEBGL_MIN_POINTS = 1000
 
 
 def kind_color(kind: str, index: int = 0) -> str:
@@ -70,7 +78,7 @@ def styled(fig: go.Figure, title: str | None = None, height: int | None = None) 
         font=dict(family=FONT_FAMILY, size=13, color="#222222"),
         colorway=list(OKABE_ITO),
         title=dict(text=title, x=0.01, xanchor="left") if title else None,
-        margin=dict(l=70, r=30, t=60 if title else 30, b=50),
+        margin=dict(l=MARGIN_LEFT_PX, r=STYLE_MARGIN_PX - MARGIN_LEFT_PX, t=60 if title else 30, b=50),
         hoverlabel=dict(font_family=FONT_FAMILY),
     )
     if height is not None:
@@ -96,16 +104,25 @@ def select_head(positions: np.ndarray, head: int | str) -> np.ndarray:
         raise InputError(f"positions must be (n_layers, n_heads, T), got shape {z.shape}")
     if isinstance(head, str) and head == "mean":
         return z.astype(np.float64).mean(axis=1)
-    try:
-        index = check_index(head, z.shape[1], "head")
-    except InputError as error:
-        raise InputError(f"{error}, or 'mean' for the mean over heads") from None
-    return z[:, index].astype(np.float64)
+    return z[:, check_head(head, z.shape[1])].astype(np.float64)
 
 
 def check_layer(layer: int, n_layers: int) -> int:
     """``layer`` as an index in 0..n_layers-1 (negatives count from the end), else InputError."""
     return check_index(layer, n_layers, "layer")
+
+
+def check_head(head: int, n_heads: int, alternatives: str = "'mean' for the mean over heads") -> int:
+    """``head`` as an index in 0..n_heads-1 (negatives count from the end); else an InputError that
+    also names the ``alternatives`` a figure accepts instead of an index.
+
+    >>> check_head(-1, 4)
+    3
+    """
+    try:
+        return check_index(head, n_heads, "head")
+    except InputError as error:
+        raise InputError(f"{error}, or {alternatives}") from None
 
 
 def sample_indices(n: int, max_points: int, values: np.ndarray | None = None) -> np.ndarray:

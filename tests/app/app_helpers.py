@@ -19,6 +19,7 @@ if str(APP_DIR) not in sys.path:  # the app's helper package, lens_app, as the a
     sys.path.insert(0, str(APP_DIR))
 APP = APP_DIR / "streamlit_app.py"
 CONTEXT = 1024
+SHORT_CONTEXT = 256
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +31,9 @@ def checkpoint_root(tmp_path_factory) -> Path:
     for mechanism in ("repo", "rope"):
         model = tiny_model(mechanism, n_layers=3, d_model=32, n_heads=2, context=CONTEXT)
         save_checkpoint(model, root / f"tiny-{mechanism}", info={"name": f"tiny-{mechanism}"})
+    # the zoo byte models' context: too short for a NIAH prompt and for the Chinese sample
+    save_checkpoint(tiny_model("repo", n_layers=2, d_model=32, n_heads=2, context=SHORT_CONTEXT), root / "tiny-short",
+                    info={"name": "tiny-short"})
     (root / "not-a-checkpoint").mkdir()
     (root / "not-a-checkpoint" / "notes.txt").write_text("hello")
     return root
@@ -43,6 +47,7 @@ def app_env(monkeypatch, checkpoint_root) -> Path:
     monkeypatch.setenv("REPO_LENS_APP_ROOTS", str(checkpoint_root))
     monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", str(checkpoint_root / "tiny-repo"))
     monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: [])
+    monkeypatch.setattr(repo_lens.zoo, "zoo_entries", lambda: [])  # nor the external models (smollm2-135m)
     return checkpoint_root
 
 
@@ -73,6 +78,11 @@ def _decode(value):
     if isinstance(value, list):
         return [_decode(item) for item in value]
     return value
+
+
+def chart_configs(at) -> list[dict]:
+    """The plotly config of each chart the app sent (modebar options, the export file name)."""
+    return [json.loads(element.proto.config) for element in at.get("plotly_chart")]
 
 
 def messages(at, kind: str) -> list[str]:

@@ -216,9 +216,13 @@ def test_uploaded_text_file(app):
     at.run()
     assert_clean(at)
     assert "Uploaded" in "".join(layer_rows(figures(at)[0])["L0 rope"]["text"])
-    at.get("file_uploader")[0].set_value(("big.txt", b"x" * 200_001, "text/plain"))
+    uploader = at.get("file_uploader")[0]
+    # one limit, stated once: by the widget ("Limit 1MB per file"), not again (and differently) in the label
+    assert uploader.proto.max_upload_size_mb == 1 and not any(unit in uploader.proto.label for unit in ("kB", "MB"))
+    at.get("file_uploader")[0].set_value(("big.txt", b"x" * (2**20 + 1), "text/plain"))
     at.run()
-    assert any("at most 200,000 bytes" in text for text in messages(at, "info"))
+    assert any("big.txt is 1,048,577 bytes" in text and "at most 1 MB (1,048,576 bytes)" in text
+               for text in messages(at, "info"))
     at.get("file_uploader")[0].set_value(("binary.txt", b"\xff\xfe\x00bad", "text/plain"))
     at.run()
     assert_clean(at)
@@ -230,11 +234,13 @@ def test_long_input_is_truncated_with_a_notice_or_refused(app):
     long_text = "The haystack goes on and on. " * 50  # 1,450 bytes > the 1,024-token context
     at.text_area(key="text_Free text").input(long_text).run()
     assert_clean(at)
-    assert any("only the first 1,024 were traced" in text for text in messages(at, "warning"))
+    assert any("1,450 tokens, more than the model's context (1,024); only the first 1,024 are traced" in text
+               for text in messages(at, "warning"))
     assert "1,024 tokens" in at.markdown[0].value
-    at.checkbox(key="truncate").uncheck().run()
+    at.checkbox(key="truncate").uncheck().run()  # said before tracing, and nothing is traced
     assert_clean(at)
-    assert any("longer than the model's context" in text for text in messages(at, "error"))
+    assert any("longer than the model's context (1,024); shorten it" in text for text in messages(at, "warning"))
+    assert not figures(at) and not messages(at, "error")
     at.text_area(key="text_Free text").input("   ").run()
     assert any("the text is empty" in text for text in messages(at, "error"))
 
@@ -282,8 +288,7 @@ def test_nonfinite_positions_are_flagged_and_plots_still_render(app, tmp_path):
     z = np.tile(np.arange(40, dtype=np.float32), (2, 2, 1))
     z[1, 0, 5] = np.nan
     z[1, 1, 7] = np.inf
-    meta = {"name": "broken", "warnings": ["2 positions are NaN or infinite, in (layer, head) [[1, 0], [1, 1]]"],
-            "nonfinite_positions": [[1, 0], [1, 1]], "truncation": None}
+    meta = {"name": "broken", "warnings": [], "truncation": None}  # unflagged: Trace.load flags it
     trace = Trace(tokens=list("abcdefghij" * 4), token_ids=np.arange(40) % 250, positions=z,
                   layer_kinds=["rope", "repo"], meta=meta)
     data = _trace_file(tmp_path, trace)
@@ -296,7 +301,8 @@ def test_nonfinite_positions_are_flagged_and_plots_still_render(app, tmp_path):
         at.get("file_uploader")[0].set_value(("broken.safetensors", data, "application/octet-stream"))
         at.run()
         assert_clean(at)
-        assert any("NaN or infinite positions" in text for text in messages(at, "error"))
+        assert any("NaN or infinite positions (2 values on 2 tokens) in 2 heads" in text
+                   for text in messages(at, "error"))
         return at
 
     assert len(figures(opened("Spaced tokens"))) == 1

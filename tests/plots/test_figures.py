@@ -75,7 +75,10 @@ def test_spaced_tokens_mean_head_window_labels_and_escaping():
     rows = layer_traces(fig)
     np.testing.assert_allclose(np.asarray(rows[1].x), trace.positions[1, :, 2:10].astype(float).mean(0), rtol=1e-6)
     assert list(rows[0].text)[1] == "中" and list(rows[0].text)[2] == "&lt;b&gt;"
-    assert rows[0].mode == "text"
+    # the RoPE row's 8 evenly spaced tokens all fit on a 1,100 px figure: every one is labelled
+    labels = [d for d in fig.data if (d.meta or {}).get("labels_of_layer") == 0]
+    drawn = list(labels[0].text) if labels else list(rows[0].text)
+    assert (labels[0].mode if labels else rows[0].mode) == "text" and drawn == list(rows[0].text)
     assert "WenQuanYi Micro Hei" in fig.layout.font.family == FONT_FAMILY
 
 
@@ -212,7 +215,14 @@ def test_attention_mass_figures_show_per_token_mass_per_model():
     assert [d.name for d in fig.data] == ["RePo", "RoPE"]
     assert list(fig.data[0].x) == ["needle", "query", "rest"]
     assert list(fig.data[1].y) == pytest.approx([0.05, 0.01, 0.001])
-    assert fig.layout.yaxis.type == "log"
+    assert fig.layout.yaxis.type == "linear"  # bar heights compare as the values do
+    for bars in fig.data:  # each bar's value printed on it, to 3 significant digits
+        assert [float(text) for text in bars.text] == pytest.approx(list(bars.y), rel=5e-3)
+        assert bars.texttemplate == "%{text}" and bars.textposition == "outside"
+    log = attention_mass_figure({"RePo": _mass()}, log_y=True)
+    # labels at the decades only (dtick 1 on a log axis); the 2..9 ticks between them are unlabelled minor ticks
+    assert log.layout.yaxis.type == "log" and log.layout.yaxis.dtick == 1 and log.layout.yaxis.minor.dtick == "D1"
+    assert attention_mass_figure({"RePo": _mass()}, log=True).layout.yaxis.type == "log"  # the older name
     fig = attention_mass_layers_figure(_mass())
     needle = next(d for d in fig.data if d.name == "needle")
     assert list(needle.y) == pytest.approx([0.15, 0.05])

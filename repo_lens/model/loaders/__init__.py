@@ -2,8 +2,8 @@
 Llama-family GGUF files. Each returns a :class:`LoadedModel` (model, tokenizer, meta); ``repo_lens.load``
 wraps it in a ``Lens``."""
 
-from repo_lens.model.loaders.checkpoint import load_checkpoint
+from repo_lens.model.loaders.checkpoint import checkpoint_files, load_checkpoint
 from repo_lens.model.loaders.loaded import LoadedModel
 from repo_lens.model.loaders.native import save_checkpoint
 
-__all__ = ["LoadedModel", "load_checkpoint", "save_checkpoint"]
+__all__ = ["LoadedModel", "checkpoint_files", "load_checkpoint", "save_checkpoint"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +11,16 @@ import torch
 from repo_lens.errors import CheckpointError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+from repo_lens.model.loaders.files import read_json_file, regular_file
 from repo_lens.model.loaders.gguf import load_gguf
 from repo_lens.model.loaders.hf_config import model_config_from_hf
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
-from repo_lens.model.loaders.native import is_native_config, native_model_config
-from repo_lens.model.loaders.tokenizer import load_tokenizer
-from repo_lens.model.loaders.weights import hf_to_lens_name, read_safetensors
+from repo_lens.model.loaders.native import is_native_config, native_model_config, uses_byte_tokenizer
+from repo_lens.model.loaders.shards import INDEX_FILE, read_safetensors, weight_files
+from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
+from repo_lens.model.loaders.weights import hf_to_lens_name
+
+GGUF_SUFFIX = ".gguf"
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -28,18 +32,48 @@ def read_config(directory: Path) -> dict[str, Any]:
             "and model.safetensors"
         )
     path = directory / "config.json"
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(
             f"{directory} is not a checkpoint directory: it has no config.json. Expected an HF/RePo "
             "directory (config.json + model.safetensors + tokenizer files) or a repo_lens checkpoint."
         )
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path} is not valid JSON ({error})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} must hold a JSON object, found {type(config).__name__}")
-    return config
+    return read_json_file(path, "config.json")
+
+
+def _is_gguf(path: Path) -> bool:
+    return path.suffix.lower() == GGUF_SUFFIX and (path.exists() or path.is_symlink()) and not path.is_dir()
+
+
+def checkpoint_files(source: str | os.PathLike) -> list[Path]:
+    """Every file :func:`load_checkpoint` opens for ``source`` (a checkpoint directory or a .gguf file),
+    unresolved: config.json, the weights (``model.safetensors`` or the index and each shard) and the
+    tokenizer files, each checked to be a regular file (only config.json and the index are opened).
+    The loader reads its file list through the same functions, so a caller that checks
+    these paths (the app, against its roots) checks exactly what a load reads. A broken config or shard
+    index raises CheckpointError, as the load would.
+
+    Example:
+        >>> import tempfile
+        >>> from repo_lens.model import ModelConfig, LensModel
+        >>> from repo_lens.model.loaders import save_checkpoint
+        >>> cfg = ModelConfig(family="llama", vocab_size=257, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
+        ...                   layer_mechanisms=["rope"])
+        >>> [path.name for path in checkpoint_files(save_checkpoint(LensModel(cfg), tempfile.mkdtemp()))]
+        ['config.json', 'model.safetensors']
+    """
+    directory = Path(source).expanduser()
+    if _is_gguf(directory):
+        return [directory]
+    config = read_config(directory)
+    files = [directory / "config.json"]
+    if (directory / INDEX_FILE).exists() or (directory / INDEX_FILE).is_symlink():
+        files.append(directory / INDEX_FILE)
+    files += weight_files(directory)
+    if not (is_native_config(config) and uses_byte_tokenizer(config, directory)):
+        files += tokenizer_files(directory)
+    for path in files:
+        regular_file(path, path.name)
+    return files
 
 
 def load_checkpoint(
@@ -59,7 +93,7 @@ def load_checkpoint(
         ('repo_lens', 'float32', 'ByteTokenizer')
     """
     directory = Path(source).expanduser()
-    if directory.suffix.lower() == ".gguf" and directory.is_file():
+    if _is_gguf(directory):
         return load_gguf(directory, device=device, dtype=dtype)
     config = read_config(directory)
     native = is_native_config(config)
@@ -69,7 +103,7 @@ def load_checkpoint(
     tensors = read_safetensors(directory)
     model = build_strict(model_config, tensors, rename=_same_name if native else hf_to_lens_name,
                          dtype=target_dtype, device=target_device)
-    if native and config.get("tokenizer", "bytes") == "bytes":
+    if native and uses_byte_tokenizer(config, directory):
         tokenizer: Any = ByteTokenizer()
     else:
         tokenizer = load_tokenizer(directory)

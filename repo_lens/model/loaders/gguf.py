@@ -16,6 +16,9 @@ the original bf16 release.
 from __future__ import annotations
 
 import importlib.metadata
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,28 @@ import torch
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+from repo_lens.model.loaders.files import regular_file
 from repo_lens.model.loaders.hf_config import model_config_from_hf
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
 from repo_lens.model.loaders.weights import hf_to_lens_name
 
 GGUF_HINT = "pip install gguf accelerate"
+# what the gguf reader and transformers raise on a truncated or corrupt file
+_CORRUPT_FILE_ERRORS = (struct.error, ValueError, IndexError, KeyError, TypeError, OverflowError, EOFError, OSError,
+                        NotImplementedError)
+
+
+@contextmanager
+def _corrupt_file_errors(path: Path, doing: str) -> Iterator[None]:
+    """Turn the reader's low-level errors on a truncated or corrupt GGUF into a CheckpointError naming the file."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except _CORRUPT_FILE_ERRORS as error:
+        raise CheckpointError(f"{doing} {path} failed ({type(error).__name__}: {error}); the file is truncated, "
+                              "corrupt or not a Llama-family GGUF. Expected a complete .gguf file (re-download or "
+                              "re-convert it)") from None
 
 
 def _require_gguf() -> None:
@@ -41,8 +61,7 @@ def _require_gguf() -> None:
 
 
 def _check_file(path: Path) -> Path:
-    if not path.is_file():
-        raise CheckpointError(f"{path} is not a file; pass the path of a .gguf file")
+    regular_file(path, "GGUF model")
     with path.open("rb") as file:
         magic = file.read(4)
     if magic != b"GGUF":
@@ -68,7 +87,9 @@ def _reader(path: str | Path) -> Any:
     _require_gguf()
     from gguf import GGUFReader
 
-    return GGUFReader(str(_check_file(Path(path))))
+    path = _check_file(Path(path))
+    with _corrupt_file_errors(path, "reading the GGUF header of"):
+        return GGUFReader(str(path))
 
 
 def gguf_hf_config(path: str | Path) -> Any:
@@ -77,11 +98,8 @@ def gguf_hf_config(path: str | Path) -> Any:
     from transformers import AutoConfig
 
     path = _check_file(Path(path))
-    try:
-        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    except (ValueError, KeyError, NotImplementedError) as error:
-        raise CheckpointError(f"transformers cannot read the GGUF metadata of {path}: {error}") from None
-    return config
+    with _corrupt_file_errors(path, "reading the GGUF metadata (transformers) of"):
+        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
 
 
 def read_gguf_tensors(path: str | Path, hf_config: Any, reader: Any = None) -> dict[str, torch.Tensor]:
@@ -97,11 +115,9 @@ def read_gguf_tensors(path: str | Path, hf_config: Any, reader: Any = None) -> d
     # a skeleton on the meta device only supplies the HF parameter names for the GGUF -> HF mapping
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(hf_config)
-    try:
+    with _corrupt_file_errors(path, "dequantising the tensors (transformers) of"):
         parsed = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=skeleton,
                                       torch_dtype=torch.float32)
-    except (ValueError, NotImplementedError, KeyError) as error:
-        raise CheckpointError(f"transformers cannot dequantise {path}: {error}") from None
     tensors: dict[str, torch.Tensor] = parsed["tensors"]
     reader = reader if reader is not None else _reader(path)
     gguf_names = [tensor.name for tensor in reader.tensors]
@@ -137,10 +153,8 @@ def load_gguf_tokenizer(path: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     path = _check_file(Path(path))
-    try:
+    with _corrupt_file_errors(path, "loading the tokenizer embedded in"):
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    except (OSError, ValueError, KeyError) as error:
-        raise CheckpointError(f"the tokenizer embedded in {path} cannot be loaded: {error}") from None
 
 
 def load_gguf(

@@ -8,6 +8,7 @@ from typing import Any
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.loaders.pe_config import PeLayout, read_pe_config
+from repo_lens.model.loaders.schema import check_hf_config
 
 SUPPORTED_MODEL_TYPES = ("olmo2", "llama")
 # the mechanism of every layer of a stock HF OLMo-2 / Llama checkpoint (and of a RePo one below its start layer)
@@ -46,14 +47,9 @@ def model_config_from_hf(config: dict[str, Any]) -> ModelConfig:
     activation = config.get("hidden_act", "silu")
     if activation != "silu":
         raise CheckpointError(f"hidden_act {activation!r} is not supported; repo_lens' SwiGLU uses 'silu'")
-    try:
-        n_layers = int(config["num_hidden_layers"])
-        n_heads = int(config["num_attention_heads"])
-        d_model = int(config["hidden_size"])
-        d_mlp = int(config["intermediate_size"])
-        vocab_size = int(config["vocab_size"])
-    except KeyError as missing:
-        raise CheckpointError(f"config.json lacks {missing}; it is not a complete {model_type} config") from None
+    check_hf_config(config)
+    n_layers, n_heads = config["num_hidden_layers"], config["num_attention_heads"]
+    d_model, d_mlp, vocab_size = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     layout = read_pe_config(config.get("pe_config"), n_layers, d_model, n_heads, HF_BASE_MECHANISM)
     for note in layout.notes:
         warnings.warn(note, stacklevel=3)

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.loaders.schema import check_native_model
 from repo_lens.model.transformer import LensModel
 
 FORMAT_KEY = "repo_lens_format"
@@ -23,16 +24,34 @@ def is_native_config(config: dict[str, Any]) -> bool:
     return FORMAT_KEY in config
 
 
+TOKENIZER_CHOICES = ("bytes", "hf")
+
+
 def native_model_config(config: dict[str, Any], directory: Path) -> ModelConfig:
+    """The ModelConfig of a repo_lens checkpoint's config.json, every field type-checked first."""
     version = config[FORMAT_KEY]
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
         raise CheckpointError(
-            f"{directory} is repo_lens checkpoint format {version!r}; this repo_lens reads up to "
-            f"{FORMAT_VERSION}. Upgrade repo_lens."
+            f"{directory} is repo_lens checkpoint format {version!r}; this repo_lens reads formats 1.."
+            f"{FORMAT_VERSION} (an integer). Upgrade repo_lens if the checkpoint is newer."
         )
     if "model" not in config:
         raise CheckpointError(f"{directory}/config.json has no 'model' section describing the architecture")
+    uses_byte_tokenizer(config, directory)
+    if not isinstance(config.get("info", {}), dict):
+        raise CheckpointError(f"{directory}/config.json field info={config['info']!r} is invalid; expected a JSON "
+                              "object (the model card)")
+    check_native_model(config["model"], f"{directory}/config.json model")
     return ModelConfig.from_dict(config["model"])
+
+
+def uses_byte_tokenizer(config: dict[str, Any], directory: Path) -> bool:
+    """Whether a repo_lens checkpoint's config asks for the byte tokenizer (else HF tokenizer files)."""
+    tokenizer = config.get("tokenizer", "bytes")
+    if tokenizer not in TOKENIZER_CHOICES:
+        raise CheckpointError(f"{directory}/config.json field tokenizer={tokenizer!r} is invalid; expected one of "
+                              f"{', '.join(TOKENIZER_CHOICES)}")
+    return tokenizer == "bytes"
 
 
 def save_checkpoint(

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.transformer import LensModel
@@ -38,34 +34,6 @@ def hf_to_lens_name(name: str) -> str:
         if count:
             return renamed
     return name
-
-
-def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
-    """All tensors of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``."""
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as error:
-            raise CheckpointError(f"{index} is not a valid safetensors index (needs 'weight_map'): {error}") from None
-        files = sorted(set(weight_map.values()))
-    elif single.exists():
-        files = [single.name]
-    else:
-        pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
-        hint = (f" It has {pickled}: pickle-based weights are never loaded; convert them to safetensors "
-                "(e.g. save_pretrained(..., safe_serialization=True)).") if pickled else ""
-        raise CheckpointError(f"{directory} has no model.safetensors or model.safetensors.index.json.{hint}")
-    tensors: dict[str, torch.Tensor] = {}
-    for file in files:
-        path = directory / file
-        if not path.exists():
-            raise CheckpointError(f"shard {file} listed in {index.name} is missing from {directory}")
-        try:
-            tensors.update(load_file(str(path)))
-        except (SafetensorError, OSError) as error:
-            raise CheckpointError(f"{path} is not a readable safetensors file ({error})") from None
-    return tensors
 
 
 def load_weights_strict(
@@ -107,6 +75,10 @@ def load_weights_strict(
     ]
     if shapes or unread_shapes:
         problems.append("shape mismatches: " + "; ".join(shapes + unread_shapes))
+    not_floats = [f"{name}: {str(tensors[name].dtype).replace('torch.', '')}" for name in renamed.values()
+                  if not tensors[name].is_floating_point()]
+    if not_floats:
+        problems.append(f"non-floating tensors where weights must be floats (never cast silently): {not_floats[:5]}")
     if problems:
         raise CheckpointError(
             "checkpoint does not match its config, refusing to load it partially — "

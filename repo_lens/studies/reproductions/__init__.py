@@ -6,6 +6,10 @@ two-column paper. ``--model`` replaces the study's default models. Every study i
 ``study(out, models, quick=False, figures=True, progress=True) -> dict`` (the JSON document);
 the studies that trace or measure many inputs also take ``batch_size`` (inputs per forward pass,
 the same numbers within 1e-5).
+
+Under ``torchrun`` / ``accelerate launch`` the ranks share the results (whole studies, in the
+order asked) through :func:`repo_lens.studies.runs.run_items` in ``DIR/distributed_run/`` (one JSON
+document per finished result there): a relaunch after a killed rank reruns only the unfinished ones.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,8 @@ from tqdm.auto import tqdm
 from repo_lens.atomic import run_lock
 from repo_lens.errors import InputError
 from repo_lens.protocol import check_batch_size
+from repo_lens.studies.distributed import ranks_from_env
+from repo_lens.studies.runs import run_items
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,9 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
 )}
 
 
+DISTRIBUTED_RUN = "distributed_run"
+
+
 def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | None = None, quick: bool = False,
               figures: bool = True, progress: bool = True, batch_size: int = 1) -> dict[str, dict[str, Any]]:
     """Run the named studies (``["all"]`` for every one) into ``out/NAME/``; returns their documents.
@@ -73,16 +83,29 @@ def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | Non
     if unknown:
         raise InputError(f"unknown result {unknown}; choose from: all, {', '.join(STUDIES)}")
     batch_size = check_batch_size(batch_size)
-    documents = {}
-    bar = tqdm(chosen, desc="reproduce", unit="result", disable=not progress)
+    run = partial(_run_study, out=Path(out), models=models, quick=quick, figures=figures, progress=progress,
+                  batch_size=batch_size)
     with run_lock(out):  # one writer per output directory; a second `reproduce` into it is refused
+        if ranks_from_env().distributed:  # torchrun / accelerate launch: whole results shared among the ranks
+            settings = {"results": chosen, "models": list(models) if models else None, "quick": quick,
+                        "figures": figures}
+            records = run_items(Path(out) / DISTRIBUTED_RUN, [(name, partial(run, name)) for name in chosen],
+                                settings, progress=progress, desc="reproduce")
+            return {record.pop("item"): record for record in records}
+        documents = {}
+        bar = tqdm(chosen, desc="reproduce", unit="result", disable=not progress)
         for name in bar:
             bar.set_postfix_str(name)
-            study = STUDIES[name]
-            started = time.perf_counter()
-            batching = {"batch_size": batch_size} if study.batched else {}
-            document = study.load()(Path(out) / name, list(models or study.default_models), quick=quick,
-                                    figures=figures, progress=progress, **batching)
-            document["seconds"] = round(time.perf_counter() - started, 1)
-            documents[name] = document
+            documents[name] = run(name)
     return documents
+
+
+def _run_study(name: str, out: Path, models: Sequence[str] | None, quick: bool, figures: bool, progress: bool,
+               batch_size: int) -> dict[str, Any]:
+    study = STUDIES[name]
+    started = time.perf_counter()
+    batching = {"batch_size": batch_size} if study.batched else {}
+    document = study.load()(out / name, list(models or study.default_models), quick=quick, figures=figures,
+                            progress=progress, **batching)
+    document["seconds"] = round(time.perf_counter() - started, 1)
+    return document

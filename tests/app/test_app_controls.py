@@ -1,0 +1,196 @@
+"""Issue 15's app controls through AppTest: export names, the highlight and zoom of the spaced-token
+view, the model list with sizes, presets that fit the model's context, compare mode, upload errors."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from app_helpers import (  # noqa: F401  (fixtures)
+    CONTEXT,
+    SHORT_CONTEXT,
+    app,
+    app_env,
+    assert_clean,
+    chart_configs,
+    checkpoint_root,
+    figures,
+    messages,
+)
+from lens_app.documents import FREE_TEXT
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _hash_of_text(text: str) -> str:
+    ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype("<i8")  # byte model: one id per byte
+    return hashlib.sha1(ids.tobytes()).hexdigest()[:6]
+
+
+def test_export_names_carry_model_view_head_and_input(app):
+    at = app().run()
+    assert_clean(at)
+    labels = [button.label for button in at.get("download_button")]
+    assert labels == ["Download PNG", "Download SVG", "Download PDF", "Download HTML"]
+    (config,) = chart_configs(at)
+    assert config["toImageButtonOptions"]["filename"] == f"tiny-repo_spaced-tokens_H0_{_hash_of_text(FREE_TEXT)}"
+    at.selectbox(key="spaced_head").set_value("1")
+    at.text_area(key="text_Free text").input("Another text.").run()
+    (config,) = chart_configs(at)
+    assert config["toImageButtonOptions"]["filename"] == f"tiny-repo_spaced-tokens_H1_{_hash_of_text('Another text.')}"
+
+    at.session_state["view"] = "Scatter"
+    at.run()
+    at.selectbox(key="scatter_layer").set_value(2).run()
+    (config,) = chart_configs(at)
+    assert config["toImageButtonOptions"]["filename"] == f"tiny-repo_scatter_L2-Hall_{_hash_of_text('Another text.')}"
+
+
+def test_highlight_follows_a_token_through_the_layers_and_clears(app):
+    at = app().run()
+    at.number_input(key="spaced_k").set_value(2)
+    at.number_input(key="spaced_token").set_value(10).run()
+    assert_clean(at)
+    (figure,) = figures(at)
+    assert figure["layout"]["meta"]["highlight"] == [8, 9, 10, 11, 12]
+    (rings,) = [trace for trace in figure["data"] if trace.get("name") == "highlighted tokens"]
+    assert sorted(set(rings["customdata"])) == [8, 9, 10, 11, 12] and len(rings["customdata"]) == 5 * 3  # 3 layers
+    at.button(key="spaced_clear").click().run()
+    assert_clean(at)
+    assert at.number_input(key="spaced_token").value is None
+    assert figures(at)[0]["layout"]["meta"]["highlight"] == []
+    assert at.button(key="spaced_clear").disabled
+
+    at.number_input(key="spaced_token").set_value(5)
+    at.slider(key=next(s.key for s in at.slider if s.key.startswith("spaced_window"))).set_value((20, 60)).run()
+    assert_clean(at)  # the highlighted token left the window: said, not drawn
+    assert any("Token 5 is outside the tokens shown (20..59)" in text for text in (c.value for c in at.caption))
+    assert figures(at)[0]["layout"]["meta"]["highlight"] == []
+
+
+def test_zoom_slider_sets_the_figure_x_range(app):
+    at = app().run()
+    at.slider(key="spaced_zoom").set_value((0.25, 0.5)).run()
+    assert_clean(at)
+    np.testing.assert_allclose(figures(at)[0]["layout"]["meta"]["x_range"], [0.25, 0.5])  # per layer: [0, 1] axis
+    at.radio(key="spaced_scale").set_value("shared").run()
+    (figure,) = figures(at)
+    rows = [trace for trace in figure["data"] if str(trace.get("name", "")).startswith("L")]
+    xs = np.concatenate([np.asarray(row["x"], dtype=float) for row in rows])
+    low, high = np.nanmin(xs), np.nanmax(xs)  # shared: raw positions, the zoom a fraction of their span
+    np.testing.assert_allclose(figure["layout"]["meta"]["x_range"],
+                               [low + 0.25 * (high - low), low + 0.5 * (high - low)], rtol=1e-4)
+
+
+def _parameters(directory) -> int:
+    with safe_open(str(directory / "model.safetensors"), "np") as tensors:
+        return sum(math.prod(tensors.get_slice(name).get_shape()) for name in tensors.keys())
+
+
+def test_model_selector_shows_each_models_size(app, app_env):
+    at = app().run()
+    options = at.selectbox(key="model_a").options
+    (repo,) = [option for option in options if option.startswith("tiny-repo")]
+    megabytes = (app_env / "tiny-repo" / "model.safetensors").stat().st_size / 1e6
+    n = _parameters(app_env / "tiny-repo")
+    assert f"3×2 · ctx {CONTEXT:,} · {n / 1e3:.3g}K params · {megabytes:.1f} MB" in repo
+    (short,) = [option for option in options if option.startswith("tiny-short")]
+    assert f"2×2 · ctx {SHORT_CONTEXT}" in short
+
+
+def test_niah_offers_only_lengths_that_fit_and_says_when_none_can(app, app_env):
+    at = app().run()
+    at.selectbox(key="input").set_value("NIAH").run()
+    assert_clean(at)
+    slider = at.select_slider[0]
+    assert slider.options == ["128", "256", "512", "1024"] and slider.value == 512
+    assert any(f"Up to {CONTEXT:,} tokens: tiny-repo's context" in c.value for c in at.sidebar.caption)
+
+    at.selectbox(key="model_a").set_value(str(app_env / "tiny-short")).run()
+    assert_clean(at)
+    assert at.select_slider[0].options == ["128", "256"]
+    warnings = messages(at, "warning")
+    assert any("tiny-short cannot hold a NIAH prompt of this length" in text and "without any haystack" in text
+               for text in warnings), warnings
+    assert not figures(at) and not messages(at, "error")
+    assert any("Nothing to show yet" in text for text in messages(at, "info"))
+
+
+def test_a_preset_longer_than_the_context_is_announced_before_tracing(app, app_env):
+    at = app()
+    at.session_state["model_a"] = str(app_env / "tiny-short")
+    at.run()
+    at.selectbox(key="input").set_value("Chinese").run()
+    assert_clean(at)
+    n_bytes = len(at.text_area(key="text_Chinese").value.encode("utf-8"))
+    assert n_bytes > SHORT_CONTEXT
+    assert any(f"the Chinese input is {n_bytes:,} tokens, more than the model's context ({SHORT_CONTEXT}); "
+               f"only the first {SHORT_CONTEXT} are traced" in text for text in messages(at, "warning"))
+    assert f"{SHORT_CONTEXT} tokens" in at.markdown[0].value
+
+
+def test_compare_mode_stacks_full_width_plots_with_titles_below_the_modebar(app, app_env):
+    at = app().run()
+    at.toggle(key="compare").set_value(True).run()
+    at.selectbox(key="model_b").set_value(str(app_env / "tiny-rope")).run()
+    assert_clean(at)
+    assert [header.value for header in at.subheader] == ["tiny-repo", "tiny-rope"]
+    assert not [column for column in at.columns if column.get("plotly_chart")]  # no plot squeezed into a column
+    for figure in figures(at):
+        assert figure["layout"]["margin"]["t"] >= 80 and figure["layout"]["title"]["pad"]["t"] >= 30
+        assert figure["layout"]["title"]["yref"] == "container"
+    assert [b.label for b in at.get("download_button")].count("Download PNG") == 2
+
+
+def test_an_unreadable_trace_upload_names_the_users_file_not_a_server_path(app):
+    at = app().run()
+    at.radio(key="mode").set_value("Open a saved trace").run()
+    at.get("file_uploader")[0].set_value(("my run.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",
+                                          "application/octet-stream"))
+    at.run()
+    assert_clean(at)
+    (error,) = messages(at, "error")
+    assert "my run.safetensors" in error and "/tmp" not in error and "tmp" not in error.lower().replace("my run", "")
+
+
+def test_gguf_header_reader_against_a_hand_written_file(tmp_path):
+    from lens_app.models import _gguf_info
+
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text)) + text.encode()
+
+    values = [
+        string("general.architecture") + struct.pack("<I", 8) + string("llama"),
+        string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + string("a") + string("bc"),
+        string("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 3) + struct.pack("<3f", 0, 1, 2),
+        string("llama.block_count") + struct.pack("<II", 4, 16),
+        string("llama.attention.head_count") + struct.pack("<II", 4, 12),
+        string("llama.context_length") + struct.pack("<IQ", 10, 8192),
+    ]
+    tensors = [string("a") + struct.pack("<I2Q", 2, 3, 4) + struct.pack("<IQ", 0, 0),
+               string("b") + struct.pack("<I1Q", 1, 5) + struct.pack("<IQ", 0, 48)]
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(values)) + b"".join(values + tensors))
+    info = _gguf_info("zoo:m", path)
+    assert (info.n_layers, info.n_heads, info.context, info.parameters) == (16, 12, 8192, 3 * 4 + 5)
+    assert info.describe().startswith("16×12 · ctx 8,192 · 17 params")
+
+
+def test_static_exports_draw_small_webgl_figures_as_vector_traces():
+    import plotly.graph_objects as go
+
+    from lens_app.ui import VECTOR_POINT_LIMIT, static_figure
+
+    x = np.arange(1000, dtype=float)
+    small = go.Figure([go.Scattergl(x=x, y=x ** 2, mode="markers", name="gl"), go.Scatter(x=[0, 1], y=[1, 0])])
+    converted = static_figure(small)
+    assert [trace.type for trace in converted.data] == ["scatter", "scatter"]
+    np.testing.assert_array_equal(converted.data[0].y, x ** 2)
+    assert converted.data[0].name == "gl" and small.data[0].type == "scattergl"  # the shown figure is untouched
+    big = go.Figure(go.Scattergl(x=np.arange(VECTOR_POINT_LIMIT + 1), y=np.zeros(VECTOR_POINT_LIMIT + 1)))
+    assert static_figure(big).data[0].type == "scattergl"

@@ -1,0 +1,187 @@
+"""Studies data-parallel under torchrun / accelerate launch: real 2-rank runs on CPU (gloo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from repo_lens.cli import main
+from repo_lens.errors import InputError
+from repo_lens.studies.distributed import (
+    Ranks,
+    load_placement,
+    rank_device,
+    rank_gpus,
+    ranks_from_env,
+    session,
+    share,
+)
+
+LAUNCHER = Path(__file__).with_name("distributed_launcher.py")
+MERGED = ("results.json", "results.csv", "summary.json", "run.json")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _niah_args(model: Path, out: Path) -> list[str]:
+    return ["analyze", "--model", str(model), "--study", "niah", "--lengths", "400,480", "--depths", "0,0.5,1",
+            "--out", str(out), "--quiet", "--device", "auto"]
+
+
+def _rank_env(log: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                          "TORCHELASTIC_RUN_ID", "REPO_LENS_RUN_ID")}
+    return {**env, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "",
+            "REPO_LENS_TEST_LOG": str(log), **extra}
+
+
+def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(_free_port()), str(LAUNCHER), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _by_hand(args: list[str], env: dict[str, str]) -> list[tuple[int, str]]:
+    """Two ranks started the way ``accelerate launch`` starts them: the variables set per process.
+    Returns each rank's (exit status, output)."""
+    port = str(_free_port())
+    ranks = [subprocess.Popen([sys.executable, str(LAUNCHER), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                              "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank in (0, 1)]
+    return [(process.wait(timeout=300), process.stdout.read()) for process in ranks]
+
+
+def _logged(log: Path) -> list[tuple[str, str]]:
+    return [tuple(line.split(" ", 1)) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture(scope="module")
+def single_run(byte_model_dir, tmp_path_factory) -> Path:
+    """The reference: the same study in one process, single-threaded as the ranks are."""
+    out = tmp_path_factory.mktemp("single") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([*_niah_args(byte_model_dir, out)[:-1], "cpu"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+@pytest.mark.slow
+def test_two_ranks_under_torchrun_merge_the_same_bytes_as_one_process(byte_model_dir, single_run, tmp_path):
+    out, log = tmp_path / "run", tmp_path / "log"
+    done = _torchrun(_niah_args(byte_model_dir, out), _rank_env(log))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for name in MERGED:
+        assert (out / name).read_bytes() == (single_run / name).read_bytes(), name
+    # the work was split: each rank wrote its own items, none twice, every one once
+    writers = {name: rank for rank, name in _logged(log)}
+    assert len(_logged(log)) == len(writers) == 6 and set(writers.values()) == {"0", "1"}
+    assert sorted(writers) == sorted(path.name for path in (single_run / "items").iterdir())
+    assert not (out / ".repo_lens.lock").exists()
+
+
+@pytest.mark.slow
+def test_relaunch_after_a_killed_rank_computes_only_the_missing_items(byte_model_dir, single_run, tmp_path):
+    out, log = tmp_path / "run", tmp_path / "log"
+    args = _niah_args(byte_model_dir, out)
+    killed = _torchrun(args, _rank_env(log, REPO_LENS_TEST_DIE="1:1"))  # rank 1 dies after its first item
+    assert killed.returncode != 0
+    assert not (out / "results.json").exists() and not (out / "summary.json").exists()
+    survivors = {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in (out / "items").iterdir()}
+    assert 1 <= len(survivors) < 6 and [rank for rank, _ in _logged(log)].count("1") == 1
+
+    log.unlink()
+    assert [status for status, _ in _by_hand(args, _rank_env(log))] == [0, 0]  # as accelerate launch starts ranks
+    recomputed = [name for _, name in _logged(log)]
+    assert sorted(recomputed) == sorted(set(path.name for path in (out / "items").iterdir()) - set(survivors))
+    for name, stamp in survivors.items():
+        path = out / "items" / name
+        assert (path.stat().st_ino, path.stat().st_mtime_ns) == stamp, f"{name} was rewritten"
+    for name in MERGED:
+        assert (out / name).read_bytes() == (single_run / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_reproduce_shares_whole_results_among_the_ranks(tmp_path):
+    out, log = tmp_path / "reproduce", tmp_path / "log"
+    names = ["third", "first", "second"]
+    ranks = _by_hand(["reproduce", *names, "--out", str(out), "--model", "zoo:a", "--model", "zoo:bc", "--quiet"],
+                     _rank_env(log, REPO_LENS_TEST_QUICK_STUDIES="1"))
+    assert [status for status, _ in ranks] == [0, 0], ranks
+    writers = {name: rank for rank, name in _logged(log)}
+    assert len(_logged(log)) == len(writers) == 3 and set(writers.values()) == {"0", "1"}
+    for name in names:  # each result written once, by one rank, where one process writes it
+        document = json.loads((out / name / "results.json").read_text())
+        assert document == {"models": ["zoo:a", "zoo:bc"], "letters": 11 + len(name), "markdown": f"| {name} |"}
+    merged = json.loads((out / "distributed_run" / "results.json").read_text())
+    assert [record["item"] for record in merged] == names
+    report, quiet = ranks[0][1], ranks[1][1]
+    assert [line.split()[1] for line in report.splitlines() if line.startswith("## ")] == names
+    assert "## " not in quiet  # rank 0 alone reports
+
+
+def test_shares_are_disjoint_cover_everything_and_keep_blocks_together():
+    items = list(range(23))
+    for world in (1, 2, 3, 8):
+        for block in (1, 4):
+            shares = [share(items, Ranks(rank, world, rank, world), block) for rank in range(world)]
+            assert sorted(sum(shares, [])) == items
+            for rank, part in enumerate(shares):  # whole blocks only, dealt round-robin
+                assert all((item // block) % world == rank for item in part)
+    with pytest.raises(InputError, match="positive"):
+        share(items, Ranks(), block=0)
+
+
+def test_ranks_from_the_launchers_environment():
+    assert ranks_from_env({}) == Ranks(0, 1, 0, 1) and not ranks_from_env({}).distributed
+    torchrun = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    assert ranks_from_env(torchrun) == Ranks(5, 8, 1, 4)
+    for bad, message in (({"WORLD_SIZE": "two"}, "not an integer"), ({"WORLD_SIZE": "0"}, "1 or more"),
+                         ({"RANK": "-1", "WORLD_SIZE": "2"}, "not below"),
+                         ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"},
+                          "LOCAL_RANK=3")):
+        with pytest.raises(InputError, match=message):
+            ranks_from_env(bad)
+
+
+def test_each_rank_gets_its_own_device_and_gpus(monkeypatch):
+    second = Ranks(1, 2, 1, 2)
+    assert rank_device("cpu", second) == "cpu" and rank_device("auto", Ranks()) == "auto"
+    assert rank_gpus(second, 4) == [4, 5, 6, 7] and rank_gpus(Ranks(), 2) == [0, 1]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rank_device("auto", second) == "cpu"
+    assert load_placement("auto", "auto", second) == {"device_map": "auto"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert rank_device("auto", second) == "cuda:1"
+    with pytest.raises(InputError, match="LOCAL_RANK 5 has no GPU"):
+        rank_device("auto", Ranks(5, 8, 5, 8))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda gpu: type("P", (), {"total_memory": 10 * 2**30}))
+    placement = load_placement("auto", "auto", second)  # 4 GPUs, 2 ranks: GPUs 2 and 3 are rank 1's
+    assert placement == {"device_map": "auto", "max_memory": {2: 9 * 2**30, 3: 9 * 2**30}}
+    with pytest.raises(InputError, match="needs 6 GPUs, 4 visible"):
+        load_placement("auto", "auto", second, gpus_per_rank=3)
+
+
+def test_a_distributed_run_without_a_rendezvous_address_is_refused(monkeypatch):
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(InputError, match="MASTER_ADDR unset; start the run with torchrun"):
+        with session(Ranks(0, 2, 0, 2)):
+            pass
+    assert not torch.distributed.is_initialized()

@@ -57,6 +57,8 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
         window = c3.slider("Tokens shown", 0, n_tokens, (0, min(n_tokens, config.DEFAULT_WINDOW)),
                            key=f"spaced_window_{n_tokens}")
     strip = c4.toggle("Chunk strip", value=True, key="spaced_strip", help="constant / mono / hybrid chunk of each token")
+    if (st.session_state.get(HIGHLIGHT_KEY) or 0) > n_tokens - 1:  # picked on a longer trace
+        st.session_state[HIGHLIGHT_KEY] = None
     z1, z2, z3, z4 = st.columns([3.5, 1.6, 1.0, 1.3], vertical_alignment="bottom")
     zoom = z1.slider("Zoom: part of the x axis shown (labels are placed again for it)", 0.0, 1.0, (0.0, 1.0),
                      0.01, key="spaced_zoom")
@@ -204,8 +206,10 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
         st.info("Attention mass on the needle, the query and the rest (RePo Table 4) is measured on NIAH prompts "
                 "with a model: pick **Run a model** and the **NIAH** input in the sidebar (length and depth there).")
         return
-    beyond = st.checkbox("Measure prompts longer than the model's context (length extrapolation)", key="mass_beyond",
+    c1, c2 = st.columns([3, 1])
+    beyond = c1.checkbox("Measure prompts longer than the model's context (length extrapolation)", key="mass_beyond",
                          value=False)
+    log_y = c2.toggle("Log scale", key="mass_log", help="the bars on a log axis (linear by default)")
     masses = {}
     for item in items:
         if item.source is None:
@@ -226,7 +230,8 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
             cell.metric(f"{span} ({mass.span_lengths[span]} tok)", f"{value:.2e}")
     models = "-vs-".join(slug(label) for label in masses)
     input_id = next(item.input_id for item in items if item.source is not None)
-    show_figure(attention_mass_figure(masses), "mass-bars", export_name(models, "attention-mass", input_id))
+    show_figure(attention_mass_figure(masses, log_y=log_y), "mass-bars",
+                export_name(models, "attention-mass", input_id))
     show_figure(attention_mass_layers_figure(masses), "mass-layers",
                 export_name(models, "attention-mass-by-layer", input_id))
     csv_button("Attention mass by layer and head (CSV)", results.mass_csv(masses),

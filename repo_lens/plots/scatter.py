@@ -148,29 +148,34 @@ def position_scatter_figure(
 
 
 SPAN_LABEL_FONT = 12
-SPAN_LABEL_LINE_PX = 16
+SPAN_LABEL_LINE_PX = 18
+SPAN_LABEL_PAD_PX = 4  # annotation box: borderpad 1 px either side, plus rounding
 LEGEND_ALLOWANCE_PX = 140  # a vertical legend of head names takes this much of the width (or less)
 
 
 def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, width: int,
                  legend: bool) -> None:
-    """A shaded band per span, its name at the band's top left; a name that would overlap an earlier
-    one goes down a line (``yshift``), the lowest free line first."""
+    """A shaded band per span, its name at the band's top left (top right when it would run past the
+    plot); a name that would overlap another goes down a line (``yshift``), the highest free line first."""
     plot_width = width - STYLE_MARGIN_PX - (LEGEND_ALLOWANCE_PX if legend else 0)
-    px_per_token = plot_width / max(n_tokens, 1)
-    line_ends: list[float] = []  # right edge (px) of the last name on each line
+    px_per_token = plot_width / max(n_tokens, 1)  # the x axis spans -0.5 .. n_tokens - 0.5
+    lines: list[list[tuple[float, float]]] = []  # the (left, right) pixels of the names on each line
     for name, (start, end) in sorted(spans.items(), key=lambda item: (item[1][0], item[0])):
         fig.add_vrect(x0=start - 0.5, x1=end - 0.5, fillcolor=SPAN_COLORS.get(name, OKABE_ITO[4]), opacity=0.15,
                       line_width=0)
-        left = start * px_per_token  # the x axis spans -0.5 .. n_tokens - 0.5
-        right = left + label_width_px(name, SPAN_LABEL_FONT) + 4
-        line = next((i for i, line_end in enumerate(line_ends) if line_end + LABEL_GAP_PX <= left), len(line_ends))
-        if line == len(line_ends):
-            line_ends.append(right)
-        line_ends[line] = right
-        fig.add_annotation(x=start - 0.5, xref="x", xanchor="left", y=1, yref="paper", yanchor="top",
-                           yshift=-SPAN_LABEL_LINE_PX * line, text=name, showarrow=False,
-                           font=dict(size=SPAN_LABEL_FONT), bgcolor="rgba(255,255,255,0.7)")
+        label_px = label_width_px(name, SPAN_LABEL_FONT) + SPAN_LABEL_PAD_PX
+        at_right = start * px_per_token + label_px > plot_width
+        left = end * px_per_token - label_px if at_right else start * px_per_token
+        box = (left, left + label_px)
+        line = next((i for i, taken in enumerate(lines)
+                     if all(box[1] + LABEL_GAP_PX <= a or b + LABEL_GAP_PX <= box[0] for a, b in taken)), len(lines))
+        if line == len(lines):
+            lines.append([])
+        lines[line].append(box)
+        fig.add_annotation(x=(end if at_right else start) - 0.5, xref="x", xanchor="right" if at_right else "left",
+                           y=1, yref="paper", yanchor="top", yshift=-SPAN_LABEL_LINE_PX * line, text=name,
+                           showarrow=False, font=dict(size=SPAN_LABEL_FONT), bgcolor="rgba(255,255,255,0.7)",
+                           borderpad=SPAN_LABEL_PAD_PX // 4)
 
 
 def _head_values(layer_positions: np.ndarray, head: Any, n_heads: int) -> tuple[list[str], np.ndarray]:

@@ -33,7 +33,9 @@ KIND_PALETTE: tuple[str, ...] = (
     "#6E6E6E", OKABE_ITO[1], OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5],
     OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288",
 )
-PATTERN_COLORS: dict[str, str] = {"constant": OKABE_ITO[0], "mono": OKABE_ITO[1], "hybrid": OKABE_ITO[3]}
+# chunk classes, from Paul Tol's colour-blind-safe "light" scheme, none of them close to a kind's colour (a
+# strip under a row of tokens must not read as another mechanism's text): flat grey, light cyan, pink
+PATTERN_COLORS: dict[str, str] = {"constant": "#B0B0B0", "mono": "#99DDFF", "hybrid": "#FFAABB"}
 SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": OKABE_ITO[0], "rest": "#8C8C8C"}
 # a log axis labelled at the decades only (1e-3, 1e-2, ...), with unlabelled minor ticks at 2..9 × each
 # decade: plotly's default labels the minor ticks "2 … 9" beside "0.001" when a range spans few decades

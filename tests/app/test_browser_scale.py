@@ -61,12 +61,12 @@ def _click_token(driver, row: int, index: int) -> int:
 
     point = driver.execute_script("""
         const gd = document.querySelector('.js-plotly-plot');
-        const trace = gd.data.find(t => t.name && t.name.startsWith('L' + arguments[0] + ' '));
+        const trace = gd._fullData.find(t => t.name && t.name.startsWith('L' + arguments[0] + ' '));  // arrays decoded
         const i = arguments[1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
         const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
-        const x = Array.from(trace.x)[i];
-        return {token: Array.from(trace.customdata[i])[0], dx: xa.l2p(x) - box.width / 2,
-                dy: ya.l2p(Array.from(trace.y)[i]) - box.height / 2};""", row, index)
+        const x = trace.x[i], token = trace.customdata[i][0];
+        return {token: token, dx: xa.l2p(x) - box.width / 2,
+                dy: ya.l2p(trace.y[i]) - box.height / 2};""", row, index)
     drag = driver.find_element(By.CSS_SELECTOR, ".js-plotly-plot .nsewdrag")
     driver.execute_script(ARM)
     ActionChains(driver).move_to_element_with_offset(drag, int(point["dx"]), int(point["dy"])).click().perform()
@@ -82,7 +82,7 @@ def test_click_highlights_a_token_in_every_layer_and_clear_removes_it(server, br
     settled(browser)
     highlight = browser.execute_script(f"const gd = document.querySelector('.js-plotly-plot'); {META}.highlight;")
     assert highlight == list(range(token - 3, token + 4))  # ±3 by default
-    rings = browser.execute_script("return document.querySelector('.js-plotly-plot').data"
+    rings = browser.execute_script("return document.querySelector('.js-plotly-plot')._fullData"
                                    ".find(t => t.name === 'highlighted tokens').y.length;")
     assert rings == 7 * 16  # every layer
     clear = next(b for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stButton"] button')

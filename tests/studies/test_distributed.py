@@ -185,3 +185,15 @@ def test_a_distributed_run_without_a_rendezvous_address_is_refused(monkeypatch):
         with session(Ranks(0, 2, 0, 2)):
             pass
     assert not torch.distributed.is_initialized()
+
+
+def test_analyze_with_a_device_map_gives_the_records_of_one_device(byte_model_dir, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("A first paragraph, long enough for a chunk or two.\n\nAnd a second one, long enough too.")
+    runs = {}
+    for name, placement in (("plain", []), ("mapped", ["--device-map", "auto"])):
+        out = tmp_path / name
+        assert main(["analyze", "--model", str(byte_model_dir), "--study", "positions", "--file", str(text),
+                     "--out", str(out), "--quiet", "--device", "cpu", *placement]) == 0
+        runs[name] = [(out / file).read_bytes() for file in ("results.json", "summary.json")]
+    assert runs["mapped"] == runs["plain"]

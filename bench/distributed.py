@@ -74,7 +74,7 @@ def main() -> None:
     devices = ["cpu"] + (["auto" if torch.cuda.device_count() >= 2 else "cuda:0"] if torch.cuda.is_available() else [])
     with tempfile.TemporaryDirectory() as folder:
         model = Path(folder) / "model"
-        save_checkpoint(tiny_model("repo", n_layers=args.layers, d_model=args.d_model, context=2048), model,
+        save_checkpoint(tiny_model(n_layers=args.layers, d_model=args.d_model, context=2048), model,
                         tokenizer="bytes", info={"name": "bench-distributed"})
         print(f"NIAH attention mass, {count} items, random byte-level RePo model, {args.layers} layers, d_model "
               f"{args.d_model}; "

@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 import threading
 import time
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from repo_lens.errors import RunInUseError, WriteError
+from repo_lens.errors import InputError, RunInUseError, WriteError
 
 LOCK_NAME = ".repo_lens.lock"
 _held: dict[Path, int] = {}  # run directories this process holds -> nesting depth
@@ -69,7 +70,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
         >>> sorted(p.name for p in folder.iterdir())
         ['a.txt', 'b.txt']
     """
-    path = Path(path)
+    path = _target_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_leftover_temp_files(path.parent)
@@ -85,6 +86,27 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
             raise
         raise _write_error(path, error) from error
     return path
+
+
+def _target_path(path: object) -> Path:
+    """``path`` as a Path to write a regular file to: a str or os.PathLike, not empty, without NUL
+    characters, and not an existing device, FIFO or socket (a rename would replace the device node)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"the output path must be a str or os.PathLike, not {type(path).__name__}; pass a file path")
+    text = os.fspath(path)
+    if isinstance(text, bytes) or not text or "\x00" in text:
+        raise InputError(f"the output path {text!r} is not a usable file name (empty, bytes or a NUL character); "
+                         "pass a file path as str")
+    target = Path(text)
+    try:
+        mode = target.stat().st_mode
+    except (OSError, ValueError):
+        return target
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
+        raise WriteError(f"could not write {target}: it is a {kind}, not a regular file (saving would replace it); "
+                         "choose a file path")
+    return target
 
 
 def _is_io_failure(error: BaseException) -> bool:

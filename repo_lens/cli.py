@@ -35,6 +35,7 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 positive_int = whole_number(1)
+MAX_PROMPT_TOKENS = 2**21  # analyze --lengths: far beyond any context; a longer prompt would take hours to build
 SEED_RANGE = (0, 2**32 - 1)  # what every generator a seed reaches accepts (numpy's legacy one is the narrowest)
 seed_value = whole_number(*SEED_RANGE)
 
@@ -78,10 +79,16 @@ def _check_not_under_a_file(path: Path) -> None:
             f"{existing} is a file, so nothing can be written under it; choose another path")
 
 
+def _refuse_nul(text: str) -> None:
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL character, which no path can; give a plain path")
+
+
 def output_dir(text: str) -> str:
     """An argparse type: a directory to write into (created if missing), not a file or under one."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must name a directory, got an empty string")
+    _refuse_nul(text)
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(
@@ -94,6 +101,7 @@ def output_file(text: str) -> str:
     """An argparse type: a file to write, not a directory and not under a file."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must name a file, got an empty string")
+    _refuse_nul(text)
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name, e.g. {path / 'trace.safetensors'}")
@@ -105,6 +113,7 @@ def model_name(text: str) -> str:
     """An argparse type: a checkpoint directory or zoo:NAME, not an empty string (the current folder)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must name a checkpoint directory or zoo:NAME, got an empty string")
+    _refuse_nul(text)
     return text
 
 
@@ -123,6 +132,11 @@ def command_line_text(text: str) -> str:
 def read_text_file(path: str) -> str:
     """The contents of the UTF-8 text file ``path`` (``--file``), or an InputError naming the problem and the fix."""
     try:
+        if "\x00" in path:
+            raise InputError(f"--file {path!r} holds a NUL character; give the path of a UTF-8 text file")
+        if Path(path).exists() and not Path(path).is_dir() and not Path(path).is_file():
+            raise InputError(f"--file {path} is not a regular file (a FIFO, socket or device such as /dev/zero "
+                             "would never end or block); give the path of a UTF-8 text file")
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"--file {path}: no such file; give the path of a UTF-8 text file") from None
@@ -346,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny = commands.add_parser("tiny", help="write a small random byte-level checkpoint (for pipeline checks)")
     tiny.add_argument("directory", type=output_dir)
     tiny.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
-    tiny.add_argument("--layers", type=positive_int, default=None, help="number of layers (default 4)")
+    tiny.add_argument("--layers", type=whole_number(1, 256), default=None, help="number of layers, 1..256 (default 4)")
     tiny.add_argument("--shape", default=None,
                       help="a published model's layers, heads, first learned layer and context at a small "
                            "d_model, e.g. olmo2-1b (SakanaAI/RePo-OLMo2-1B-stage2-L5: 16 × 16, RePo from layer 5, 8K)")
@@ -360,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, type=output_dir, help="output directory (a repo_lens checkpoint)")
     train.add_argument("--steps", type=positive_int, default=None)
     train.add_argument("--seed", type=seed_value, default=None)
-    train.add_argument("--threads", type=positive_int, default=None)
+    train.add_argument("--threads", type=whole_number(1, 256), default=None, help="CPU threads, 1..256")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=cmd_train)
 
@@ -370,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="niah: attention mass sweep; positions: ranges + chunk patterns; "
                               "boundaries: Chinese word-boundary AUC (People's Daily, gold + jieba)")
     analyze.add_argument("--out", required=True, type=output_dir, help="output directory; rerun to resume")
-    analyze.add_argument("--lengths", default="256,512", type=number_list(int, 1, None, "256,512"),
+    analyze.add_argument("--lengths", default="256,512", type=number_list(int, 1, MAX_PROMPT_TOKENS, "256,512"),
                          help="niah: prompt lengths in tokens")
     analyze.add_argument("--depths", default="0,0.25,0.5,0.75,1", type=number_list(float, 0, 1, "0,0.5,1"),
                          help="niah: needle depths, each within [0, 1]")

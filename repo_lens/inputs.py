@@ -42,10 +42,18 @@ def token_ids(inputs: Any, encode: Callable[[str], list[int]] | None, vocab_size
     if isinstance(inputs, str):
         if encode is None:
             raise InputError("expected token ids, not text; encode the text first (e.g. lens.encode(text))")
-        return encode(inputs)
+        encoded = encode(inputs)
+        if encoded and (min(encoded) < 0 or max(encoded) >= vocab_size):
+            raise InputError(f"the tokenizer gave token ids {min(encoded)}..{max(encoded)}, outside the model's "
+                             f"vocabulary 0..{vocab_size - 1}; the checkpoint's tokenizer does not match its model")
+        return encoded
     if hasattr(inputs, "detach"):  # a torch tensor
         inputs = inputs.detach().cpu().numpy()
-    array = np.asarray(inputs)
+    try:
+        array = np.asarray(inputs)
+    except (ValueError, TypeError):  # ragged nesting such as [[1, 2], [3]]
+        raise InputError("expected text, a non-empty 1-D sequence of token ids or a list of texts; got a ragged "
+                         f"nested sequence {inputs!r:.80}") from None
     if array.ndim == 2 and array.shape[0] == 1:
         array = array[0]
     if array.ndim != 1 or array.size == 0:
@@ -78,6 +86,9 @@ def fit_to_context(
     >>> fit_to_context([5, 6, 7], 2, allow_beyond_context=True)
     ([5, 6, 7], {'truncation': None, 'beyond_context': {'tokens': 3, 'context': 2}})
     """
+    for name, flag in (("truncate", truncate), ("allow_beyond_context", allow_beyond_context)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InputError(f"{name} must be True or False, not {flag!r:.40}")
     record: dict[str, Any] = {"truncation": None}
     if not context_length or len(ids) <= context_length:
         return ids, record

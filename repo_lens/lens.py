@@ -10,7 +10,8 @@ import torch
 from tqdm.auto import tqdm
 
 from repo_lens.capture import capture_batch, guard_model, is_out_of_memory, memory_limit_error
-from repo_lens.inputs import check_text, is_text_batch
+from repo_lens.errors import InputError
+from repo_lens.inputs import check_text, is_text_batch, token_ids
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.registry import is_learned, mechanism_traits, recorded_settings
@@ -66,6 +67,7 @@ class Lens:
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
     def display_tokens(self, ids: Sequence[int]) -> list[str]:
+        ids = [] if isinstance(ids, (list, tuple)) and not ids else token_ids(ids, None, self.vocab_size)
         if isinstance(self.tokenizer, ByteTokenizer):
             return self.tokenizer.display_tokens(ids)
         if self.tokenizer is None:
@@ -105,6 +107,9 @@ class Lens:
             True
         """
         check_batch_size(batch_size)
+        if isinstance(inputs, str) or not isinstance(inputs, Sequence):
+            raise InputError(f"trace_batch takes a list of texts or token-id sequences, not {type(inputs).__name__}; "
+                             "for one text use trace(text)")
         prepared = [prepare_ids(self, one, truncate=truncate, allow_beyond_context=allow_beyond_context)
                     for one in inputs]
         traces: list[Trace | None] = [None] * len(prepared)

@@ -38,6 +38,9 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         repo_lens.errors.InputError: unknown zoo model 'no-such-model'; available: bytes-cope, ...
     """
     path = _source_path(source)
+    if max_memory is not None and not isinstance(max_memory, dict):
+        raise InputError(f"max_memory must be a dict such as {{0: '20GiB', 'cpu': '64GiB'}}, not "
+                         f"{type(max_memory).__name__}")
     if device_map is not None:
         loaded = load_dispatched(path, device_map=device_map, dtype=dtype, max_memory=max_memory)
     else:
@@ -58,6 +61,17 @@ def checkpoint_files(source: str | os.PathLike) -> list[Path]:
 
 
 def _source_path(source: Any) -> Path:
-    if not isinstance(source, (str, os.PathLike)):
+    if not isinstance(source, (str, os.PathLike)) or isinstance(os.fspath(source), bytes):
         raise InputError(f"source must be 'zoo:NAME' or a path (str or os.PathLike), not {type(source).__name__}")
-    return resolve_source(source)
+    if not os.fspath(source) or "\x00" in os.fspath(source):
+        raise InputError(f"source {os.fspath(source)!r} is empty or holds a NUL character; pass 'zoo:NAME' or a path")
+    try:
+        path = resolve_source(source)
+        path.stat()
+    except FileNotFoundError:
+        return path
+    except (OSError, RuntimeError) as error:  # a name too long, a symlink loop, '~user' of no user
+        reason = getattr(error, "strerror", None) or str(error)
+        raise InputError(f"cannot use the source {os.fspath(source)!r:.200}: {reason}; "
+                         "pass 'zoo:NAME' or the path of a checkpoint directory or .gguf file") from None
+    return path

@@ -14,7 +14,8 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from repo_lens.atomic import atomic_write
-from repo_lens.errors import InputError
+from repo_lens.errors import InputError, TraceFileError
+from repo_lens.model.registry import mechanism_kinds
 from repo_lens.trace_file import TRACE_FORMAT_VERSION, TRACE_MARKER, read_trace_file
 from repo_lens.validation import check_index
 
@@ -48,14 +49,16 @@ class Trace:
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.tokens, str) or not all(isinstance(token, str) for token in self.tokens):
+        if (isinstance(self.tokens, str) or not isinstance(self.tokens, (list, tuple))
+                or not all(isinstance(token, str) for token in self.tokens)):
             raise InputError(f"tokens must be a list of str, one display string per token; got {self.tokens!r:.80}")
         self.tokens = list(self.tokens)
-        ids = np.asarray(self.token_ids)
-        if ids.size and ids.dtype.kind not in "iu":
-            raise InputError(f"token_ids must be integers; got dtype {ids.dtype} (ids are never rounded)")
-        self.token_ids = ids.astype(np.int64)
-        self.positions = np.asarray(self.positions, dtype=np.float32)
+        self.token_ids = _checked_token_ids(self.token_ids)
+        self.positions = _checked_positions(self.positions)
+        self.layer_kinds = _checked_layer_kinds(self.layer_kinds)
+        for name, value in (("meta", self.meta), ("spans", self.spans), ("extras", self.extras)):
+            if not isinstance(value, dict):
+                raise InputError(f"{name} must be a dict, got {type(value).__name__}; pass {{}} for none")
         if self.positions.ndim != 3:
             raise InputError(f"positions must be (n_layers, n_heads, T), got shape {self.positions.shape}")
         n_tokens = self.positions.shape[2]
@@ -69,6 +72,7 @@ class Trace:
                 f"{len(self.layer_kinds)} layer kinds for {self.positions.shape[0]} layers of positions"
             )
         self.spans = {name: _checked_span(name, span, n_tokens) for name, span in self.spans.items()}
+        self.extras = {name: _checked_extra(name, value, self.positions.shape) for name, value in self.extras.items()}
 
     def __len__(self) -> int:
         return int(self.positions.shape[2])
@@ -88,7 +92,6 @@ class Trace:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically as one .safetensors file (arrays) with the rest as JSON in its header."""
-        path = Path(path)
         document = {
             "format_version": TRACE_FORMAT_VERSION,
             "tokens": self.tokens,
@@ -97,7 +100,8 @@ class Trace:
             "spans": self.spans,
         }
         arrays = {"positions": np.ascontiguousarray(self.positions), "token_ids": np.ascontiguousarray(self.token_ids)}
-        arrays.update({f"extras.{name}": np.ascontiguousarray(value) for name, value in self.extras.items()})
+        arrays.update({f"extras.{name}": np.ascontiguousarray(_checked_extra(name, value, self.positions.shape))
+                       for name, value in self.extras.items()})
         metadata = {TRACE_MARKER: _json_document(document)}
         return atomic_write(path, lambda temp: save_file(arrays, str(temp), metadata=metadata))
 
@@ -107,12 +111,62 @@ class Trace:
         (:mod:`repo_lens.trace_file`): a corrupt, foreign or inconsistent file raises TraceFileError
         naming the file and the field. Non-finite positions are flagged in ``meta``
         (:func:`flag_nonfinite`), whoever wrote the file."""
+        if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes) or "\x00" in os.fspath(path):
+            raise TraceFileError(f"the trace path must be a str or os.PathLike without NUL characters; got {path!r:.80}")
         trace = cls(**read_trace_file(Path(path)))
         flag_nonfinite(trace.positions, trace.meta)
         return trace
 
 
+def _checked_token_ids(token_ids: Any) -> np.ndarray:
+    ids = np.asarray(token_ids.detach().cpu().numpy() if hasattr(token_ids, "detach") else token_ids)
+    if ids.size and ids.dtype.kind not in "iu":
+        raise InputError(f"token_ids must be integers; got dtype {ids.dtype} (ids are never rounded)")
+    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int64).max):
+        raise InputError(f"token_ids must lie in 0..2**63-1; got {ids.min()}..{ids.max()}")
+    return ids.astype(np.int64)
+
+
+def _checked_positions(positions: Any) -> np.ndarray:
+    values = np.asarray(positions.detach().cpu().numpy() if hasattr(positions, "detach") else positions)
+    if values.dtype.kind not in "iuf":
+        raise InputError(f"positions must be real numbers (a float array (n_layers, n_heads, T)); got dtype "
+                         f"{values.dtype}")
+    with np.errstate(over="ignore"):
+        converted = values.astype(np.float32)
+    overflow = np.isinf(converted) & np.isfinite(values)
+    if overflow.any():
+        raise InputError(f"positions hold {values[overflow].flat[0]!r}, beyond float32's range (±3.4e38); "
+                         "positions are stored as float32: rescale them")
+    return converted
+
+
+def _checked_layer_kinds(kinds: Any) -> list[str]:
+    known = mechanism_kinds()
+    if isinstance(kinds, str) or not isinstance(kinds, (list, tuple)):
+        raise InputError(f"layer_kinds must be a list of layer kinds, one per layer; got {kinds!r:.80}")
+    bad = [kind for kind in kinds if not isinstance(kind, str) or kind not in known]
+    if bad:
+        raise InputError(f"layer_kinds holds {bad[0]!r}, not a registered kind; use one of {known}")
+    return list(kinds)
+
+
+def _checked_extra(name: Any, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    if not isinstance(name, str) or not name:
+        raise InputError(f"extras names must be non-empty strings; got {name!r}")
+    array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+    if array.dtype.kind not in "biuf":
+        raise InputError(f"extras[{name!r}] must be a numeric or bool array; got dtype {array.dtype}")
+    if array.shape != tuple(shape) and (name == "increments" or array.ndim == 0 or array.shape[0] != shape[2]):
+        rows = "" if name == "increments" else f", or one row per token, ({shape[2]}, ...)"
+        raise InputError(f"extras[{name!r}] has shape {array.shape}; expected the shape of positions, "
+                         f"{tuple(shape)}{rows}")
+    return array
+
+
 def _checked_span(name: str, span: Any, n_tokens: int) -> tuple[int, int]:
+    if not isinstance(name, str) or not name:
+        raise InputError(f"span names must be non-empty strings; got {name!r}")
     try:
         start, end = span
         if isinstance(start, (bool, np.bool_)) or isinstance(end, (bool, np.bool_)):

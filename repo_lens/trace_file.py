@@ -165,6 +165,8 @@ class _Checker:
             raise self.fail("token_ids", f"an array of shape {ids.shape}", f"shape ({n_tokens},), one id per token")
         if ids.size and ids.min() < 0:
             raise self.fail("token_ids", f"an array holding the negative id {ids.min()}", "ids >= 0")
+        if ids.size and ids.max() > np.iinfo(np.int64).max:
+            raise self.fail("token_ids", f"an array holding the id {ids.max()}", "ids that fit int64 (< 2**63)")
         return ids.astype(np.int64)
 
     def tokens(self, tokens: Any, n_tokens: int) -> list[str]:
@@ -228,6 +230,10 @@ class _Checker:
             if not name.startswith(EXTRAS_PREFIX):
                 continue
             short = name[len(EXTRAS_PREFIX):]
+            if not short:
+                raise self.fail(name, "an extra without a name", f"{EXTRAS_PREFIX}NAME with a non-empty NAME")
+            if value.dtype.kind not in "biuf":
+                raise self.fail(name, f"an array of dtype {value.dtype}", "a numeric or bool array")
             per_head = value.shape == shape
             if not per_head and (short in _PER_HEAD_ONLY or value.ndim == 0 or value.shape[0] != shape[2]):
                 expected = f"the shape of positions, (n_layers, n_heads, T) = {shape}"

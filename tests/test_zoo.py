@@ -117,3 +117,14 @@ def test_flipflop_errors_equal_the_card(mechanism):
     for key in ("error_in_distribution", "error_ood_sparse"):
         assert card[key] == pytest.approx(measured[key], abs=1e-6), key
     assert measured["error_in_distribution"] < 0.25  # chance is 0.5: the model learned the task
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../evil", "a/b", "/tmp/x", ".hidden", "Upper"])
+def test_shipping_under_a_name_that_is_not_one_folder_is_refused_and_touches_nothing(name, tmp_path):
+    from repo_lens.errors import InputError
+    from repo_lens.zoo.ship import ship
+
+    before = sorted(path.relative_to(ZOO_DIR.parent) for path in ZOO_DIR.parent.rglob("*"))
+    with pytest.raises(InputError, match="plain folder name"):
+        ship(tmp_path, name, "bytes-small")
+    assert sorted(path.relative_to(ZOO_DIR.parent) for path in ZOO_DIR.parent.rglob("*")) == before

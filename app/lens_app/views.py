@@ -105,8 +105,8 @@ def _pick_token(chart_key: str) -> None:
     """A click on the spaced-token plot: highlight the clicked token (its index is customdata[0])."""
     points = (st.session_state.get(chart_key) or {}).get("selection", {}).get("points", [])
     for point in points:
-        data = point.get("customdata")
-        index = data[0] if isinstance(data, (list, tuple)) and data else data
+        data = point.get("customdata")  # a row [token, position, increment]; a typed array arrives as {"0": …}
+        index = data.get("0") if isinstance(data, dict) else data[0] if isinstance(data, (list, tuple)) and data else data
         if isinstance(index, (int, float)):
             st.session_state[HIGHLIGHT_KEY] = int(index)
             return

@@ -84,3 +84,26 @@ def check_same_length(name_a: str, length_a: int, name_b: str, length_b: int) ->
             f"{name_a} covers {length_a} tokens but {name_b} covers {length_b}; "
             "pass arrays computed from the same tokens"
         )
+
+
+def as_list(value: object, name: str, example: str) -> list:
+    """``value`` as a list, refusing one str and anything that is not iterable (None, a number)."""
+    if isinstance(value, (str, bytes)):
+        raise InputError(f"{name} is a single {type(value).__name__}; pass a list, e.g. {example}")
+    try:
+        return list(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise InputError(f"{name} must be a list, not {type(value).__name__}; e.g. {example}") from None
+
+
+def as_char_spans(value: object, name: str = "token_char_spans") -> np.ndarray:
+    """(T, 2) int64 (start, end) character spans; fractional or non-numeric spans are refused, never truncated."""
+    try:
+        spans = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{name} must be (start, end) int pairs, one per token ({exc})") from None
+    if spans.ndim != 2 or spans.shape[1] != 2 or spans.shape[0] == 0:
+        raise InputError(f"{name} has shape {spans.shape}; pass one (start, end) char span per token, shape (T, 2)")
+    if spans.dtype.kind not in "iu":
+        raise InputError(f"{name} must hold ints (character indices); got dtype {spans.dtype}")
+    return spans.astype(np.int64)

@@ -19,7 +19,7 @@ skipped.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,6 +227,9 @@ def validate_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
     :func:`repo_lens.validation.check_index` (negatives count from the end)."""
     if layers is None:
         return list(range(n_layers))
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise InputError(f"layers must be a list of layer indices (or None for all), not {layers!r:.40}; "
+                         f"e.g. [0, {n_layers - 1}]")
     chosen = sorted({check_index(layer, n_layers, "layer", owner="model") for layer in layers})
     if not chosen:
         raise InputError(f"layers is empty; pass None (all layers) or indices in 0..{n_layers - 1}")
@@ -335,6 +338,8 @@ def attention_mass_batch(
     model = _model_of(lens)
     cfg = model.cfg
     context = getattr(cfg, "max_position_embeddings", None)
+    if isinstance(prompts, (str, bytes, Mapping)) or not isinstance(prompts, Iterable):
+        raise InputError(f"prompts must be a list of (ids, spans, query) triples, not {type(prompts).__name__}")
     checked = []
     for number, prompt in enumerate(prompts):
         try:

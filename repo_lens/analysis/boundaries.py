@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from repo_lens.analysis._checks import as_float_array, check_same_length
+from repo_lens.analysis._checks import as_char_spans, as_float_array, as_list, check_same_length
 from repo_lens.analysis.categories import is_cjk_char
 from repo_lens.errors import InputError
 
@@ -97,14 +97,7 @@ class BoundaryLabels(NamedTuple):
 
 
 def _spans(token_char_spans: object, n_chars: int) -> np.ndarray:
-    try:
-        spans = np.asarray(token_char_spans, dtype=np.int64)
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"token_char_spans must be (start, end) int pairs, one per token ({exc})") from exc
-    if spans.ndim != 2 or spans.shape[1] != 2 or spans.shape[0] == 0:
-        raise InputError(
-            f"token_char_spans has shape {spans.shape}; pass one (start, end) char span per token, shape (T, 2)"
-        )
+    spans = as_char_spans(token_char_spans)
     bad = (spans[:, 0] < 0) | (spans[:, 1] < spans[:, 0]) | (spans[:, 1] > n_chars)
     if bad.any():
         t = int(np.argmax(bad))
@@ -139,9 +132,9 @@ def cjk_boundary_labels(
     """
     if not isinstance(text, str) or not text:
         raise InputError("text must be a non-empty str; pass the text the tokens came from")
-    if isinstance(words, str):
-        raise InputError("words is a single str; pass a list of words, e.g. jieba_words(text)")
-    words = list(words)
+    words = as_list(words, "words", "jieba_words(text)")
+    if not all(isinstance(word, str) for word in words):
+        raise InputError("words must be strings; pass a segmentation of the text, e.g. jieba_words(text)")
     if "".join(words) != text:
         joined = "".join(words)
         at = next((i for i, (a, b) in enumerate(zip(joined, text)) if a != b), min(len(joined), len(text)))

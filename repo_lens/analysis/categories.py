@@ -9,6 +9,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from repo_lens.analysis._checks import as_list
 from repo_lens.errors import InputError
 
 BYTE_CATEGORIES: tuple[str, ...] = (
@@ -131,9 +132,7 @@ def subword_categories(tokens: Sequence[str], special: Collection[str] = ()) -> 
         >>> subword_categories(["The", "Ġcat", "s", "Ġ42", ",", "Ċ", "▁dog"]).tolist()
         ['continuation', 'word_initial', 'continuation', 'number', 'punctuation', 'whitespace', 'word_initial']
     """
-    if isinstance(tokens, str):
-        raise InputError("tokens is a single str; pass a list of token strings (one per token)")
-    tokens = list(tokens)
+    tokens = as_list(tokens, "tokens", "a list of token strings (one per token)")
     if not tokens:
         raise InputError("tokens is empty; pass at least one token string")
     for index, token in enumerate(tokens):

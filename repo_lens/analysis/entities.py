@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import wilcoxon
 
-from repo_lens.analysis._checks import as_float_array
+from repo_lens.analysis._checks import as_char_spans, as_float_array, as_list
 from repo_lens.errors import InputError
 
 CARRIER_SENTENCES: tuple[str, ...] = ("{a} {b}", "the {a} {b}", "I visited {a} {b}", "near {a} {b}", "they went to {a} {b}")
@@ -62,8 +62,9 @@ def entity_prompts(
         >>> real[0].text, real[0].boundary, rev[0].text
         ('I visited New York', 13, 'I visited York New')
     """
-    pairs = [tuple(p) for p in pairs]
-    carriers = list(carriers)
+    pairs = [tuple(as_list(pair, "each entity pair", "('New', 'York')")) for pair in
+             as_list(pairs, "pairs", "[('New', 'York')]")]
+    carriers = as_list(carriers, "carriers", "['I visited {a} {b}']")
     if not pairs or not carriers:
         raise InputError("entity_prompts needs at least one entity pair and one carrier sentence")
     for pair in pairs:
@@ -93,9 +94,9 @@ def token_at_char(token_char_spans: Sequence[tuple[int, int]] | np.ndarray, char
         >>> token_at_char([(0, 3), (4, 8)], 3)   # trimmed offsets
         1
     """
-    spans = np.asarray(token_char_spans, dtype=np.int64)
-    if spans.ndim != 2 or spans.shape[1] != 2 or spans.shape[0] == 0:
-        raise InputError(f"token_char_spans has shape {spans.shape}; pass (start, end) pairs, shape (T, 2)")
+    if isinstance(char, (bool, np.bool_)) or not isinstance(char, (int, np.integer)) or char < 0:
+        raise InputError(f"char must be a character index, an int >= 0; got {char!r:.40}")
+    spans = as_char_spans(token_char_spans)
     covering = np.nonzero((spans[:, 0] <= char) & (char < spans[:, 1]))[0]
     if covering.size:
         return int(covering[0])

@@ -28,7 +28,13 @@ def position_increments(positions: np.ndarray, origin: float = 0.0) -> np.ndarra
         array([nan,  1.])
     """
     z = as_float_array(positions, "positions", shape_hint="pass positions of shape (..., T)")
-    origin = float(origin)
+    if isinstance(origin, (bool, np.bool_, str, bytes)) or np.ndim(origin) != 0:
+        raise InputError(f"origin must be one real number (0.0, or np.nan for an undefined first increment); "
+                         f"got {origin!r:.60}")
+    try:
+        origin = float(origin)
+    except (TypeError, ValueError):
+        raise InputError(f"origin must be one real number (0.0, or np.nan); got {origin!r:.60}") from None
     if np.isinf(origin):
         raise InputError(f"origin must be finite or NaN; got {origin}")
     return np.diff(z, axis=-1, prepend=origin)

@@ -22,11 +22,15 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from repo_lens.errors import InputError
 
 T = TypeVar("T")
+# How long a rank that finished its share waits for the slowest one (torch's default, 30 min, is
+# shorter than the spread of a long corpus run); a rank that dies ends the run sooner (torchrun).
+BARRIER_TIMEOUT = timedelta(days=2)
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,7 @@ def session(ranks: Ranks | None = None) -> Iterator[Session]:
         if missing:
             raise InputError(f"WORLD_SIZE={ranks.world_size} but {', '.join(missing)} unset; start the run with "
                              "torchrun / accelerate launch, or set MASTER_ADDR and MASTER_PORT for every rank")
-        dist.init_process_group("gloo", rank=ranks.rank, world_size=ranks.world_size)
+        dist.init_process_group("gloo", rank=ranks.rank, world_size=ranks.world_size, timeout=BARRIER_TIMEOUT)
     try:
         yield Session(ranks, nccl=not made_here and dist.get_backend() == "nccl")
     finally:

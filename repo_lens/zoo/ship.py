@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from repo_lens.atomic import atomic_write, atomic_write_text, ensure_dir
+from repo_lens.errors import CheckpointError, InputError
+from repo_lens.train.config import PRESETS
 from repo_lens.zoo import ZOO_DIR
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -26,6 +29,8 @@ DATA = {
                 "ignore with probability 0.8, the out-of-distribution (sparse) test with 0.98. Loss on the read "
                 "bits only; error = fraction of read bits predicted wrongly over 1,000 test sequences.",
 }
+
+SHIP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 
 def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) -> str:
@@ -66,13 +71,29 @@ def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) ->
 
 
 def ship(run_dir: str | Path, name: str, preset: str) -> Path:
-    """Copy the model files of ``run_dir`` (no training state) to the zoo as ``name``."""
+    """Copy the model files of ``run_dir`` (no training state) to the zoo as ``name``.
+
+    ``name`` is one folder name (lower-case letters, digits, ``.``, ``_``, ``-``; not starting with
+    ``.``), so a ship replaces only ``zoo/models/NAME`` and never anything above it.
+    """
+    if not isinstance(name, str) or not SHIP_NAME.fullmatch(name):
+        raise InputError(f"zoo name {name!r} is not a plain folder name; use lower-case letters, digits, '.', "
+                         "'_' or '-', starting with a letter or digit (e.g. bytes-repo)")
+    if preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r} for a zoo model card; use one of {', '.join(PRESETS)}")
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        config["info"]["train_config"]["task"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{run_dir} is not a finished training run (its config.json with info.train_config "
+                              f"cannot be read: {error}); pass the --out directory of `repo-lens train`") from None
     config["info"]["name"] = name
     config["info"]["preset"] = preset
     config["info"].pop("history", None)
     target = ZOO_DIR / name
+    if target.resolve().parent != ZOO_DIR.resolve():
+        raise InputError(f"zoo name {name!r} would write outside {ZOO_DIR}; use a plain folder name")
     if target.exists():
         shutil.rmtree(target)
     ensure_dir(target)

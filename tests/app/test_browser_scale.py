@@ -49,13 +49,24 @@ def test_head_and_layer_changes_repaint_at_16x16x4096(server, browser, trace_fil
                                   ".filter(t => /^L\\d+ /.test(t.name)).map(t => t.name);")
     assert len(rows) == 16 and rows[5].startswith("L5 ")
     settled(browser)
-    open_trace(browser, server, trace_file, "view=Scatter")
+    show_view(browser, "Scatter", "scatter")
     pick(browser, "Layer", "L9 ")
     assert painted_after(browser, f"{META}.layer === 9;") > 0
 
 
-def _click_token(driver, row: int, index: int) -> int:
-    """Click the ``index``-th mark of layer row ``row`` in the first plot; returns its token index."""
+def show_view(driver, name: str, kind: str) -> None:
+    """Open the tab ``name`` (the uploaded trace stays in the session) and wait for its plot of ``kind``."""
+    from selenium.webdriver.common.by import By
+
+    tab = next(t for t in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stTab"]') if t.text.strip() == name)
+    driver.execute_script(ARM)
+    tab.click()
+    painted_after(driver, f"{META}.kind === '{kind}';")
+    settled(driver)
+
+
+def _click_token(driver, row: int, index: int) -> None:
+    """Click the ``index``-th mark of layer row ``row`` in the first plot."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
@@ -64,24 +75,25 @@ def _click_token(driver, row: int, index: int) -> int:
         const trace = gd._fullData.find(t => t.name && t.name.startsWith('L' + arguments[0] + ' '));  // arrays decoded
         const i = arguments[1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
         const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
-        const x = trace.x[i], token = trace.customdata[i][0];
-        return {token: token, dx: xa.l2p(x) - box.width / 2,
+        return {dx: xa.l2p(trace.x[i]) - box.width / 2,
                 dy: ya.l2p(trace.y[i]) - box.height / 2};""", row, index)
     drag = driver.find_element(By.CSS_SELECTOR, ".js-plotly-plot .nsewdrag")
     driver.execute_script(ARM)
     ActionChains(driver).move_to_element_with_offset(drag, int(point["dx"]), int(point["dy"])).click().perform()
-    return int(point["token"])
 
 
 def test_click_highlights_a_token_in_every_layer_and_clear_removes_it(server, browser, trace_file):
     from selenium.webdriver.common.by import By
 
-    open_trace(browser, server, trace_file, "view=Spaced+tokens")
-    token = _click_token(browser, row=8, index=150)
-    assert painted_after(browser, f"{META}.highlight.includes({token});") > 0
+    if not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stFileChip"]'):  # run alone: upload the trace
+        open_trace(browser, server, trace_file, "view=Spaced+tokens")
+    show_view(browser, "Spaced tokens", "spaced_tokens")
+    _click_token(browser, row=8, index=150)
+    assert painted_after(browser, f"{META}.highlight.length > 0;") > 0
     settled(browser)
     highlight = browser.execute_script(f"const gd = document.querySelector('.js-plotly-plot'); {META}.highlight;")
-    assert highlight == list(range(token - 3, token + 4))  # ±3 by default
+    token = int(browser.find_element(By.CSS_SELECTOR, ".st-key-spaced_token input").get_attribute("value"))
+    assert highlight == list(range(token - 3, token + 4))  # the clicked token (plotly picks the nearest mark), ±3
     rings = browser.execute_script("return document.querySelector('.js-plotly-plot')._fullData"
                                    ".find(t => t.name === 'highlighted tokens').y.length;")
     assert rings == 7 * 16  # every layer

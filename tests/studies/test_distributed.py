@@ -34,9 +34,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _niah_args(model: Path, out: Path) -> list[str]:
+def _niah_args(model: Path, out: Path, *extra: str) -> list[str]:
     return ["analyze", "--model", str(model), "--study", "niah", "--lengths", "400,480", "--depths", "0,0.5,1",
-            "--out", str(out), "--quiet", "--device", "auto"]
+            "--out", str(out), "--quiet", *extra, "--device", "auto"]
 
 
 def _rank_env(log: Path, **extra: str) -> dict[str, str]:
@@ -53,46 +53,53 @@ def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProce
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _by_hand(args: list[str], env: dict[str, str]) -> list[tuple[int, str]]:
-    """Two ranks started the way ``accelerate launch`` starts them: the variables set per process.
-    Returns each rank's (exit status, output)."""
+def _by_hand(args: list[str], env: dict[str, str]) -> list[int]:
+    """Two ranks started by hand, the launcher's variables set per process; their exit statuses."""
     port = str(_free_port())
-    ranks = [subprocess.Popen([sys.executable, str(LAUNCHER), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                                              "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+    ranks = [subprocess.Popen([sys.executable, str(LAUNCHER), *args], stdout=subprocess.DEVNULL,
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                   "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
              for rank in (0, 1)]
-    return [(process.wait(timeout=300), process.stdout.read()) for process in ranks]
+    return [process.wait(timeout=300) for process in ranks]
 
 
 def _logged(log: Path) -> list[tuple[str, str]]:
     return [tuple(line.split(" ", 1)) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-@pytest.fixture(scope="module")
-def single_run(byte_model_dir, tmp_path_factory) -> Path:
+def _one_process(args: list[str]) -> None:
     """The reference: the same study in one process, single-threaded as the ranks are."""
-    out = tmp_path_factory.mktemp("single") / "run"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert main([*_niah_args(byte_model_dir, out)[:-1], "cpu"]) == 0
+        assert main([*args[:-1], "cpu"]) == 0  # --device auto -> cpu
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def single_run(byte_model_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("single") / "run"
+    _one_process(_niah_args(byte_model_dir, out))
     return out
 
 
 @pytest.mark.slow
-def test_two_ranks_under_torchrun_merge_the_same_bytes_as_one_process(byte_model_dir, single_run, tmp_path):
-    out, log = tmp_path / "run", tmp_path / "log"
-    done = _torchrun(_niah_args(byte_model_dir, out), _rank_env(log))
+def test_two_ranks_under_torchrun_merge_the_same_bytes_as_one_process(byte_model_dir, tmp_path):
+    """With batches of 2 prompts: a batch stays on one rank, so the records are those of one process."""
+    args = {where: _niah_args(byte_model_dir, tmp_path / where, "--batch-size", "2") for where in ("one", "two")}
+    _one_process(args["one"])
+    log = tmp_path / "log"
+    done = _torchrun(args["two"], _rank_env(log))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for name in MERGED:
-        assert (out / name).read_bytes() == (single_run / name).read_bytes(), name
-    # the work was split: each rank wrote its own items, none twice, every one once
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    # the work was split by whole batches in the items' order: each item written once, by its rank
+    cells = [f"niah_len={length}_depth={depth}_seed=0.json" for length in (400, 480) for depth in (0.0, 0.5, 1.0)]
+    expected = {cell: str(index // 2 % 2) for index, cell in enumerate(cells)}
     writers = {name: rank for rank, name in _logged(log)}
-    assert len(_logged(log)) == len(writers) == 6 and set(writers.values()) == {"0", "1"}
-    assert sorted(writers) == sorted(path.name for path in (single_run / "items").iterdir())
-    assert not (out / ".repo_lens.lock").exists()
+    assert len(_logged(log)) == 6 and writers == expected
+    assert not (tmp_path / "two" / ".repo_lens.lock").exists()
 
 
 @pytest.mark.slow
@@ -106,7 +113,7 @@ def test_relaunch_after_a_killed_rank_computes_only_the_missing_items(byte_model
     assert 1 <= len(survivors) < 6 and [rank for rank, _ in _logged(log)].count("1") == 1
 
     log.unlink()
-    assert [status for status, _ in _by_hand(args, _rank_env(log))] == [0, 0]  # as accelerate launch starts ranks
+    assert _by_hand(args, _rank_env(log)) == [0, 0]  # relaunched without torchrun: the variables set by hand
     recomputed = [name for _, name in _logged(log)]
     assert sorted(recomputed) == sorted(set(path.name for path in (out / "items").iterdir()) - set(survivors))
     for name, stamp in survivors.items():
@@ -117,12 +124,16 @@ def test_relaunch_after_a_killed_rank_computes_only_the_missing_items(byte_model
 
 
 @pytest.mark.slow
-def test_reproduce_shares_whole_results_among_the_ranks(tmp_path):
+def test_reproduce_shares_whole_results_among_the_ranks_under_accelerate_launch(tmp_path):
     out, log = tmp_path / "reproduce", tmp_path / "log"
     names = ["third", "first", "second"]
-    ranks = _by_hand(["reproduce", *names, "--out", str(out), "--model", "zoo:a", "--model", "zoo:bc", "--quiet"],
-                     _rank_env(log, REPO_LENS_TEST_QUICK_STUDIES="1"))
-    assert [status for status, _ in ranks] == [0, 0], ranks
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", str(_free_port()), str(LAUNCHER),
+               "reproduce", *names, "--out", str(out), "--model", "zoo:a", "--model", "zoo:bc", "--quiet"]
+    done = subprocess.run(command, env=_rank_env(log, REPO_LENS_TEST_QUICK_STUDIES="1"), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     writers = {name: rank for rank, name in _logged(log)}
     assert len(_logged(log)) == len(writers) == 3 and set(writers.values()) == {"0", "1"}
     for name in names:  # each result written once, by one rank, where one process writes it
@@ -130,9 +141,8 @@ def test_reproduce_shares_whole_results_among_the_ranks(tmp_path):
         assert document == {"models": ["zoo:a", "zoo:bc"], "letters": 11 + len(name), "markdown": f"| {name} |"}
     merged = json.loads((out / "distributed_run" / "results.json").read_text())
     assert [record["item"] for record in merged] == names
-    report, quiet = ranks[0][1], ranks[1][1]
-    assert [line.split()[1] for line in report.splitlines() if line.startswith("## ")] == names
-    assert "## " not in quiet  # rank 0 alone reports
+    # rank 0 alone reports, each result once, in the order asked
+    assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith("## ")] == names
 
 
 def test_shares_are_disjoint_cover_everything_and_keep_blocks_together():

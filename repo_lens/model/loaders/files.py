@@ -76,7 +76,7 @@ def read_json_file(path: Path, what: str, max_bytes: int = JSON_MAX_BYTES,
         raw = file.read(max_bytes + 1)
     try:
         data = json.loads(raw, object_pairs_hook=object_pairs_hook)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+    except (ValueError, RecursionError) as error:  # invalid JSON or UTF-8, or an integer of thousands of digits
         raise CheckpointError(f"{path} is not valid JSON ({type(error).__name__}: {error}); {what} must be a "
                               "UTF-8 JSON object") from None
     if not isinstance(data, dict):

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.loaders.weights import load_weights_strict
 from repo_lens.model.transformer import LensModel
@@ -48,10 +49,24 @@ def build_strict(
         >>> model.training, torch.equal(model.embed.weight, weights["embed.weight"])
         (False, True)
     """
+    _check_layer_count(model_config, tensors, rename)
     with torch.device("meta"):
         model = LensModel(model_config)
     load_weights_strict(model, tensors, rename=rename, dtype=dtype, device=device)
     return model.eval()
+
+
+def _check_layer_count(model_config: ModelConfig, tensors: dict[str, torch.Tensor], rename: Callable[[str], str]) -> None:
+    """Refuse a config whose layer count the weights do not have before the model is built (a count
+    of 10**12 would exhaust memory building empty layers)."""
+    layers = set()
+    for name in tensors:
+        parts = rename(name).split(".")
+        if len(parts) > 1 and parts[0] == "blocks" and parts[1].isdigit():
+            layers.add(int(parts[1]))
+    if layers and len(layers) != model_config.n_layers:
+        raise CheckpointError(f"the config says {model_config.n_layers} layers but the weights hold {len(layers)} "
+                              f"(blocks {min(layers)}..{max(layers)}); expected a config and weights of the same model")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -8,6 +8,7 @@ import math
 from typing import Any, Callable
 
 from repo_lens.errors import CheckpointError
+from repo_lens.model.rotary import SUPPORTED_ROPE_TYPES
 
 Check = Callable[[Any], bool]
 
@@ -21,6 +22,8 @@ def _number(value: Any) -> bool:
 
 
 POSITIVE_INT: tuple[Check, str] = (lambda v: _integer(v) and v > 0, "a positive integer")
+MAX_LAYERS = 10_000  # far above any real model; a larger count is a damaged file (and would exhaust memory)
+LAYER_COUNT: tuple[Check, str] = (lambda v: _integer(v) and 0 < v <= MAX_LAYERS, f"an integer in 1..{MAX_LAYERS:,}")
 NON_NEGATIVE_INT: tuple[Check, str] = (lambda v: _integer(v) and v >= 0, "a non-negative integer")
 POSITIVE_NUMBER: tuple[Check, str] = (lambda v: _number(v) and v > 0, "a finite positive number")
 NUMBER: tuple[Check, str] = (_number, "a finite number")
@@ -38,7 +41,7 @@ def optional(rule: tuple[Check, str]) -> tuple[Check, str]:
 
 # field -> (rule, required); HF field names (transformers' OLMo-2 / Llama configs)
 HF_FIELDS: dict[str, tuple[tuple[Check, str], bool]] = {
-    "num_hidden_layers": (POSITIVE_INT, True), "num_attention_heads": (POSITIVE_INT, True),
+    "num_hidden_layers": (LAYER_COUNT, True), "num_attention_heads": (POSITIVE_INT, True),
     "hidden_size": (POSITIVE_INT, True), "intermediate_size": (POSITIVE_INT, True),
     "vocab_size": (POSITIVE_INT, True), "num_key_value_heads": (optional(POSITIVE_INT), False),
     "head_dim": (optional(POSITIVE_INT), False), "max_position_embeddings": (POSITIVE_INT, False),
@@ -50,7 +53,7 @@ HF_FIELDS: dict[str, tuple[tuple[Check, str], bool]] = {
 # ModelConfig field -> (rule, required); repo_lens' own checkpoints (config.json["model"])
 NATIVE_FIELDS: dict[str, tuple[tuple[Check, str], bool]] = {
     "family": (TEXT, True), "vocab_size": (POSITIVE_INT, True), "d_model": (POSITIVE_INT, True),
-    "n_layers": (POSITIVE_INT, True), "n_heads": (POSITIVE_INT, True), "d_mlp": (POSITIVE_INT, True),
+    "n_layers": (LAYER_COUNT, True), "n_heads": (POSITIVE_INT, True), "d_mlp": (POSITIVE_INT, True),
     "layer_mechanisms": (TEXT_LIST, True), "n_kv_heads": (optional(POSITIVE_INT), False),
     "head_dim": (optional(POSITIVE_INT), False), "rms_norm_eps": (POSITIVE_NUMBER, False),
     "rope_theta": (POSITIVE_NUMBER, False), "rope_scaling": (optional(OBJECT), False),
@@ -109,6 +112,9 @@ def check_rope(scaling: dict[str, Any] | None, where: str) -> None:
     if not isinstance(rope_type, str):
         raise CheckpointError(f"{where} rope_type={_shown(rope_type)} is invalid; expected a string such as "
                               "'linear', 'dynamic', 'yarn' or 'llama3'")
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise CheckpointError(f"{where} rope_type={rope_type!r} is not supported; expected one of "
+                              f"{', '.join(SUPPORTED_ROPE_TYPES)}")
     for key in ROPE_REQUIRED.get(rope_type, ()):
         if scaling.get(key) is None:
             raise CheckpointError(f"{where} of rope_type {rope_type!r} lacks {key!r}; expected a finite "

@@ -64,7 +64,7 @@ def load_tokenizer(directory: Path) -> Any:
 
     try:
         return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
         raise CheckpointError(f"the tokenizer files in {directory} cannot be loaded offline "
                               f"({type(error).__name__}: {error}); expected a tokenizer saved by "
                               "save_pretrained") from None

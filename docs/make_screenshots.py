@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "tests" / "app"))  # browser_helpers: the browser 
 OUT = ROOT / "docs" / "screenshots"
 SIZE = (1400, 1500)
 MAX_BYTES = 300_000
+TABLE = '[data-testid="stDataFrame"] canvas'
 TEXT = ("Marie Curie was born in Warsaw and later moved to Paris, where she studied physics and chemistry. "
         "The needle is hidden in the haystack; nobody knows where. ")
 
@@ -43,7 +44,7 @@ def main() -> None:
     from repo_lens.model.loaders import save_checkpoint
     from repo_lens.model.tiny import published_shape_model
 
-    from browser_helpers import app_server, chromium, open_trace, press, settled, wait_for
+    from browser_helpers import PLOT, app_server, chromium, open_trace, press, settled, wait_for
 
     OUT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="screenshots-"))
@@ -55,14 +56,13 @@ def main() -> None:
     with app_server(env, root / "server.log") as url, chromium(SIZE) as driver:
         for view, name in (("Spaced+tokens", "spaced-tokens"), ("Scatter", "scatter"), ("Heatmaps", "heatmaps"),
                            ("Trace+%26+data", "trace-and-data")):
-            open_trace(driver, url, trace_path, f"view={view}")
+            table = name == "trace-and-data"
+            open_trace(driver, url, trace_path, f"view={view}", TABLE if table else PLOT)
             if name == "spaced-tokens":
                 box = wait_for(driver, By.CSS_SELECTOR, ".st-key-spaced_token input")
                 box.send_keys("120", Keys.ENTER)  # a highlighted token, followed through the layers
                 time.sleep(1.0)
                 settled(driver)
-            elif name == "trace-and-data":
-                settled(driver, '[data-testid="stDataFrame"] canvas')
             save(driver, name)
         driver.get(f"{url}/?view=Attention+mass&input=NIAH")
         settled(driver)

@@ -111,8 +111,10 @@ class Trace:
         (:mod:`repo_lens.trace_file`): a corrupt, foreign or inconsistent file raises TraceFileError
         naming the file and the field. Non-finite positions are flagged in ``meta``
         (:func:`flag_nonfinite`), whoever wrote the file."""
-        if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes) or "\x00" in os.fspath(path):
-            raise TraceFileError(f"the trace path must be a str or os.PathLike without NUL characters; got {path!r:.80}")
+        if (not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes)
+                or "\x00" in os.fspath(path)):
+            raise TraceFileError(f"the trace path must be a str or os.PathLike without NUL characters; "
+                                 f"got {path!r:.80}")
         trace = cls(**read_trace_file(Path(path)))
         flag_nonfinite(trace.positions, trace.meta)
         return trace

@@ -72,6 +72,7 @@ def as_positions(
     positions: object, name: str = "positions", *, cast: bool = True, check_finite: bool = True
 ) -> np.ndarray:
     """Check the (n_layers, n_heads, T) positions contract; return float64 if ``cast``."""
+    refuse_bool(positions, name)
     return as_float_array(
         positions, name, ndim=3, shape_hint=POSITIONS_SHAPE_HINT, cast=cast, check_finite=check_finite
     )
@@ -107,3 +108,14 @@ def as_char_spans(value: object, name: str = "token_char_spans") -> np.ndarray:
     if spans.dtype.kind not in "iu":
         raise InputError(f"{name} must hold ints (character indices); got dtype {spans.dtype}")
     return spans.astype(np.int64)
+
+
+def refuse_bool(positions: object, name: str = "positions") -> None:
+    """Positions are real numbers: a bool array is a mask passed by mistake (ragged input is left to
+    :func:`as_float_array`, which names it)."""
+    try:
+        is_bool = np.asarray(positions).dtype == bool
+    except (ValueError, TypeError):
+        return
+    if is_bool:
+        raise InputError(f"{name} is a bool array; positions are real numbers (e.g. trace.positions)")

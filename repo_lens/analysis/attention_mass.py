@@ -19,6 +19,7 @@ skipped.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,9 +150,7 @@ def _as_pair(value: Any, what: str) -> tuple[int, int]:
         start, end = value
         if isinstance(start, bool) or isinstance(end, bool):
             raise TypeError
-        pair = (int(start), int(end))
-        if pair != (start, end):
-            raise TypeError
+        pair = (operator.index(start), operator.index(end))  # 2.0 or np.float64(1.0) are refused, not rounded
     except (TypeError, ValueError):
         raise InputError(f"{what} must be a pair of integers (start, end), end exclusive; got {value!r}") from None
     return pair

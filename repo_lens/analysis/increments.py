@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repo_lens.analysis._checks import as_float_array, check_same_length
+from repo_lens.analysis._checks import as_float_array, check_same_length, refuse_bool
 from repo_lens.analysis.categories import BYTE_CATEGORIES, SUBWORD_CATEGORIES
 from repo_lens.errors import InputError
 
@@ -27,6 +27,7 @@ def position_increments(positions: np.ndarray, origin: float = 0.0) -> np.ndarra
         >>> position_increments(np.array([3.0, 4.0]), origin=np.nan)
         array([nan,  1.])
     """
+    refuse_bool(positions)
     z = as_float_array(positions, "positions", shape_hint="pass positions of shape (..., T)")
     if isinstance(origin, (bool, np.bool_, str, bytes)) or np.ndim(origin) != 0:
         raise InputError(f"origin must be one real number (0.0, or np.nan for an undefined first increment); "

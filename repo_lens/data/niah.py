@@ -39,6 +39,7 @@ TEMPLATE = (
     " The special magic {type_needle_v} for {query} mentioned in the provided text are"
 )
 TYPE_NEEDLE_V = "numbers"
+MAX_PROMPT_TOKENS = 2**21  # far beyond any context; a longer prompt would take hours to build
 
 _ADJECTIVES = (
     "ancient bitter brave bright calm clever cold curious damp eager early fancy fierce gentle "
@@ -78,6 +79,9 @@ def _haystack_units(haystack: str | Sequence[str] | None) -> tuple[list[tuple[st
         return [(NOISE, "\n")], "noise"
     if isinstance(haystack, str):
         units = _split_sentences(haystack)
+    elif not isinstance(haystack, Sequence):
+        raise InputError(f"haystack must be text, a list of sentences or None (RULER noise); got "
+                         f"{type(haystack).__name__}")
     else:
         units = []
         for sentence in haystack:
@@ -148,6 +152,8 @@ class _Haystack:
 
 
 def _depth_list(depth: float | Sequence[float], n_needles: int) -> list[float]:
+    if isinstance(depth, (str, bytes)) or not isinstance(depth, (int, float, Sequence)):
+        raise InputError(f"needle depth {depth!r:.40} must be a fraction in [0.0, 1.0] or a list of them")
     depths = [depth] * n_needles if isinstance(depth, (int, float)) else list(depth)
     if len(depths) != n_needles:
         raise InputError(f"got {len(depths)} depths for {n_needles} needles; pass one depth or one per needle")
@@ -193,8 +199,11 @@ def niah_prompt(
     for name, value in (("num_keys", num_keys), ("num_values", num_values), ("num_queries", num_queries)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise InputError(f"length must be a positive number of tokens, got {length!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= MAX_PROMPT_TOKENS:
+        raise InputError(f"length must be a positive number of tokens, at most {MAX_PROMPT_TOKENS:,}; got {length!r}")
+    if num_keys * num_values > length:
+        raise InputError(f"{num_keys} keys x {num_values} values need more than {num_keys * num_values} needles' "
+                         f"tokens; a prompt of {length} tokens cannot hold them: ask for fewer or a longer prompt")
     if not isinstance(value_digits, int) or not 1 <= value_digits <= 18:
         raise InputError(f"value_digits must be in 1..18, got {value_digits!r}")
     num_keys = max(num_keys, num_queries)

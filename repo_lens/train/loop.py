@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from repo_lens.model.config import ModelConfig
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir, run_lock
+from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.loaders.native import save_checkpoint
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
@@ -114,7 +116,16 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
     optimizer = _optimizer(model, cfg)
     step, history, wall = 0, [], 0.0
     if (directory / STATE_DIR / "progress.json").exists():
-        step, history, wall = _load_state(directory, model, optimizer)
+        try:
+            step, history, wall = _load_state(directory, model, optimizer)
+        # a damaged state, or one of another preset or mechanism
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as error:
+            raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({type(error).__name__}: "
+                                  f"{str(error)[:200]}); it is damaged or from another preset or mechanism: "
+                                  "delete it to start over, or choose another --out") from None
+    elif (directory / "model.safetensors").exists() and not (directory / "train_config.json").exists():
+        raise InputError(f"{directory} already holds a model but no {STATE_DIR}/ to resume from; training would "
+                         "overwrite it: choose a new or empty output directory")
     atomic_write_bytes(directory / "train_config.json", json.dumps(cfg.to_dict(), indent=2).encode())
     model.train()
     started = time.perf_counter() - wall

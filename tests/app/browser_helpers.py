@@ -135,8 +135,8 @@ def wait_for(driver, by: str, selector: str, timeout: float = 120.0):
     raise AssertionError(f"{selector} never appeared")
 
 
-def open_trace(driver, url: str, trace_path: Path, query: str = "") -> None:
-    """``trace_path`` opened with "Open a saved trace" (no model, no forward pass)."""
+def open_trace(driver, url: str, trace_path: Path, query: str = "", rendered: str = PLOT) -> None:
+    """``trace_path`` opened with "Open a saved trace" (no model, no forward pass), once ``rendered`` is drawn."""
     from selenium.webdriver.common.by import By
 
     driver.get(f"{url}/?{query}")
@@ -146,7 +146,7 @@ def open_trace(driver, url: str, trace_path: Path, query: str = "") -> None:
     while not driver.find_elements(By.CSS_SELECTOR, uploader) and time.monotonic() < deadline:
         time.sleep(0.2)
     driver.find_element(By.CSS_SELECTOR, uploader).send_keys(str(trace_path))
-    assert settled(driver) is not None, "the uploaded trace's plot never appeared"
+    assert settled(driver, rendered) is not None, f"the uploaded trace's view never drew {rendered}"
 
 
 def pick(driver, label: str, option: str) -> None:

@@ -24,8 +24,10 @@ from safetensors.numpy import load_file as load_numpy, save_file as save_numpy
 
 import repo_lens
 from repo_lens.analysis import (attention_mass, attention_mass_batch, cjk_boundary_labels, entity_prompts,
-                                position_increments, subword_categories, token_at_char)
+                                chunk_patterns, position_increments, range_stats, subword_categories,
+                                token_at_char)
 from repo_lens.cli import main
+from repo_lens.data import niah_multikey, niah_single
 from repo_lens.errors import CheckpointError, InputError, TraceFileError, WriteError
 from repo_lens.trace import TRACE_MARKER, Trace
 
@@ -224,6 +226,23 @@ API_CASES: list[tuple[str, Callable, type, str]] = [
      "pairs must be a list, not NoneType"),
     ("api-entity-prompts-pair-int", lambda lens, t, tmp, ckpt: entity_prompts([5]), InputError,
      "each entity pair must be a list, not int"),
+    ("api-range-stats-bool-positions", lambda lens, t, tmp, ckpt: range_stats(t.positions > 0), InputError,
+     "positions is a bool array"),
+    ("api-chunk-patterns-bool-positions", lambda lens, t, tmp, ckpt: chunk_patterns(t.positions > 0, size=2),
+     InputError, "positions is a bool array"),
+    ("api-attention-mass-span-integral-numpy-float",
+     lambda lens, t, tmp, ckpt: attention_mass(lens, list(range(40)), {"n": (np.float64(1.0), 3)}, (36, 40)),
+     InputError, "span 'n' must be a pair of integers (start, end)"),
+    ("api-niah-length-beyond-2-21", lambda lens, t, tmp, ckpt: niah_single(lens.tokenizer, 10**12), InputError,
+     "length must be a positive number of tokens, at most 2,097,152; got 1000000000000"),
+    ("api-niah-more-needles-than-tokens", lambda lens, t, tmp, ckpt: niah_multikey(lens.tokenizer, 900, num_keys=10**6),
+     InputError, "a prompt of 900 tokens cannot hold them"),
+    ("api-niah-depth-none", lambda lens, t, tmp, ckpt: niah_single(lens.tokenizer, 600, None), InputError,
+     "needle depth None must be a fraction in [0.0, 1.0] or a list of them"),
+    ("api-niah-haystack-int", lambda lens, t, tmp, ckpt: niah_single(lens.tokenizer, 600, haystack=5), InputError,
+     "haystack must be text, a list of sentences or None (RULER noise); got int"),
+    ("api-position-increments-bool-positions", lambda lens, t, tmp, ckpt: position_increments(t.positions > 0),
+     InputError, "positions is a bool array"),
     ("api-attention-mass-batch-dict", lambda lens, t, tmp, ckpt: attention_mass_batch(lens, {"a": 1}), InputError,
      "prompts must be a list of (ids, spans, query) triples, not dict"),
 ]
@@ -381,6 +400,28 @@ CLI_CASES = [
     ("cli-train-threads-beyond-256", ["train", "--preset", "tiny", "--out", "{tmp}/run", "--threads", "100000"],
      "argument --threads: must be within [1, 256], got 100000"),
 ]
+
+
+def test_cli_train_into_a_checkpoint_that_is_no_training_run_is_refused(byte_model_dir, tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(byte_model_dir, ckpt)
+    before = (ckpt / "model.safetensors").read_bytes()
+    code = main(["train", "--preset", "tiny", "--out", str(ckpt), "--steps", "1", "--quiet"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "already holds a model but no train_state/ to resume from" in lines[0]
+    assert (ckpt / "model.safetensors").read_bytes() == before
+
+
+def test_cli_train_resuming_a_damaged_state_names_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--out", str(run), "--steps", "1", "--quiet"]) == 0
+    (run / "train_state" / "state.safetensors").write_bytes(b"junk")
+    capsys.readouterr()
+    code = main(["train", "--preset", "tiny", "--out", str(run), "--steps", "2", "--quiet"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert f"cannot resume from {run / 'train_state'}" in lines[0] and "delete it to start over" in lines[0]
 
 
 @pytest.mark.parametrize("argv,message", [pytest.param(*rest, id=name) for name, *rest in CLI_CASES])

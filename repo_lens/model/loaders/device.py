@@ -25,7 +25,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"device {device!r} asked for, but CUDA is not available here; use device='cpu' or 'auto'")
     if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
-        raise InputError(f"device {device!r} does not exist; this machine has CUDA devices 0..{torch.cuda.device_count() - 1}")
+        raise InputError(f"device {device!r} does not exist; this machine has CUDA devices "
+                         f"0..{torch.cuda.device_count() - 1}")
     return resolved
 
 

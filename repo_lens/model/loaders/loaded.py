@@ -56,7 +56,8 @@ def build_strict(
     return model.eval()
 
 
-def _check_layer_count(model_config: ModelConfig, tensors: dict[str, torch.Tensor], rename: Callable[[str], str]) -> None:
+def _check_layer_count(model_config: ModelConfig, tensors: dict[str, torch.Tensor],
+                       rename: Callable[[str], str]) -> None:
     """Refuse a config whose layer count the weights do not have before the model is built (a count
     of 10**12 would exhaust memory building empty layers)."""
     layers = set()

@@ -48,6 +48,51 @@ def check_index(value: Any, size: int, name: str, *, owner: str = "trace") -> in
     return index % size
 
 
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as an int (numpy ints too), at least ``minimum`` when given; a float (even 2.0), str,
+    bool or None is an InputError naming ``name``, what was given and what is expected.
+
+    Example:
+        >>> check_int(3, "n_scored", minimum=0)
+        3
+        >>> try:
+        ...     check_int(-1, "n_scored", minimum=0)
+        ... except InputError as error:
+        ...     print(error)
+        n_scored must be an int >= 0, got -1
+    """
+    expected = "an int" if minimum is None else f"an int >= {minimum}"
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise InputError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})") from None
+    if minimum is not None and number < minimum:
+        raise InputError(f"{name} must be {expected}, got {number}")
+    return number
+
+
+def check_positive_number(value: Any, name: str) -> float:
+    """``value`` as a finite float > 0; a str, bool, None, NaN, inf, zero or negative is an InputError.
+
+    Example:
+        >>> check_positive_number(8, "font_pt")
+        8.0
+        >>> try:
+        ...     check_positive_number(float("nan"), "font_pt")
+        ... except InputError as error:
+        ...     print(error)
+        font_pt must be a finite number > 0, got nan
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"{name} must be a finite number > 0, got {value!r} ({type(value).__name__})")
+    number = float(value)
+    if not (np.isfinite(number) and number > 0):
+        raise InputError(f"{name} must be a finite number > 0, got {number!r}")
+    return number
+
+
 def _is_integral_float(value: Any) -> bool:
     return isinstance(value, (float, np.floating)) and bool(np.isfinite(value)) and float(value).is_integer()
 

@@ -101,8 +101,14 @@ def parse_peoples_daily(lines: Iterable[str], split_sentences: bool = False) -> 
         >>> s.words, s.text, s.doc_id, s.compounds
         (['中共', '中央', '总书记', '、', '江', '泽民', '。'], '中共中央总书记、江泽民。', '19980101-01-001', [(0, 2, 'nt')])
     """
+    if isinstance(lines, (str, bytes)) or not isinstance(lines, Iterable):
+        raise InputError(f"lines must be an iterable of str lines (a list, or an open text file), "
+                         f"got {type(lines).__name__}; for one text pass text.splitlines()")
     out: list[Sentence] = []
     for number, line in enumerate(lines, 1):
+        if not isinstance(line, str):
+            raise InputError(f"line {number} is {type(line).__name__}, not str; open the file in text mode "
+                             "(encoding='utf-8') or decode the bytes first")
         tokens = [token for token in re.split(r"[ \t]+", line.strip(" \t\r\n")) if token]
         if not tokens:
             continue

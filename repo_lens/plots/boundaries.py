@@ -8,8 +8,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.plots.heatmaps import layer_head_heatmap, layer_head_values
+from repo_lens.plots.heatmaps import check_layer_kinds, layer_head_heatmap, layer_head_values
 from repo_lens.plots.style import DIVERGING
+from repo_lens.validation import check_int
 
 
 def boundary_auc_figure(auc: np.ndarray, layer_kinds: Sequence[str] | None = None, n_scored: int | None = None) -> go.Figure:
@@ -27,11 +28,11 @@ def boundary_auc_figure(auc: np.ndarray, layer_kinds: Sequence[str] | None = Non
     if ((values < 0) | (values > 1)).any():  # NaN (an undefined AUC) passes
         raise InputError(f"auc must lie in [0, 1] (from repo_lens.analysis.boundary_auc); got values from "
                          f"{np.nanmin(values):g} to {np.nanmax(values):g}")
+    kinds = check_layer_kinds(layer_kinds, values.shape[0])
     means = np.nanmean(values, axis=1)
-    kinds = list(layer_kinds) if layer_kinds is not None else None
     title = "Chinese word-boundary AUC of position increments (0.5 = chance)"
     if n_scored is not None:
-        title += f" — {n_scored} scored gaps"
+        title += f" — {check_int(n_scored, 'n_scored (scored gaps; None leaves it out)', minimum=0)} scored gaps"
     fig = layer_head_heatmap(values, title=title, colorbar_title="AUC", colorscale=DIVERGING,
                              zmin=0.0, zmax=1.0, zmid=0.5)
     labels = [f"L{layer}{' ' + kinds[layer] if kinds else ''} · mean {mean:.2f}" for layer, mean in enumerate(means)]

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from repo_lens.atomic import atomic_write_bytes
 from repo_lens.errors import InputError, RepoLensError
 from repo_lens.plots.style import DEFAULT_WIDTH
+from repo_lens.validation import check_int, check_positive_number
 
 FORMATS: dict[str, str] = {
     "png": "image/png",
@@ -148,6 +149,15 @@ def _no_browser_message(error: Exception | str) -> str:
             "`make browser` (apt-get install chromium fonts-wqy-microhei) or export HTML instead")
 
 
+def _check_size(width: int | None, height: int | None, scale: float) -> None:
+    """Refuse a width or height that is not a whole number of pixels >= 1 (None: the figure's own), or
+    a scale that is not a finite number > 0."""
+    for name, pixels in (("width", width), ("height", height)):
+        if pixels is not None:
+            check_int(pixels, f"{name} (pixels; None keeps the figure's own)", minimum=1)
+    check_positive_number(scale, "scale")
+
+
 def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: int | None = None,
                  scale: float = 2.0) -> bytes:
     """The figure as ``fmt`` ("png", "svg", "pdf" or "html") bytes.
@@ -162,6 +172,7 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
         raise InputError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     if not isinstance(fig, go.Figure):
         raise InputError(f"expected a plotly Figure, got {type(fig).__name__}")
+    _check_size(width, height, scale)
     if fmt == "html":
         return fig.to_html(include_plotlyjs=True, full_html=True, include_mathjax=False).encode("utf-8")
     start_export_server()
@@ -191,6 +202,7 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise InputError(f"cannot tell the format of {path.name!r}; end the name in .png, .svg, .pdf or .html")
+    _check_size(width, height, scale)
     if layout is not None:
         from repo_lens.plots.paper import paper_figure
 

@@ -32,6 +32,24 @@ def layer_head_values(values: Any, name: str = "values") -> np.ndarray:
     return v
 
 
+def check_layer_kinds(layer_kinds: Any, n_layers: int) -> list[str] | None:
+    """``layer_kinds`` as a list of one str per layer (None: unlabelled layers), else an InputError.
+
+    >>> check_layer_kinds(("rope", "repo"), 2)
+    ['rope', 'repo']
+    """
+    if layer_kinds is None:
+        return None
+    if isinstance(layer_kinds, (str, bytes)) or not isinstance(layer_kinds, (Sequence, np.ndarray)):
+        raise InputError(f"layer_kinds must be a list of {n_layers} kind names (one per layer) or None, "
+                         f"got {type(layer_kinds).__name__} {layer_kinds!r:.60}")
+    kinds = list(layer_kinds)
+    if len(kinds) != n_layers or not all(isinstance(kind, str) for kind in kinds):
+        raise InputError(f"layer_kinds must name one kind (a str) per layer: {n_layers} layers, got "
+                         f"{len(kinds)} entries {kinds!r:.80}")
+    return kinds
+
+
 def layer_head_heatmap(
     values: np.ndarray,
     *,
@@ -55,6 +73,7 @@ def layer_head_heatmap(
     """
     v = layer_head_values(values)
     n_layers, n_heads = v.shape
+    layer_kinds = check_layer_kinds(layer_kinds, n_layers)
     heatmap = go.Heatmap(
         z=v, x=[f"h{h}" for h in range(n_heads)], y=[layer_label(layer, layer_kinds) for layer in range(n_layers)],
         colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, colorbar=dict(title=dict(text=colorbar_title)),
@@ -100,6 +119,7 @@ def pattern_fractions_figure(fractions: Any, layer_kinds: Sequence[str] | None =
     if per_head.ndim != 3 or per_head.shape[2] != len(labels):
         raise InputError("expected a PatternFractions from repo_lens.analysis.pattern_fractions")
     n_layers, n_heads, _ = per_head.shape
+    layer_kinds = check_layer_kinds(layer_kinds, n_layers)
     overall = np.asarray(fractions.overall, dtype=np.float64)
     fig = make_subplots(rows=1, cols=len(labels), shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=[f"{name} ({share:.0%} overall)" for name, share in zip(labels, overall)])
@@ -155,6 +175,7 @@ def pattern_strip_figure(
         raise InputError(f"patterns must be labels {PATTERN_NAMES} or their int codes 0..{len(PATTERN_NAMES) - 1} "
                          f"(chunk_patterns / chunk_pattern_codes); got {found}")
     n_layers, n_chunks = codes.shape
+    layer_kinds = check_layer_kinds(layer_kinds, n_layers)
     centers = np.arange(n_chunks) * chunk_size + (chunk_size - 1) / 2
     if tokens is not None:
         chunk_text = ["".join(escape_tokens(tokens[c * chunk_size:(c + 1) * chunk_size])) for c in range(n_chunks)]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from numbers import Real
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -13,14 +16,23 @@ from repo_lens.plots.style import OKABE_ITO, styled
 def category_increments_figure(layers: Sequence[Mapping[str, float]], categories: Sequence[str] | None = None,
                                title: str = "Mean increment by byte category") -> go.Figure:
     """Grouped bars: one group per category, one bar per layer (``layers[l][category]`` = mean).
+    A category a layer lacks, or a NaN mean, leaves its bar out; inf or a non-number is an InputError.
 
     Example:
         >>> fig = category_increments_figure([{"lowercase": 0.8, "space": 1.1}, {"lowercase": 1.0, "space": 2.0}])
         >>> [bar.name for bar in fig.data], list(fig.data[1].y)
         (['L0', 'L1'], [1.0, 2.0])
     """
+    if isinstance(layers, (str, bytes, Mapping)) or not isinstance(layers, Sequence):
+        raise InputError(f"layers must be a list of {{category: mean}} mappings, one per layer; "
+                         f"got {type(layers).__name__}")
     if not layers:
         raise InputError("layers is empty; pass one {category: mean} mapping per layer")
+    for layer, table in enumerate(layers):
+        if not isinstance(table, Mapping):
+            raise InputError(f"layers[{layer}] must be a {{category: mean}} mapping, got {type(table).__name__}")
+        for category, mean in table.items():
+            _plottable(mean, f"layers[{layer}][{category!r}]")
     shown = list(categories) if categories is not None else list(layers[0])
     fig = go.Figure()
     for layer, table in enumerate(layers):
@@ -34,14 +46,24 @@ def category_increments_figure(layers: Sequence[Mapping[str, float]], categories
 def layer_series_figure(series: Mapping[str, Sequence[float]], y_title: str, title: str,
                         reference: float | None = None) -> go.Figure:
     """Lines over layers, one per named series (e.g. AUC per layer per model or per segmentation).
+    A NaN value leaves a gap in its line; inf or a non-number is an InputError.
 
     Example:
         >>> fig = layer_series_figure({"ours": [0.5, 0.6], "seeds/002": [0.5, 0.54]}, "AUC", "t", reference=0.5)
         >>> [trace.name for trace in fig.data], list(fig.data[0].x)
         (['ours', 'seeds/002'], ['L0', 'L1'])
     """
+    if not isinstance(series, Mapping):
+        raise InputError(f"series must be a mapping {{name: values per layer}}, got {type(series).__name__}")
     if not series:
         raise InputError("series is empty; pass {name: values per layer}")
+    for name, values in series.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise InputError(f"series[{name!r}] must be a list of numbers, one per layer; got {type(values).__name__}")
+        for layer, value in enumerate(values):
+            _plottable(value, f"series[{name!r}][{layer}]")
+    if reference is not None:
+        _plottable(reference, "reference", allow_nan=False)
     fig = go.Figure()
     for index, (name, values) in enumerate(series.items()):
         fig.add_scatter(name=name, x=[f"L{layer}" for layer in range(len(values))], y=list(values),
@@ -50,3 +72,12 @@ def layer_series_figure(series: Mapping[str, Sequence[float]], y_title: str, tit
         fig.add_hline(y=reference, line_dash="dot", line_color="#888888")
     fig.update_layout(yaxis_title=y_title, xaxis_title="layer")
     return styled(fig, title)
+
+
+def _plottable(value: Any, where: str, *, allow_nan: bool = True) -> None:
+    """Refuse a value a bar or line cannot show: not a real number (str, bool, None) or infinite."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise InputError(f"{where} must be a number, got {value!r} ({type(value).__name__})"
+                         + ("; use NaN to leave it out" if allow_nan else ""))
+    if math.isinf(value) or (not allow_nan and math.isnan(value)):
+        raise InputError(f"{where} is {value}; pass a finite number" + (" (NaN leaves it out)" if allow_nan else ""))

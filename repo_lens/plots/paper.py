@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
 from repo_lens.plots.style import FONT_FAMILY
+from repo_lens.validation import check_positive_number
 
 PX_PER_INCH = 96
 # text widths of common templates: one column of a two-column paper (ACL, ICML, NeurIPS-style
@@ -27,9 +28,12 @@ def paper_figure(fig: go.Figure, layout: str = "one-column", aspect: float = 0.6
         >>> fig.layout.width, fig.layout.height, round(fig.layout.font.size, 2)
         (648, 402, 10.67)
     """
-    if layout not in PAPER_LAYOUTS:
+    if not isinstance(fig, go.Figure):
+        raise InputError(f"paper_figure needs a plotly Figure (from a repo_lens.plots builder), got {type(fig).__name__}")
+    if not isinstance(layout, str) or layout not in PAPER_LAYOUTS:
         raise InputError(f"unknown paper layout {layout!r}; use one of {', '.join(PAPER_LAYOUTS)}")
-    if not 0.1 <= aspect <= 3.0:
+    font_pt = check_positive_number(font_pt, "font_pt")
+    if not 0.1 <= check_positive_number(aspect, "aspect") <= 3.0:
         raise InputError(f"aspect {aspect} is out of range; pass height/width between 0.1 and 3")
     width = round(PAPER_LAYOUTS[layout] * PX_PER_INCH)
     font_px = font_pt * PX_PER_INCH / 72

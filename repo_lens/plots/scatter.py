@@ -78,7 +78,7 @@ def position_scatter_figure(
     ``context`` tokens either side. Beyond ``max_points`` tokens each head is min-max decimated.
     ``highlight``: named token spans (e.g. needle, query) shaded in the background, each named at its
     top left; names that would overlap on a ``width``-pixel figure go one line lower. Beyond 1,000
-    points a head is a WebGL trace.
+    points in all (all heads together) the heads are WebGL traces.
 
     Example:
         >>> import numpy as np
@@ -108,10 +108,13 @@ def position_scatter_figure(
     else:
         outside = np.zeros_like(finite)
     many = len(heads) > 1
+    shown = finite[:, keep] & ~outside[:, keep]
+    # WebGL by the figure's total: 16 heads of 800 SVG points each draw far slower than one WebGL context
+    marks_class = go.Scattergl if int(shown.sum()) > WEBGL_MIN_POINTS else go.Scatter
     for row, label in enumerate(heads):
-        show = finite[row, keep] & ~outside[row, keep]
+        show = shown[row]
         idx = keep[show]
-        fig.add_trace((go.Scattergl if len(idx) > WEBGL_MIN_POINTS else go.Scatter)(
+        fig.add_trace(marks_class(
             x=idx, y=values[row, idx], mode="markers", name=label,
             marker=dict(size=5 if n_tokens > 500 else 7, color=OKABE_ITO[row % len(OKABE_ITO)],
                         opacity=0.75 if many else 0.9),

@@ -23,8 +23,10 @@ from repo_lens.plots.style import (
     select_head,
     styled,
 )
+from repo_lens.validation import check_int
 
 PATTERN_NAMES = ("constant", "mono", "hybrid")
+STRIP_DEDUP_MIN_TOKENS = 100  # beyond this many shown tokens the chunk strip draws one square per 2-pixel column
 
 
 def spaced_tokens_figure(
@@ -198,7 +200,10 @@ def _connected(n_tokens: int, n_rows: int, max_segments: int) -> np.ndarray:
 def _window(window: tuple[int, int] | None, n_tokens: int) -> tuple[int, int]:
     if window is None:
         return 0, n_tokens
-    start, end = (int(window[0]), int(window[1]))
+    if isinstance(window, (str, bytes)) or not isinstance(window, (Sequence, np.ndarray)) or len(window) != 2:
+        raise InputError(f"window must be (start, end), two ints with 0 <= start < end <= {n_tokens} "
+                         f"(end exclusive), got {window!r}")
+    start, end = (check_int(value, f"window {bound}") for value, bound in zip(window, ("start", "end")))
     if not 0 <= start < end <= n_tokens:
         raise InputError(f"window {window} must satisfy 0 <= start < end <= {n_tokens} (end exclusive)")
     return start, end
@@ -242,8 +247,10 @@ def _highlight_marks(xs: np.ndarray, slots: np.ndarray, shown: np.ndarray, displ
 
 def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs: np.ndarray, size: int,
                    n_layers: int, units_per_px: float = 0.0) -> list[go.Scatter]:
-    """One trace of squares per chunk class under each row; beyond WEBGL_MIN_POINTS tokens, one square per
-    class and 2-pixel column (``units_per_px`` x units per pixel), which looks the same and is far smaller."""
+    """One SVG trace of squares per chunk class under each row; beyond STRIP_DEDUP_MIN_TOKENS tokens, one square
+    per class and 2-pixel column (``units_per_px`` x units per pixel), which looks the same and is far smaller.
+    Never WebGL: the app's chart is built afresh on every change, and a WebGL context costs more to create
+    (software GL in headless Chromium) than these few thousand squares cost to draw."""
     if patterns.ndim != 2 or patterns.shape[0] != n_layers:
         raise InputError(
             f"patterns must be (n_layers={n_layers}, n_chunks) for the shown head, got shape {patterns.shape}; "
@@ -259,14 +266,13 @@ def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs:
             hit = inside.copy()
             hit[inside] = labels[layer, chunk[inside]] == name
             row_x = xs[r, hit]
-            if len(shown) > WEBGL_MIN_POINTS and units_per_px > 0:
+            if len(shown) > STRIP_DEDUP_MIN_TOKENS and units_per_px > 0:
                 row_x = row_x[np.unique(np.floor(row_x / (2 * units_per_px)), return_index=True)[1]]
             x.append(row_x)
             y.append(np.full(len(row_x), r + 0.34))
-        x_all = np.concatenate(x).astype(np.float32)
-        strip_class = go.Scattergl if len(x_all) > WEBGL_MIN_POINTS else go.Scatter
-        out.append(strip_class(
-            x=x_all, y=np.concatenate(y).astype(np.float32), mode="markers", name=f"{name} chunk",
+        out.append(go.Scatter(
+            x=np.concatenate(x).astype(np.float32), y=np.concatenate(y).astype(np.float32), mode="markers",
+            name=f"{name} chunk",
             marker=dict(symbol="square", size=6, color=PATTERN_COLORS[name]), hoverinfo="skip",
         ))
     return out

@@ -29,7 +29,8 @@ def run_items(out_dir: str | Path, items: Sequence[Item], settings: dict[str, An
 
     An interrupted run resumes where it stopped: finished items are read back, not recomputed.
     ``settings`` are stored in run.json; resuming with different settings is refused, so results
-    of two configurations never mix. One process writes into ``out_dir`` at a time (the ranks of
+    of two configurations never mix (before any item is written only ``settings["study"]`` must
+    match: a folder holds one study). One process writes into ``out_dir`` at a time (the ranks of
     one distributed run share it): a second is refused with :class:`repo_lens.RunInUseError`.
 
     Under ``torchrun`` / ``accelerate launch`` (``WORLD_SIZE`` > 1) each rank computes its share of
@@ -52,14 +53,15 @@ def _run_items(out: Path, items: Sequence[Item], settings: dict[str, Any], progr
                desc: str, session: Session, block: int) -> list[dict[str, Any]]:
     ensure_dir(out / "items")
     run_file = out / "run.json"
-    finished = any((out / "items").iterdir())
-    if run_file.exists() and finished:
-        previous = _read_run_json(run_file, "to write the run's settings anew")
-        if previous != json.loads(json.dumps(settings)):
+    started = any((out / "items").iterdir())
+    previous = _read_run_json(run_file, "to write the run's settings anew") if run_file.exists() else None
+    if previous is not None and previous != json.loads(json.dumps(settings)):
+        other_study = not isinstance(previous, dict) or previous.get("study") != settings.get("study")
+        if started or other_study:  # a folder holds one study; its settings may change only before any item
             raise InputError(
                 f"{out} holds a run with other settings ({previous}); use another --out directory or delete it"
             )
-    else:
+    if previous is None or not started:
         atomic_write_bytes(run_file, json.dumps(settings, indent=2).encode())
     paths = [out / "items" / f"{_safe_key(key)}.json" for key, _ in items]
     unique = dict(zip(paths, items))  # a key repeated is computed once

@@ -185,10 +185,15 @@ def test_resuming_a_damaged_run_names_the_file(damage, finished_run, capsys):
     assert snapshot(out) == before
 
 
-def test_the_context_flags_the_error_names_do_work(byte_model_dir, capsys):
-    for flag, tokens in (("--truncate", "tokens: 512 "), ("--beyond-context", "tokens: 600 ")):
-        assert main(["trace", "--model", str(byte_model_dir), "--device", "cpu", "--text", "x" * 600, flag]) == 0
-        assert tokens in capsys.readouterr().out
+def test_the_context_flags_the_error_names_do_work(byte_model_dir, capsys, tmp_path):
+    from repo_lens import Trace
+
+    for flag, tokens in (("--truncate", 512), ("--beyond-context", 600)):
+        saved = tmp_path / f"{flag.strip('-')}.safetensors"
+        assert main(["trace", "--model", str(byte_model_dir), "--device", "cpu", "--text", "x" * 600, flag,
+                     "--save", str(saved)]) == 0, capsys.readouterr().err
+        assert f"tokens: {tokens} " in capsys.readouterr().out
+        assert len(Trace.load(saved)) == tokens
 
 
 def test_an_os_error_at_the_boundary_is_one_line_naming_the_path(monkeypatch, capsys):

@@ -17,7 +17,9 @@ def test_no_browser_disables_static_export_with_the_reason_and_the_app_keeps_ser
     monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-chromium"))
     at = app().run()
     assert_clean(at)
-    buttons = {button.proto.label: button.proto for button in at.get("download_button")}
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert all(label.startswith("Download ") for label in labels), labels
+    buttons = {button.proto.label.removeprefix("Download "): button.proto for button in at.get("download_button")}
     assert set(buttons) == {"PNG", "SVG", "PDF", "HTML"}
     assert all(buttons[label].disabled and "make browser" in buttons[label].help for label in ("PNG", "SVG", "PDF"))
     assert not buttons["HTML"].disabled
@@ -30,6 +32,6 @@ def test_no_browser_disables_static_export_with_the_reason_and_the_app_keeps_ser
 
     monkeypatch.delenv("BROWSER_PATH")
     at.run()
-    buttons = {button.proto.label: button.proto for button in at.get("download_button")}
+    buttons = {button.proto.label.removeprefix("Download "): button.proto for button in at.get("download_button")}
     if not buttons["PNG"].disabled:  # a Chromium is installed here: the buttons come back
         assert not any("make browser" in text for text in messages(at, "caption"))

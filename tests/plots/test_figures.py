@@ -250,3 +250,22 @@ def test_docstring_examples(name):
 def test_plots_need_no_torch():
     code = "import sys, repo_lens.plots; assert 'torch' not in sys.modules, 'plots imported torch'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_scatter_uses_webgl_by_the_figures_total_and_the_strip_never_does():
+    # 4 heads x 400 tokens: each head is under 1,000 points but the figure (1,600) is not -> one WebGL context
+    trace = make_trace(n_heads=4, n_tokens=400)
+    many = position_scatter_figure(trace, 1, "all", view="global")
+    assert [d.type for d in many.data if d.name.startswith("head")] == ["scattergl"] * 4
+    few = position_scatter_figure(make_trace(n_heads=2, n_tokens=300), 1, "all", view="global")
+    assert {d.type for d in few.data if d.name.startswith("head")} == {"scatter"}
+    # the chunk strip of 2,000 tokens: SVG squares, at most one per class, row and 2-pixel column
+    long = make_trace(n_tokens=2000)
+    codes = chunk_pattern_codes(long.positions, size=16)[:, 0]
+    fig = spaced_tokens_figure(long, head=0, patterns=codes, width=600)
+    strips = [d for d in fig.data if d.name and d.name.endswith("chunk")]
+    assert {d.type for d in strips} == {"scatter"}
+    plot_px = 600 - fig.layout.margin.l - fig.layout.margin.r
+    for strip in strips:
+        assert len(strip.x) <= 3 * (plot_px // 2 + 2)  # 3 rows
+        assert len(strip.x) < 3 * 2000

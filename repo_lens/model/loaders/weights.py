@@ -19,6 +19,8 @@ _HF_RENAMES = [
     (re.compile(r"^model\.layers\.(\d+)\.self_attn\."), r"blocks.\1.attn."),
     (re.compile(r"^model\.layers\.(\d+)\."), r"blocks.\1."),
 ]
+# floating dtypes a checkpoint's weights may be stored in; others (float8 variants) are refused, not upcast
+WEIGHT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # buffers some exporters write that carry no learned state
 _IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
@@ -79,6 +81,12 @@ def load_weights_strict(
                   if not tensors[name].is_floating_point()]
     if not_floats:
         problems.append(f"non-floating tensors where weights must be floats (never cast silently): {not_floats[:5]}")
+    unsupported = [f"{name}: {str(tensors[name].dtype).replace('torch.', '')}" for name in renamed.values()
+                   if tensors[name].is_floating_point() and tensors[name].dtype not in WEIGHT_DTYPES]
+    if unsupported:
+        supported = ", ".join(str(kind).replace("torch.", "") for kind in WEIGHT_DTYPES)
+        problems.append(f"weights in an unsupported floating dtype (never upcast silently): {unsupported[:5]}; "
+                        f"store them as {supported} (dequantize float8 checkpoints first)")
     if problems:
         raise CheckpointError(
             "checkpoint does not match its config, refusing to load it partially — "
@@ -86,6 +94,7 @@ def load_weights_strict(
             + f". Layer mechanisms from the config: {_mechanism_summary(model)}"
         )
     state = {target: tensors[source].to(device=device, dtype=dtype) for target, source in renamed.items()}
+    _check_finite(state, renamed, dtype)
     if tied and "unembed.weight" in state:
         if not torch.equal(state["unembed.weight"], state["embed.weight"]):
             raise CheckpointError("tie_word_embeddings is true but lm_head.weight differs from the embeddings")
@@ -96,6 +105,28 @@ def load_weights_strict(
     for module in model.modules():
         if hasattr(module, "inv_freq"):
             module.inv_freq = module.inv_freq.to(device)
+
+
+def _check_finite(state: dict[str, torch.Tensor], renamed: dict[str, str], dtype: torch.dtype) -> None:
+    """Refuse NaN or infinite weights (stored so, or overflowing ``dtype``), naming the tensors."""
+    if not state:
+        return
+    # one sum per tensor screens them all at once: a NaN or inf makes its tensor's sum non-finite (an
+    # overflowing sum of finite values only sends that tensor to the exact check below)
+    if bool(torch.isfinite(torch.stack([tensor.sum() for tensor in state.values()])).all()):
+        return
+    bad = [target for target, tensor in state.items() if not bool(torch.isfinite(tensor).all())]
+    if not bad:
+        return
+    counts = []
+    for target in bad[:5]:
+        tensor = state[target]
+        counts.append(f"{renamed[target]}: {int(torch.isnan(tensor).sum())} NaN, {int(torch.isinf(tensor).sum())} inf")
+    raise CheckpointError(
+        f"{len(bad)} weight tensor(s) hold NaN or infinite values once loaded as {str(dtype).replace('torch.', '')} "
+        f"({'; '.join(counts)}); a model with them gives NaN positions. Use a checkpoint whose weights are "
+        "finite (re-export it, or load in a wider dtype if float16 overflowed)"
+    )
 
 
 def _describe(lens_names: list[str], rename) -> list[str]:

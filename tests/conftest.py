@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -167,3 +169,17 @@ def published_shape_trace(published_shape_dir):
 
     lens = repo_lens.load(published_shape_dir, device="cpu")
     return lens.trace(published_shape_text(), progress=False)
+
+
+@contextmanager
+def within(seconds: int):
+    """Fail, instead of hanging the suite, when a call blocks (a FIFO read, /dev/zero)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"no answer within {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

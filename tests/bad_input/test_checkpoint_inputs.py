@@ -11,11 +11,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import struct
 import sys
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 import repo_lens
 from repo_lens import CheckpointError, InputError
+from conftest import within
 
 APP_DIR = Path(__file__).resolve().parents[2] / "app"
 if str(APP_DIR) not in sys.path:  # the app's helper package, as the app itself imports it
@@ -383,20 +382,6 @@ def copies(base: Path, tmp_path: Path, parent: str = "") -> tuple[Path, Path]:
     shutil.copytree(base, ckpt)
     shutil.copytree(base, outside)
     return ckpt, outside
-
-
-@contextmanager
-def within(seconds: int):
-    """Fail, instead of hanging the suite, when a load blocks (a FIFO read, /dev/zero)."""
-    def expire(signum, frame):
-        raise TimeoutError(f"no answer within {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --- tests ------------------------------------------------------------------------------------------------

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import stat
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +28,7 @@ from repo_lens.cli import main
 from repo_lens.data import niah_multikey, niah_single
 from repo_lens.errors import CheckpointError, InputError, TraceFileError, WriteError
 from repo_lens.trace import TRACE_MARKER, Trace
-
-
-@contextmanager
-def within(seconds: int):
-    """Fail instead of hanging the suite when a call blocks."""
-    def expire(signum, frame):
-        raise TimeoutError(f"no answer within {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from conftest import within
 
 
 @pytest.fixture(scope="module")

@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(handler=cmd_tiny)
 
     train = commands.add_parser("train", help="train a small model (resumes if OUT has a train_state)")
-    train.add_argument("--preset", required=True, help="bytes-small, reversal or tiny")
+    train.add_argument("--preset", required=True, help="bytes-small, bytes-1k, reversal, flipflop or tiny")
     train.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
     train.add_argument("--out", required=True, type=output_dir, help="output directory (a repo_lens checkpoint)")
     train.add_argument("--steps", type=positive_int, default=None)

@@ -14,6 +14,13 @@ def build_task(cfg: TrainConfig):
 
         return ByteLMTask(bilingual_splits(), cfg.context, cfg.batch_size, seed=cfg.seed,
                           eval_batches=cfg.eval_batches)
+    if cfg.task == "mix":
+        from repo_lens.data.bilingual import bilingual_splits
+        from repo_lens.train.mixture import RetrievalMixTask
+
+        options = {key: tuple(value) if isinstance(value, list) else value for key, value in cfg.task_options.items()}
+        return RetrievalMixTask(bilingual_splits(), cfg.context, cfg.batch_size, seed=cfg.seed,
+                                eval_batches=cfg.eval_batches, **options)
     if cfg.task == "reversal":
         return ReversalTask(cfg.batch_size, seed=cfg.seed)
     if cfg.task == "flipflop":
@@ -22,4 +29,4 @@ def build_task(cfg: TrainConfig):
         return FlipFlopTask(cfg.batch_size, length=cfg.context, seed=cfg.seed)
     from repo_lens.errors import InputError
 
-    raise InputError(f"unknown task {cfg.task!r}; available: bytes, reversal, flipflop")
+    raise InputError(f"unknown task {cfg.task!r}; available: bytes, mix, reversal, flipflop")

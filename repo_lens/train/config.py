@@ -12,7 +12,7 @@ from repo_lens.model.registry import DEFAULT_KIND
 
 @dataclass
 class TrainConfig:
-    task: str  # "bytes" (bilingual byte LM), "reversal" (RePo App. C), "flipflop" (CoPE §5.1)
+    task: str  # "bytes" (bilingual byte LM), "mix" (bytes + retrieval rows), "reversal" (RePo App. C), "flipflop" (CoPE §5.1)
     mechanism: str = DEFAULT_KIND  # a kind of the mechanism registry (repo_lens.model.registry.mechanism_kinds())
     family: str = "olmo2"
     d_model: int = 192
@@ -59,6 +59,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "flipflop": dict(task="flipflop", d_model=128, n_layers=4, n_heads=4, d_mlp=512, context=128,
                      batch_size=16, steps=1500, lr=1e-3, warmup=100, eval_every=250, checkpoint_every=250,
                      ship_dtype="bfloat16"),
+    # issue 17: 1,024-byte context, trained on text + NIAH / multi-key / few-shot / table rows
+    # (repo_lens/train/mixture.py); rows of 512 or 1,024 bytes, so RULER's NIAH prompts fit in
+    # distribution. Sized so RoPE, NoPE and RePo train side by side on 2 CPU cores in ~1.5 h
+    "bytes-1k": dict(task="mix", d_model=128, n_layers=4, n_heads=4, d_mlp=384, context=1024,
+                     batch_size=8, steps=1600, lr=2e-3, warmup=100, eval_every=200, eval_batches=4,
+                     checkpoint_every=50, ship_dtype="bfloat16",
+                     task_options={"lengths": [512, 1024], "length_weights": [0.4, 0.6],
+                                   "row_weights": {"text": 0.3, "niah": 0.5, "fewshot": 0.1, "table": 0.1}}),
     # a few seconds; used by the tests
     "tiny": dict(task="bytes", d_model=32, n_layers=2, n_heads=2, d_mlp=64, context=32, batch_size=8,
                  steps=30, lr=3e-3, warmup=5, eval_every=10, eval_batches=2, checkpoint_every=10),

@@ -134,9 +134,13 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
         lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        inputs, targets = task.train_batch(step)
+        inputs, targets, *weights = task.train_batch(step)  # a task may weigh each target (mixture.py)
         logits = model(inputs)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        if weights:
+            per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+            loss = (per_token * weights[0].flatten()).sum() / weights[0].sum()
+        else:
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
         optimizer.zero_grad(set_to_none=True)

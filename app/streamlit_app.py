@@ -3,7 +3,7 @@
 Run it with ``make app`` (or ``streamlit run app/streamlit_app.py --server.address 127.0.0.1``).
 Environment: ``REPO_LENS_APP_ROOTS`` (directories local checkpoints may be read from, os.pathsep-
 separated; none by default) and ``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under
-a root; default zoo:bytes-repo).
+a root; default zoo:bytes1k-repo).
 """
 
 from __future__ import annotations

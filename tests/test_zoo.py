@@ -17,7 +17,9 @@ from repo_lens.zoo import ZOO_DIR, available_models, zoo_entries
 BYTE_MECHANISMS = ("rope", "nope", "repo", "lpi", "lpi-layer", "cope", "fox")
 EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
             | {f"reversal-{mechanism}" for mechanism in ("rope", "nope", "repo")}
-            | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope")})
+            | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope")}
+            | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo")})
+RETRIEVAL_MECHANISMS = ("rope", "nope", "repo")
 
 
 def test_the_zoo_ships_every_model_with_a_card():
@@ -128,3 +130,59 @@ def test_shipping_under_a_name_that_is_not_one_folder_is_refused_and_touches_not
     with pytest.raises(InputError, match="plain folder name"):
         ship(tmp_path, name, "bytes-small")
     assert sorted(path.relative_to(ZOO_DIR.parent) for path in ZOO_DIR.parent.rglob("*")) == before
+
+
+@pytest.fixture(scope="module")
+def mixture_task():
+    from repo_lens.data.bilingual import bilingual_splits
+    from repo_lens.data.corpora import CorpusFetchError
+    from repo_lens.errors import RepoLensError
+    from repo_lens.train.mixture import RetrievalMixTask
+
+    try:
+        splits = bilingual_splits()
+    except (CorpusFetchError, RepoLensError) as error:  # only when the registries cannot be reached
+        pytest.skip(f"corpora could not be fetched: {error}")
+    cfg = repo_lens.load("zoo:bytes1k-repo", device="cpu").meta["info"]["train_config"]
+    options = {key: tuple(value) if isinstance(value, list) else value for key, value in cfg["task_options"].items()}
+    return RetrievalMixTask(splits, cfg["context"], cfg["batch_size"], seed=cfg["seed"],
+                            eval_batches=cfg["eval_batches"], **options)
+
+
+@pytest.mark.parametrize("mechanism", RETRIEVAL_MECHANISMS)
+def test_1k_models_retrieve_the_needle_as_their_card_says(mixture_task, mechanism):
+    """Issue 17: NIAH accuracy in context (1,024 bytes) and bits per byte, re-measured on the shipped weights."""
+    lens = repo_lens.load(f"zoo:bytes1k-{mechanism}", device="cpu")
+    torch.set_num_threads(2)
+    card = lens.meta["info"]["metrics"]
+    assert lens.context_length == 1024
+    accuracy = mixture_task.niah_accuracy(lens.model, 1024)
+    assert card["niah_1024"] == pytest.approx(accuracy, abs=1e-9)
+    measured = mixture_task.val_bpb(lens.model)
+    assert card["val_bpb"] == pytest.approx(measured["val_bpb"], abs=1e-3)
+    assert measured["val_bpb"] < 4.0  # a unigram byte model: ~5.1 bits per byte
+    if mechanism in ("rope", "repo"):
+        assert accuracy >= 0.9  # Table 4 compares models that solve the task
+
+
+def test_teacher_forced_niah_accuracy_is_what_greedy_decoding_gets(mixture_task):
+    """The accuracy shortcut (every answer byte the argmax given the right prefix) equals real greedy
+    decoding with the KV cache, prompt by prompt, on a shipped model."""
+    from repo_lens.train.mixture import niah_accuracy
+
+    lens = repo_lens.load("zoo:bytes1k-repo", device="cpu")
+    prompts = mixture_task.niah_prompts(1024, 12)
+    decoded_right = []
+    for prompt in prompts:
+        start, end = prompt.query
+        ids = torch.as_tensor(np.asarray(prompt.ids[:start], dtype=np.int64))[None]
+        cache = lens.model.new_cache()
+        logits = lens.model(ids, cache=cache)
+        generated = []
+        for _ in range(end - start):
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            generated.append(int(token))
+            logits = lens.model(token, cache=cache)
+        decoded_right.append(generated == [int(t) for t in prompt.ids[start:end]])
+    per_prompt = [niah_accuracy(lens.model, [prompt]) for prompt in prompts]
+    assert per_prompt == [float(right) for right in decoded_right]

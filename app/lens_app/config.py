@@ -8,7 +8,7 @@ followed) under a root. The check runs when a checkpoint is listed or picked and
 it is loaded; a file swapped for a symlink between that last check and the read (time of check vs
 time of use) is not caught, so the roots should not be writable by anyone the app must not trust.
 The default model is
-``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under a root), else ``zoo:bytes-repo``,
+``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under a root), else ``zoo:bytes1k-repo``, else ``zoo:bytes-repo``,
 else the first zoo model, else none (the app asks to pick a checkpoint).
 """
 
@@ -21,7 +21,8 @@ from repo_lens import CheckpointError, InputError, checkpoint_files, zoo
 
 ROOTS_ENV = "REPO_LENS_APP_ROOTS"
 DEFAULT_MODEL_ENV = "REPO_LENS_APP_DEFAULT_MODEL"
-PREFERRED_ZOO_MODEL = "bytes-repo"
+# the first of these the zoo has: the 1,024-byte RePo model trained on retrieval (issue 17), else the 256-byte one
+PREFERRED_ZOO_MODELS = ("bytes1k-repo", "bytes-repo")
 MAX_TEXT_BYTES = 2**20  # free text and uploaded text files: 1 MB, the limit the text upload widget states
 MAX_TRACE_BYTES = 64 * 1024 * 1024  # uploaded trace files
 SPACED_TOKEN_LIMIT = 2000  # tokens drawn by the spaced-token view (sampled beyond)
@@ -143,8 +144,9 @@ def default_source() -> str | None:
     if configured:
         return loadable(configured)
     names = zoo.available_models()
-    if PREFERRED_ZOO_MODEL in names:
-        return zoo.zoo_source(PREFERRED_ZOO_MODEL)
+    for preferred in PREFERRED_ZOO_MODELS:
+        if preferred in names:
+            return zoo.zoo_source(preferred)
     return zoo.zoo_source(names[0]) if names else None
 
 

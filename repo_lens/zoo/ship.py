@@ -28,6 +28,17 @@ DATA = {
                 "sequence, instructions write / read / ignore, first w, last r; training and in-distribution test "
                 "ignore with probability 0.8, the out-of-distribution (sparse) test with 0.98. Loss on the read "
                 "bits only; error = fraction of read bits predicted wrongly over 1,000 test sequences.",
+    "mix": "The bilingual text of the `bytes` models (Brown; People's Daily 1998; same document split) mixed "
+           "with prompts where retrieval and structure matter (`repo_lens/train/mixture.py`). Each batch row is "
+           "one of: a text window (30 %); a RULER NIAH prompt (50 %: one needle, or 2 or 4 needles with distractor "
+           "keys; word, number or uuid keys; needle depth uniform; RULER's noise haystack or a training "
+           "document as the haystack); a few-shot prompt (10 %: upper-case, reverse, first letter, double, length "
+           "of a word); a table question (10 %: name / city / age / code rows, markdown or `col: value` lines). "
+           "A prompt ends its row; text from the same language fills the row before it, after the separator byte. "
+           "Rows are 512 bytes (40 % of steps) or 1,024 bytes (60 %). Loss: next-byte cross-entropy on every "
+           "byte, the answer bytes weighted 50×. NIAH metrics: held-out prompts (answer appended, 32 per "
+           "setting, depths 0–1), exact match of greedy decoding; `niah_N` uses RULER's noise haystack at N "
+           "bytes, `niah_essay_N` held-out Brown text, `niah_multikey4_N` four needles of which one is asked.",
 }
 
 SHIP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -67,6 +78,13 @@ def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) ->
         "|---|---|",
     ]
     lines += [f"| {key} | {value:.4f} |" for key, value in metrics.items()]
+    history = info.get("history") or []
+    if history:
+        columns = [key for key in history[-1] if key != "step"]
+        lines += ["", "## Learning curve", "", "| step | " + " | ".join(columns) + " |",
+                  "|---|" + "---|" * len(columns)]
+        lines += [f"| {row['step']} | " + " | ".join(f"{row.get(key, float('nan')):.4f}" for key in columns) + " |"
+                  for row in history]
     return "\n".join(lines) + "\n"
 
 
@@ -90,7 +108,7 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
                               f"cannot be read: {error}); pass the --out directory of `repo-lens train`") from None
     config["info"]["name"] = name
     config["info"]["preset"] = preset
-    config["info"].pop("history", None)
+    history = config["info"].pop("history", None)
     target = ZOO_DIR / name
     if target.resolve().parent != ZOO_DIR.resolve():
         raise InputError(f"zoo name {name!r} would write outside {ZOO_DIR}; use a plain folder name")
@@ -102,5 +120,5 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
         if file != "config.json" and source.exists():
             atomic_write(target / file, lambda temp, source=source: shutil.copy2(source, temp))
     atomic_write_text(target / "config.json", json.dumps(config, indent=2))
-    atomic_write_text(target / "README.md", model_card(name, config["info"], config["model"]))
+    atomic_write_text(target / "README.md", model_card(name, {**config["info"], "history": history}, config["model"]))
     return target

@@ -9,7 +9,9 @@ import pytest
 
 MODULES = [f"repo_lens.analysis.{name}" for name in
            ("boundaries", "categories", "entities", "increments", "lookback", "position_stats", "selection")]
-MODULES += [f"repo_lens.studies.{name}" for name in ("runs", "report", "items", "reproductions", "distributed")]
+MODULES += [f"repo_lens.studies.{name}" for name in ("runs", "report", "items", "reproductions", "distributed",
+                                                     "reproductions.attention")]
+MODULES += ["repo_lens.train.mixture"]
 
 
 @pytest.mark.parametrize("name", MODULES)

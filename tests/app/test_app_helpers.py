@@ -36,10 +36,12 @@ def test_checkpoints_only_under_the_roots(checkpoint_root, tmp_path):
     assert not any("not-a-checkpoint" in path for path in found)
 
 
-def test_default_model_prefers_the_environment_then_bytes_repo(monkeypatch, checkpoint_root):
+def test_default_model_prefers_the_environment_then_the_1k_repo_model(monkeypatch, checkpoint_root):
     import repo_lens.zoo
 
     monkeypatch.delenv(config.DEFAULT_MODEL_ENV, raising=False)
+    monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["bytes-repo", "bytes1k-nope", "bytes1k-repo"])
+    assert config.default_source() == "zoo:bytes1k-repo"
     monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["bytes-nope", "bytes-repo"])
     assert config.default_source() == "zoo:bytes-repo"
     monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["reversal-rope"])

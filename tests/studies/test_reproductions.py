@@ -58,7 +58,7 @@ def test_attention_mass_study_writes_json_table_and_vector_figures(tmp_path):
         assert len(document["results"][model]["cells"]) == 3
     assert (tmp_path / "table4_attention_mass.pdf").read_bytes()[:4] == b"%PDF"
     assert (tmp_path / "table4_attention_mass.svg").read_text().lstrip().startswith("<svg")
-    assert "| zoo:bytes-fox, 512 bytes |" in (tmp_path / "table.md").read_text()
+    assert "| zoo:bytes-fox, 512 tokens (beyond context) |" in (tmp_path / "table.md").read_text()
 
 
 def _numbers(value, path=""):

@@ -76,6 +76,10 @@ def fits(label: str, source: str, stamp: float, selection: Selection) -> bool:
     context = info.context if info is not None else None
     if context is None or len(doc.ids) <= context:
         return True
+    if doc.beyond_context:  # the sidebar's "Beyond the context": traced whole, said where it is drawn
+        st.info(f"{label}: the {selection.kind} input is {len(doc.ids):,} tokens, beyond the model's context "
+                f"({context:,}); it is traced whole (length extrapolation).", icon="📏")
+        return True
     if selection.truncate:
         st.warning(f"{label}: the {selection.kind} input is {len(doc.ids):,} tokens, more than the model's context "
                    f"({context:,}); only the first {context:,} are traced.", icon="✂️")

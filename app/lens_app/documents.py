@@ -48,6 +48,7 @@ class Document:
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     query: tuple[int, int] | None = None
     targets: list[str] = field(default_factory=list)
+    beyond_context: bool = False  # traced and measured whole past the model's context (length extrapolation)
 
 
 def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> Document:
@@ -68,7 +69,8 @@ def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> D
         return encode_text(tokenizer, kind, text)
     offsets = _offsets_or_none(tokenizer, prompt.text, len(prompt.ids))
     return Document(kind=kind, text=prompt.text, ids=[int(i) for i in prompt.ids], offsets=offsets,
-                    spans=dict(prompt.spans), query=tuple(prompt.query), targets=list(prompt.meta.get("targets", [])))
+                    spans=dict(prompt.spans), query=tuple(prompt.query), targets=list(prompt.meta.get("targets", [])),
+                    beyond_context=bool(params.get("beyond_context", False)))
 
 
 def encode_text(tokenizer: Any, kind: str, text: str) -> Document:
@@ -99,7 +101,8 @@ def _offsets_or_none(tokenizer: Any, text: str, n: int) -> list[tuple[int, int]]
 def trace_document(lens: Any, doc: Document, truncate: bool) -> Trace:
     """Trace the document's ids; spans inside the kept tokens, char offsets (``extras["char_offsets"]``)
     and the input text (``meta["input"]``) travel with the trace so a saved trace keeps them."""
-    trace = lens.trace(np.asarray(doc.ids, dtype=np.int64), truncate=truncate, progress=False)
+    trace = lens.trace(np.asarray(doc.ids, dtype=np.int64), truncate=truncate and not doc.beyond_context,
+                       allow_beyond_context=doc.beyond_context, progress=False)
     n = len(trace)
     trace.spans = {name: (a, b) for name, (a, b) in doc.spans.items() if b <= n}
     if doc.offsets is not None:

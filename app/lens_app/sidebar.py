@@ -130,20 +130,27 @@ def context_of(sources: list[str]) -> tuple[int | None, str]:
     return min(known) if known else (None, "")
 
 
-def _niah_length(selection: Selection) -> int | None:
-    """A NIAH length the chosen models can hold: only lengths up to the shortest context are offered."""
+def _niah_length(selection: Selection) -> tuple[int | None, bool]:
+    """A NIAH length the chosen models can hold (only lengths up to the shortest context are offered),
+    or any length when "beyond the context" (length extrapolation) is ticked; and whether it is."""
     context, label = context_of(selection.sources)
-    lengths = [n for n in NIAH_LENGTHS if context is None or n <= context]
+    beyond = False
+    if context is not None and NIAH_LENGTHS[-1] > context:
+        beyond = st.checkbox("Beyond the context (length extrapolation)", value=False, key="niah_beyond",
+                             help=f"offer lengths longer than {label}'s context ({context:,} tokens); they are traced "
+                                  "and measured whole, at positions the model was not trained on")
+    lengths = [n for n in NIAH_LENGTHS if beyond or context is None or n <= context]
     if not lengths:
         selection.problem = (f"NIAH prompts start at {NIAH_LENGTHS[0]} tokens, longer than {label}'s context "
                              f"({context:,} tokens); pick a model with a longer context.")
         st.warning(selection.problem)
-        return None
+        return None, False
     default = 512 if 512 in lengths else lengths[-1]
     length = st.select_slider("Length (tokens)", lengths, value=default, key=f"niah_length_{lengths[-1]}")
     if context is not None:
-        st.caption(f"Up to {context:,} tokens: {label}'s context.")
-    return int(length)
+        st.caption(f"Lengths over {context:,} tokens ({label}'s context) are extrapolation." if beyond
+                   else f"Up to {context:,} tokens: {label}'s context.")
+    return int(length), beyond and context is not None and length > context
 
 
 def _input(selection: Selection) -> None:
@@ -153,12 +160,14 @@ def _input(selection: Selection) -> None:
         selection.text = st.text_area("Text", PRESET_TEXT[kind], key=f"text_{kind}", height=180,
                                       max_chars=config.MAX_TEXT_BYTES)
     elif kind == "NIAH":
-        length = _niah_length(selection)
+        length, beyond = _niah_length(selection)
         if length is None:
             return
         depth = st.slider("Needle depth", 0.0, 1.0, 0.5, 0.05, key="niah_depth")
         seed = st.number_input("Seed", min_value=0, max_value=10_000, value=0, key="niah_seed")
         selection.params = {"length": int(length), "depth": float(depth), "seed": int(seed)}
+        if beyond:
+            selection.params["beyond_context"] = True
     elif kind == "Reversal":
         words = st.slider("Words to reverse", 2, 40, 12, key="reversal_words")
         selection.params = {"words": int(words), "seed": 0}

@@ -206,10 +206,10 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
         st.info("Attention mass on the needle, the query and the rest (RePo Table 4) is measured on NIAH prompts "
                 "with a model: pick **Run a model** and the **NIAH** input in the sidebar (length and depth there).")
         return
-    c1, c2 = st.columns([3, 1])
-    beyond = c1.checkbox("Measure prompts longer than the model's context (length extrapolation)", key="mass_beyond",
-                         value=False)
-    log_y = c2.toggle("Log scale", key="mass_log", help="the bars on a log axis (linear by default)")
+    beyond = bool(selection.params.get("beyond_context", False))  # the sidebar's "Beyond the context"
+    if beyond:
+        st.caption("The prompt is longer than the model's context: these masses are length extrapolation.")
+    log_y = st.toggle("Log scale", key="mass_log", help="the bars on a log axis (linear by default)")
     masses = {}
     for item in items:
         if item.source is None:
@@ -219,8 +219,8 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
                                                 selection.params_json, beyond)
     if not masses:
         if not beyond:
-            st.caption("A prompt longer than the model's context can still be measured: tick the box above "
-                       "(positions beyond the trained length are extrapolation).")
+            st.caption("A prompt longer than the model's context can still be measured: tick **Beyond the "
+                       "context** under the NIAH input in the sidebar (length extrapolation).")
         return
     columns = st.columns(len(masses))
     for column, (label, mass) in zip(columns, masses.items()):

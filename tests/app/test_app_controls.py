@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import struct
 
 import numpy as np
@@ -119,6 +120,32 @@ def test_niah_offers_only_lengths_that_fit_and_says_when_none_can(app, app_env):
                for text in warnings), warnings
     assert not figures(at) and not messages(at, "error")
     assert any("Nothing to show yet" in text for text in messages(at, "info"))
+
+
+def test_beyond_the_context_offers_longer_niah_prompts_traced_and_measured_whole(app, app_env):
+    at = app()
+    at.session_state["model_a"] = str(app_env / "tiny-short")
+    at.run()
+    at.selectbox(key="input").set_value("NIAH").run()
+    at.checkbox(key="niah_beyond").check().run()
+    slider = at.select_slider[0]
+    assert "512" in slider.options and "16384" in slider.options
+    slider.set_value(512).run()
+    assert_clean(at)
+    assert any(f"Lengths over {SHORT_CONTEXT} tokens (tiny-short's context) are extrapolation" in c.value
+               for c in at.sidebar.caption)
+    (figure,) = figures(at)  # the spaced-token view draws all of the prompt, not the first 256 tokens
+    assert not any("only the first" in text for text in messages(at, "warning"))
+    assert any("it is traced whole (length extrapolation)" in text for text in messages(at, "info"))
+    traced = int(re.search(r"([\d,]+) tokens", at.markdown[0].value).group(1).replace(",", ""))
+    assert 450 < traced <= 512  # the whole prompt, not the first 256 tokens
+    at.session_state["view"] = "Attention mass"
+    at.run()
+    assert_clean(at)
+    assert any("length extrapolation" in text for text in (c.value for c in at.caption))
+    assert "mass_beyond" not in [c.key for c in at.checkbox]  # one switch, in the sidebar
+    metrics = [metric.label for metric in at.metric]
+    assert any(label.startswith("needle (") for label in metrics), metrics
 
 
 def test_a_preset_longer_than_the_context_is_announced_before_tracing(app, app_env):

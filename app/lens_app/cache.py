@@ -14,7 +14,7 @@ import repo_lens
 from repo_lens import RepoLensError, Trace
 
 from lens_app.config import loadable
-from lens_app.documents import Document, build_document, trace_document
+from lens_app.documents import Document, build_document, max_reversal_words, trace_document
 from lens_app.models import ModelInfo, model_info, model_sources
 from lens_app.results import BoundaryResult, boundary_result, load_trace_bytes, niah_mass
 
@@ -41,6 +41,13 @@ def get_model_info(source: str, stamp: float) -> ModelInfo | None:
 
 
 @st.cache_data(show_spinner="Tokenizing…", max_entries=32)
+@st.cache_data(show_spinner=False, max_entries=64)
+def get_max_reversal_words(source: str, stamp: float) -> int:
+    """How many words the Reversal preset may have for ``source`` (its prompt fits the context)."""
+    lens = get_lens(source, stamp)
+    return max_reversal_words(lens.tokenizer, lens.context_length) if lens.tokenizer is not None else 0
+
+
 def get_document(source: str, stamp: float, kind: str, text: str, params_json: str) -> Document:
     """The input encoded for ``source`` (no forward pass): lets the app check it fits before tracing."""
     return build_document(get_lens(source, stamp), kind, text, json.loads(params_json))

@@ -73,6 +73,28 @@ def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> D
                     beyond_context=bool(params.get("beyond_context", False)))
 
 
+REVERSAL_MAX_WORDS = 40
+
+
+def max_reversal_words(tokenizer: Any, context: int | None, most: int = REVERSAL_MAX_WORDS) -> int:
+    """The most words (≤ ``most``) whose reversal prompt, answer included, fits ``context`` tokens; 0 if not even 2.
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> max_reversal_words(ByteTokenizer(), 10_000), max_reversal_words(ByteTokenizer(), 10)
+    (40, 0)
+    """
+    if context is None:
+        return most
+    low, high = 1, most  # the longest prompt grows with the word count: binary search
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(reversal_prompt(tokenizer, middle, 0).ids) <= context:
+            low = middle
+        else:
+            high = middle - 1
+    return low if low >= 2 and len(reversal_prompt(tokenizer, low, 0).ids) <= context else 0
+
+
 def encode_text(tokenizer: Any, kind: str, text: str) -> Document:
     if not isinstance(text, str) or not text.strip():
         raise InputError("the text is empty; type or upload some text")

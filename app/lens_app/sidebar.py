@@ -12,7 +12,7 @@ import streamlit as st
 from repo_lens import InputError
 
 from lens_app import cache, config
-from lens_app.documents import PRESET_TEXT, PRESETS
+from lens_app.documents import PRESET_TEXT, PRESETS, REVERSAL_MAX_WORDS
 from lens_app.ui import guard
 
 MODE_MODEL, MODE_TRACE = "Run a model", "Open a saved trace"
@@ -153,6 +153,23 @@ def _niah_length(selection: Selection) -> tuple[int | None, bool]:
     return int(length), beyond and context is not None and length > context
 
 
+def _reversal_words(selection: Selection) -> int | None:
+    """The most words a Reversal prompt may have so that it fits every chosen model's context."""
+    fits = []
+    for source in selection.sources:
+        with guard(f"Loading {config.source_label(source)}"):
+            fits.append((cache.get_max_reversal_words(source, config.source_stamp(source)), config.source_label(source)))
+    most, label = min(fits) if fits else (REVERSAL_MAX_WORDS, "")
+    if most < 2:
+        selection.problem = (f"A reversal prompt of 2 words is longer than {label}'s context; pick a model with a "
+                             "longer context.")
+        st.warning(selection.problem)
+        return None
+    if most < REVERSAL_MAX_WORDS:
+        st.caption(f"Up to {most} words: longer prompts do not fit {label}'s context.")
+    return most
+
+
 def _input(selection: Selection) -> None:
     kind = st.selectbox("Input", PRESETS, key="input", bind="query-params")
     selection.kind = kind
@@ -169,7 +186,11 @@ def _input(selection: Selection) -> None:
         if beyond:
             selection.params["beyond_context"] = True
     elif kind == "Reversal":
-        words = st.slider("Words to reverse", 2, 40, 12, key="reversal_words")
+        most = _reversal_words(selection)
+        if most is None:
+            return
+        words = (st.slider("Words to reverse", 2, most, min(12, most), key=f"reversal_words_{most}") if most > 2
+                 else 2)
         selection.params = {"words": int(words), "seed": 0}
     elif kind == "Upload text file":
         upload = st.file_uploader("Text file (UTF-8)", key="text_file",

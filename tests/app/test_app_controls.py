@@ -148,6 +148,28 @@ def test_beyond_the_context_offers_longer_niah_prompts_traced_and_measured_whole
     assert any(label.startswith("needle (") for label in metrics), metrics
 
 
+def test_reversal_offers_only_word_counts_whose_prompt_fits_the_context(app, app_env):
+    from lens_app.documents import REVERSAL_MAX_WORDS
+    from repo_lens.data import reversal_prompt
+    from repo_lens.model.byte_tokenizer import ByteTokenizer
+
+    at = app()
+    at.session_state["model_a"] = str(app_env / "tiny-short")
+    at.run()
+    at.selectbox(key="input").set_value("Reversal").run()
+    assert_clean(at)
+    (slider,) = [s for s in at.slider if s.label == "Words to reverse"]
+    most = int(slider.max)
+    # independent: the byte lengths of the prompts themselves
+    assert len(reversal_prompt(ByteTokenizer(), most, 0).ids) <= SHORT_CONTEXT
+    assert len(reversal_prompt(ByteTokenizer(), most + 1, 0).ids) > SHORT_CONTEXT
+    assert most < REVERSAL_MAX_WORDS
+    assert any(f"Up to {most} words" in c.value for c in at.sidebar.caption)
+    slider.set_value(most).run()
+    assert_clean(at)
+    assert figures(at) and not any("only the first" in text for text in messages(at, "warning"))
+
+
 def test_a_preset_longer_than_the_context_is_announced_before_tracing(app, app_env):
     at = app()
     at.session_state["model_a"] = str(app_env / "tiny-short")

@@ -200,6 +200,14 @@ def test_no_model_configured_explains_what_to_do(app, monkeypatch):
     assert not figures(at)
 
 
+def test_without_configuration_the_app_opens_on_the_1k_repo_zoo_model(app, monkeypatch):
+    monkeypatch.delenv("REPO_LENS_APP_DEFAULT_MODEL")
+    at = app().run(timeout=120)
+    assert_clean(at)
+    assert at.selectbox(key="model_a").value == "zoo:bytes1k-repo"
+    assert "bytes1k-repo" in at.markdown[0].value and len(figures(at)) == 1
+
+
 def test_default_model_outside_the_roots_is_refused(app, monkeypatch):
     monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", "/usr")
     at = app().run()

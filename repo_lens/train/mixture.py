@@ -24,6 +24,7 @@ import torch
 from repo_lens.data.fewshot import fewshot_prompt
 from repo_lens.data.niah import niah_prompt
 from repo_lens.data.tables import table_prompt
+from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
 ROW_KINDS = ("text", "niah", "fewshot", "table")
@@ -34,6 +35,10 @@ _FIRST_NAMES = ("Ada Ben Cleo Dan Eva Finn Gus Hana Ivo Jin Kai Lea Milo Nora Om
                 "Uma Vic Wen Xia Yuri Zoe").split()
 _CITIES = ("Oslo Rome Lima Cairo Delhi Paris Quito Seoul Tokyo Dakar Hanoi Kyiv Bern Baku Doha Riga "
            "Accra Sofia Minsk Perth").split()
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _fewshot_rule(rng: random.Random) -> tuple[str, callable]:
@@ -69,11 +74,21 @@ class RetrievalMixTask:
         self.context, self.batch_size, self.seed = context, batch_size, seed
         self.eval_batches, self.eval_prompts = eval_batches, eval_prompts
         self.lengths = tuple(lengths or (context,))
-        if any(length > context or length < 512 for length in self.lengths):
-            raise ValueError(f"row lengths {self.lengths} must lie in 512..{context}: a NIAH prompt needs ~450 bytes")
+        if any(isinstance(length, bool) or not isinstance(length, int) or not 512 <= length <= context
+               for length in self.lengths):
+            raise InputError(f"row lengths {self.lengths} must be whole numbers in 512..{context}: a NIAH prompt "
+                             "needs ~450 bytes and a row cannot exceed the context")
         weights = length_weights or (1.0,) * len(self.lengths)
+        if len(weights) != len(self.lengths) or not all(_positive(w) for w in weights):
+            raise InputError(f"length_weights {weights} must be one positive number per row length {self.lengths}")
         self.length_weights = np.asarray(weights, dtype=np.float64) / sum(weights)
         row_weights = row_weights or DEFAULT_ROW_WEIGHTS
+        unknown = sorted(set(row_weights) - set(ROW_KINDS))
+        if unknown or not all(_positive(w) or w == 0 for w in row_weights.values()) or not any(row_weights.values()):
+            raise InputError(f"row_weights {row_weights} must map row kinds {ROW_KINDS} to weights ≥ 0, not all 0"
+                             + (f"; unknown kinds {unknown}" if unknown else ""))
+        if not _positive(answer_weight):
+            raise InputError(f"answer_weight must be a positive number, got {answer_weight!r}")
         self.row_kinds = [kind for kind in ROW_KINDS if row_weights.get(kind, 0) > 0]
         self.row_weights = np.asarray([row_weights[kind] for kind in self.row_kinds], dtype=np.float64)
         self.row_weights /= self.row_weights.sum()
@@ -88,7 +103,8 @@ class RetrievalMixTask:
         short = [lang for lang in self.languages if min(len(self.train_bytes[lang]), len(self.val_bytes[lang]))
                  <= 2 * context + 2]
         if short:
-            raise ValueError(f"not enough text for {context}-byte rows in {short}")
+            raise InputError(f"not enough text for {context}-byte rows in {short}: give each language more than "
+                             f"{2 * context + 2} bytes of training and of held-out text")
 
     @staticmethod
     def _bytes(text: str) -> np.ndarray:

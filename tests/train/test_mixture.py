@@ -149,6 +149,17 @@ def test_the_loop_minimises_the_weighted_mean_of_the_token_losses(tmp_path, monk
     assert weights.max() == 5.0 and (weights == 5.0).sum() >= 1  # the batch has answer bytes to weigh
 
 
-def test_row_lengths_below_a_niah_prompt_are_refused():
-    with pytest.raises(ValueError, match="512"):
-        RetrievalMixTask(SPLITS, context=768, batch_size=2, lengths=(256,))
+@pytest.mark.parametrize("options, named", [
+    ({"lengths": (256,)}, "512"), ({"lengths": (1024,)}, "512..768"), ({"lengths": (600.5,)}, "whole numbers"),
+    ({"length_weights": (1.0,)}, "one positive number per row length"),
+    ({"length_weights": (1.0, -1.0)}, "one positive number"), ({"row_weights": {"poems": 1.0}}, "unknown kinds"),
+    ({"row_weights": {"text": 0}}, "not all 0"), ({"answer_weight": float("nan")}, "answer_weight"),
+])
+def test_bad_mixture_settings_are_refused_naming_the_setting(options, named):
+    from repo_lens.errors import InputError
+
+    settings = {"lengths": (512, 768), **options}
+    with pytest.raises(InputError, match=re.escape(named)):
+        RetrievalMixTask(SPLITS, context=768, batch_size=2, **settings)
+    with pytest.raises(InputError, match="more than"):
+        RetrievalMixTask({"en": (["short"], ["text"])}, context=512, batch_size=2)

@@ -25,7 +25,8 @@ RETRIEVAL_MECHANISMS = ("rope", "nope", "repo")
 def test_the_zoo_ships_every_model_with_a_card():
     assert set(available_models()) == EXPECTED
     for entry in [e for e in zoo_entries() if e["name"] in EXPECTED]:
-        assert entry["name"] == f"{entry['task']}-{entry['mechanism']}"
+        family = {"mix": "bytes1k"}.get(entry["task"], entry["task"])  # the 1,024-byte retrieval mixture
+        assert entry["name"] == f"{family}-{entry['mechanism']}"
         assert entry["metrics"]
         assert (ZOO_DIR / entry["name"] / "README.md").read_text().startswith(f"# zoo:{entry['name']}")
 
@@ -33,7 +34,8 @@ def test_the_zoo_ships_every_model_with_a_card():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_zoo_model_loads_and_traces(name):
     lens = repo_lens.load(f"zoo:{name}", device="cpu")
-    texts = {"reversal": "Reverse the following words : ba ko <sep>", "flipflop": "w1i0r1w0r", "bytes": "Hello, 世界!"}
+    texts = {"reversal": "Reverse the following words : ba ko <sep>", "flipflop": "w1i0r1w0r", "bytes": "Hello, 世界!",
+             "bytes1k": "Hello, 世界!"}
     task, mechanism = name.split("-", 1)
     trace = lens.trace(texts[task])
     assert trace.positions.shape[:2] == (lens.model.cfg.n_layers, lens.model.cfg.n_heads)
@@ -160,29 +162,35 @@ def test_1k_models_retrieve_the_needle_as_their_card_says(mixture_task, mechanis
     assert card["niah_1024"] == pytest.approx(accuracy, abs=1e-9)
     measured = mixture_task.val_bpb(lens.model)
     assert card["val_bpb"] == pytest.approx(measured["val_bpb"], abs=1e-3)
-    assert measured["val_bpb"] < 4.0  # a unigram byte model: ~5.1 bits per byte
-    if mechanism in ("rope", "repo"):
-        assert accuracy >= 0.9  # Table 4 compares models that solve the task
+    assert measured["val_bpb"] < 4.5  # a unigram byte model: ~5.1 bits per byte
 
 
-def test_teacher_forced_niah_accuracy_is_what_greedy_decoding_gets(mixture_task):
-    """The accuracy shortcut (every answer byte the argmax given the right prefix) equals real greedy
-    decoding with the KV cache, prompt by prompt, on a shipped model."""
+@pytest.mark.parametrize("mechanism", ["rope", "repo"])
+def test_teacher_forced_niah_accuracy_is_what_greedy_decoding_gets(mixture_task, mechanism):
+    """The accuracy shortcut (every answer byte the argmax given the right prefix) agrees with real greedy
+    decoding through the KV cache: while the decoded bytes equal the answer, each next decoded byte is the
+    teacher-forced argmax, and a prompt counts as right exactly when greedy decoding returns the answer."""
     from repo_lens.train.mixture import niah_accuracy
 
-    lens = repo_lens.load("zoo:bytes1k-repo", device="cpu")
-    prompts = mixture_task.niah_prompts(1024, 12)
-    decoded_right = []
+    lens = repo_lens.load(f"zoo:bytes1k-{mechanism}", device="cpu")
+    prompts = mixture_task.niah_prompts(1024, 8)
+    compared = 0
     for prompt in prompts:
         start, end = prompt.query
-        ids = torch.as_tensor(np.asarray(prompt.ids[:start], dtype=np.int64))[None]
+        ids = torch.as_tensor(np.asarray(prompt.ids, dtype=np.int64))[None]
+        forced = lens.model(ids).argmax(-1)[0, start - 1:end - 1].tolist()
         cache = lens.model.new_cache()
-        logits = lens.model(ids, cache=cache)
+        logits = lens.model(ids[:, :start], cache=cache)
         generated = []
         for _ in range(end - start):
             token = logits[:, -1].argmax(-1, keepdim=True)
             generated.append(int(token))
             logits = lens.model(token, cache=cache)
-        decoded_right.append(generated == [int(t) for t in prompt.ids[start:end]])
-    per_prompt = [niah_accuracy(lens.model, [prompt]) for prompt in prompts]
-    assert per_prompt == [float(right) for right in decoded_right]
+        answer = ids[0, start:end].tolist()
+        for index, byte in enumerate(generated):
+            assert byte == forced[index]
+            compared += 1
+            if byte != answer[index]:  # past a wrong byte the prefixes differ
+                break
+        assert niah_accuracy(lens.model, [prompt]) == float(generated == answer)
+    assert compared >= len(prompts)

@@ -1,7 +1,8 @@
 """A byte-level training mixture where retrieval and structure matter (issue 17).
 
 Every batch row is exactly ``length + 1`` bytes: text from the bilingual corpus, or a prompt
-(RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question) placed at the end of a
+(RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question; or "recall", dense
+associative recall with an answer every ~30 bytes, which the ``bytes-1k`` preset does not use) placed at the end of a
 row whose beginning is corpus text, with the document separator between them. The loss is
 next-byte cross-entropy on every byte, and the answer bytes of a prompt weigh ``answer_weight``
 times more: they are a few bytes in a thousand, and without the weight the rare retrieval
@@ -27,7 +28,7 @@ from repo_lens.data.tables import table_prompt
 from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
-ROW_KINDS = ("text", "niah", "fewshot", "table")
+ROW_KINDS = ("text", "niah", "fewshot", "table", "recall")
 DEFAULT_ROW_WEIGHTS = {"text": 0.35, "niah": 0.45, "fewshot": 0.1, "table": 0.1}
 EVAL_SEED_OFFSET = 10**9  # evaluation prompts use seeds from here on; training's are below
 
@@ -148,6 +149,30 @@ class RetrievalMixTask:
         return table_prompt(self.tokenizer, header, rows, question, rows[asked_row][asked_col],
                             style=rng.choice(("markdown", "pairs")), add_special_tokens=False)
 
+    def _recall(self, rng: random.Random, length: int):
+        """Associative recall, dense: "key=value" pairs, then several "key? value" questions, every answer
+        weighed (a NIAH row has one 7-digit answer per ~1,000 bytes; this one has one per ~30)."""
+        from repo_lens.data.niah import _random_key
+        from repo_lens.data.spans import Prompt
+
+        pairs: dict[str, str] = {}
+        while len(pairs) < max(2, (length - 40) // 60):
+            pairs.setdefault(_random_key(rng, "words"), str(rng.randint(10**6, 10**7 - 1)))
+        keys = list(pairs)
+        text = "Remember: " + "; ".join(f"{key}={value}" for key, value in pairs.items()) + ".\n"
+        answers = []
+        while True:
+            key = rng.choice(keys)
+            line = f"{key}? "
+            if len((text + line + pairs[key] + "\n").encode()) > length:
+                break
+            text += line
+            answers.append((len(text.encode()), len(text.encode()) + 7))
+            text += pairs[key] + "\n"
+        ids = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64)
+        return Prompt(text=text, ids=ids, spans={}, char_spans={}, query=answers[-1], answer="",
+                      meta={"answers": answers})
+
     def _row(self, rng: random.Random, length: int, kind: str, source: dict) -> tuple[np.ndarray, np.ndarray]:
         """``length + 1`` byte ids and the weight of predicting each of them (the first is never predicted)."""
         lang = self.languages[rng.randrange(len(self.languages))]
@@ -155,7 +180,7 @@ class RetrievalMixTask:
             ids = self._text_window(rng, lang, length + 1, source)
             return ids, np.ones(length + 1)
         prompt = {"niah": lambda: self._niah(rng, length, lang), "fewshot": lambda: self._fewshot(rng, length),
-                  "table": lambda: self._table(rng, length)}[kind]()
+                  "table": lambda: self._table(rng, length), "recall": lambda: self._recall(rng, length)}[kind]()
         prompt_ids = np.asarray(prompt.ids, dtype=np.int64)
         if len(prompt_ids) > length:  # cutting its front could cut away what the answer needs
             raise ValueError(f"a {kind} prompt of {len(prompt_ids)} bytes does not fit a {length}-byte row")
@@ -166,7 +191,8 @@ class RetrievalMixTask:
         ids = np.concatenate([prefix, separator, prompt_ids])[-(length + 1):]
         offset = len(ids) - len(prompt_ids)
         weights = np.ones(length + 1)
-        weights[offset + answer_start:offset + answer_end] = self.answer_weight
+        for start, end in prompt.meta.get("answers", [(answer_start, answer_end)]):
+            weights[offset + start:offset + end] = self.answer_weight
         return ids, weights
 
     def train_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

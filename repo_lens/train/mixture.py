@@ -171,7 +171,7 @@ class RetrievalMixTask:
             text += pairs[key] + "\n"
         ids = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64)
         return Prompt(text=text, ids=ids, spans={}, char_spans={}, query=answers[-1], answer="",
-                      meta={"answers": answers})
+                      meta={"answer_spans": answers})
 
     def _row(self, rng: random.Random, length: int, kind: str, source: dict) -> tuple[np.ndarray, np.ndarray]:
         """``length + 1`` byte ids and the weight of predicting each of them (the first is never predicted)."""
@@ -191,7 +191,7 @@ class RetrievalMixTask:
         ids = np.concatenate([prefix, separator, prompt_ids])[-(length + 1):]
         offset = len(ids) - len(prompt_ids)
         weights = np.ones(length + 1)
-        for start, end in prompt.meta.get("answers", [(answer_start, answer_end)]):
+        for start, end in prompt.meta.get("answer_spans", [(answer_start, answer_end)]):
             weights[offset + start:offset + end] = self.answer_weight
         return ids, weights
 

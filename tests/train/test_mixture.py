@@ -35,6 +35,15 @@ def test_rows_have_the_drawn_length_and_targets_are_the_next_bytes():
         assert int(inputs.max()) <= ByteTokenizer.separator_id and int(inputs.min()) >= 0
 
 
+def test_every_row_kind_mixes_in_one_batch():
+    from repo_lens.train.mixture import ROW_KINDS
+
+    task = make_task(row_weights={kind: 1.0 for kind in ROW_KINDS})
+    for step in range(8):  # 96 rows: every kind appears, the NIAH prompts' own meta included
+        inputs, targets, weights = task.train_batch(step)
+        assert inputs.shape == weights.shape and float(weights.max()) == task.answer_weight
+
+
 def test_the_heavy_weights_sit_on_exactly_the_answer_and_the_answer_is_in_the_context():
     task = make_task(row_weights={"niah": 1.0}, answer_weight=7.0)
     tokenizer = ByteTokenizer()

@@ -201,11 +201,17 @@ def test_no_model_configured_explains_what_to_do(app, monkeypatch):
 
 
 def test_without_configuration_the_app_opens_on_the_1k_repo_zoo_model(app, monkeypatch):
-    monkeypatch.delenv("REPO_LENS_APP_DEFAULT_MODEL")
-    at = app().run(timeout=120)
+    from lens_app import cache
+
+    monkeypatch.undo()  # the real zoo, no roots, no default model: what `make app` starts with
+    monkeypatch.delenv("REPO_LENS_APP_DEFAULT_MODEL", raising=False)
+    monkeypatch.delenv("REPO_LENS_APP_ROOTS", raising=False)
+    cache.get_model_sources.clear()
+    at = app().run(timeout=180)
     assert_clean(at)
     assert at.selectbox(key="model_a").value == "zoo:bytes1k-repo"
     assert "bytes1k-repo" in at.markdown[0].value and len(figures(at)) == 1
+    cache.get_model_sources.clear()
 
 
 def test_default_model_outside_the_roots_is_refused(app, monkeypatch):

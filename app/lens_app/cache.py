@@ -40,7 +40,6 @@ def get_model_info(source: str, stamp: float) -> ModelInfo | None:
         return None
 
 
-@st.cache_data(show_spinner="Tokenizing…", max_entries=32)
 @st.cache_data(show_spinner=False, max_entries=64)
 def get_max_reversal_words(source: str, stamp: float) -> int:
     """How many words the Reversal preset may have for ``source`` (its prompt fits the context)."""
@@ -48,6 +47,7 @@ def get_max_reversal_words(source: str, stamp: float) -> int:
     return max_reversal_words(lens.tokenizer, lens.context_length) if lens.tokenizer is not None else 0
 
 
+@st.cache_data(show_spinner="Tokenizing…", max_entries=32)
 def get_document(source: str, stamp: float, kind: str, text: str, params_json: str) -> Document:
     """The input encoded for ``source`` (no forward pass): lets the app check it fits before tracing."""
     return build_document(get_lens(source, stamp), kind, text, json.loads(params_json))

@@ -142,3 +142,20 @@ def test_the_app_uses_only_the_public_api():
             elif isinstance(node, ast.Import):
                 used.update(alias.name for alias in node.names if alias.name.startswith("repo_lens"))
     assert used and used <= allowed, used - allowed
+
+
+def test_every_getter_of_the_app_cache_is_cached():
+    """A re-render must not re-tokenize, re-trace or re-measure: each ``get_*`` of lens_app.cache is a
+    Streamlit cache (it has ``clear``), one decorator each."""
+    import inspect
+
+    from lens_app import cache
+
+    getters = {name: value for name, value in vars(cache).items() if name.startswith("get_") and callable(value)}
+    assert {"get_document", "get_traced", "get_max_reversal_words"} <= set(getters)
+    for name, getter in getters.items():
+        assert hasattr(getter, "clear"), f"{name} is not cached"
+    source = inspect.getsource(cache)
+    for name in getters:
+        decorators = source.split(f"def {name}(")[0].rstrip().split("\n\n")[-1]
+        assert decorators.count("@st.cache_") == 1, name

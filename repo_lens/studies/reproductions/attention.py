@@ -60,7 +60,8 @@ def attention_study(out: Path, models: list[str], quick: bool = False, figures: 
                   "needle_token_depth": prompt.meta.get("needle_token_depth"),
                   **{span: mass.per_token[span] for span in SPANS}}
                  for (depth, seed), prompt, mass in zip(settings, prompts, masses)]
-        results[model] = {"cells": cells, "prompt_tokens": length, "context": lens.context_length, "layer_kinds": list(lens.model.cfg.layer_mechanisms),
+        results[model] = {"cells": cells, "prompt_tokens": length, "context": lens.context_length,
+                          "layer_kinds": list(lens.model.cfg.layer_mechanisms),
                           "per_token": {span: float(np.mean([c[span] for c in cells])) for span in SPANS}}
     lines = ["| model | needle ×10⁻² | query ×10⁻² | rest ×10⁻² | needle / rest |", "|---|---|---|---|---|"]
     for name, row in PAPER_TABLE4.items():
@@ -69,8 +70,8 @@ def attention_study(out: Path, models: list[str], quick: bool = False, figures: 
     for model, result in results.items():
         row = result["per_token"]
         setting = "in context" if result["prompt_tokens"] <= result["context"] else "beyond context"
-        lines.append(f"| {model}, {result['prompt_tokens']} tokens ({setting}) | {100 * row['needle']:.3f} | {100 * row['query']:.3f} | "
-                     f"{100 * row['rest']:.3f} | {row['needle'] / row['rest']:.2f} |")
+        lines.append(f"| {model}, {result['prompt_tokens']} tokens ({setting}) | {100 * row['needle']:.3f} | "
+                     f"{100 * row['query']:.3f} | {100 * row['rest']:.3f} | {row['needle'] / row['rest']:.2f} |")
     markdown = "\n".join(lines)
     document = {"study": "attention_mass", "paper": PAPER_TABLE4, "settings": {"depths": depths, "seeds": seeds},
                 "results": results, "markdown": markdown}

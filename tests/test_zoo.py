@@ -53,19 +53,22 @@ def test_zoo_json_command_lists_the_models():
     assert all(set(e) == {"name", "mechanism", "task", "metrics"} for e in entries)
 
 
-@pytest.fixture(scope="module")
-def byte_task():
-    from repo_lens.data.bilingual import bilingual_splits
+def task_of(zoo_name: str):
+    """The training task of a shipped model, rebuilt from its card's train_config (data included)."""
     from repo_lens.data.corpora import CorpusFetchError
     from repo_lens.errors import RepoLensError
-    from repo_lens.train import ByteLMTask
+    from repo_lens.train import TrainConfig, build_task
 
+    cfg = TrainConfig.from_dict(repo_lens.load(zoo_name, device="cpu").meta["info"]["train_config"])
     try:
-        splits = bilingual_splits()
+        return build_task(cfg)
     except (CorpusFetchError, RepoLensError) as error:  # only when the registries cannot be reached
         pytest.skip(f"corpora could not be fetched: {error}")
-    cfg = repo_lens.load("zoo:bytes-repo", device="cpu").meta["info"]["train_config"]
-    return ByteLMTask(splits, cfg["context"], cfg["batch_size"], seed=cfg["seed"], eval_batches=cfg["eval_batches"])
+
+
+@pytest.fixture(scope="module")
+def byte_task():
+    return task_of("zoo:bytes-repo")
 
 
 @pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
@@ -136,19 +139,7 @@ def test_shipping_under_a_name_that_is_not_one_folder_is_refused_and_touches_not
 
 @pytest.fixture(scope="module")
 def mixture_task():
-    from repo_lens.data.bilingual import bilingual_splits
-    from repo_lens.data.corpora import CorpusFetchError
-    from repo_lens.errors import RepoLensError
-    from repo_lens.train.mixture import RetrievalMixTask
-
-    try:
-        splits = bilingual_splits()
-    except (CorpusFetchError, RepoLensError) as error:  # only when the registries cannot be reached
-        pytest.skip(f"corpora could not be fetched: {error}")
-    cfg = repo_lens.load("zoo:bytes1k-repo", device="cpu").meta["info"]["train_config"]
-    options = {key: tuple(value) if isinstance(value, list) else value for key, value in cfg["task_options"].items()}
-    return RetrievalMixTask(splits, cfg["context"], cfg["batch_size"], seed=cfg["seed"],
-                            eval_batches=cfg["eval_batches"], **options)
+    return task_of("zoo:bytes1k-repo")
 
 
 @pytest.mark.parametrize("mechanism", RETRIEVAL_MECHANISMS)

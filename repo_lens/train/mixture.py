@@ -42,15 +42,8 @@ def _positive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def _fewshot_rule(rng: random.Random) -> tuple[str, callable]:
-    rules = (
-        ("upper", str.upper),
-        ("reverse", lambda word: word[::-1]),
-        ("first", lambda word: word[0]),
-        ("double", lambda word: word + word),
-        ("length", lambda word: str(len(word))),
-    )
-    return rules[rng.randrange(len(rules))]
+FEWSHOT_RULES = (  # upper-case, reverse, first letter, double, length of a word
+    str.upper, lambda word: word[::-1], lambda word: word[0], lambda word: word + word, lambda word: str(len(word)))
 
 
 class RetrievalMixTask:
@@ -133,7 +126,7 @@ class RetrievalMixTask:
                            haystack=haystack, seed=seed, add_special_tokens=False)
 
     def _fewshot(self, rng: random.Random, length: int):
-        _, rule = _fewshot_rule(rng)
+        rule = FEWSHOT_RULES[rng.randrange(len(FEWSHOT_RULES))]
         count = rng.randint(2, min(40, length // 50))  # an example is at most ~45 bytes
         words = [rng.choice(self.words) for _ in range(count + 1)]
         return fewshot_prompt(self.tokenizer, [(word, rule(word)) for word in words[:-1]], words[-1],

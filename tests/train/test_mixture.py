@@ -103,7 +103,7 @@ def test_text_rows_come_from_training_documents_and_evaluation_prompts_from_held
     task = make_task(row_weights={"text": 1.0})
     inputs, _, weights = task.train_batch(0)
     assert bool((weights == 1).all())
-    train_text = {b for lang in SPLITS for doc in SPLITS[lang][0] for b in [doc.encode()]}
+    train_text = [doc.encode() for lang in SPLITS for doc in SPLITS[lang][0]]
     for row in inputs[:4]:
         chunk = bytes(row[100:140].tolist())
         assert any(chunk in doc for doc in train_text)

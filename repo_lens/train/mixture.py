@@ -1,9 +1,8 @@
 """A byte-level training mixture where retrieval and structure matter (issue 17).
 
 Every batch row is exactly ``length + 1`` bytes: text from the bilingual corpus, or a prompt
-(RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question; or "recall", dense
-associative recall with an answer every ~30 bytes, which the ``bytes-1k`` preset does not use) placed at the end of a
-row whose beginning is corpus text, with the document separator between them. The loss is
+(RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question, or "recall": dense
+associative recall with an answer every ~20-90 bytes) placed at the end of a row whose beginning is corpus text, with the document separator between them. The loss is
 next-byte cross-entropy on every byte, and the answer bytes of a prompt weigh ``answer_weight``
 times more: they are a few bytes in a thousand, and without the weight the rare retrieval
 signal is drowned by ordinary text. Each step draws one row length from ``lengths`` (short
@@ -143,20 +142,25 @@ class RetrievalMixTask:
                             style=rng.choice(("markdown", "pairs")), add_special_tokens=False)
 
     def _recall(self, rng: random.Random, length: int):
-        """Associative recall, dense: "key=value" pairs, then several "key? value" questions, every answer
-        weighed (a NIAH row has one 7-digit answer per ~1,000 bytes; this one has one per ~30)."""
+        """Associative recall, dense: key-value pairs, then several questions whose answers are values,
+        every answer weighed (a NIAH row has one 7-digit answer per ~1,000 bytes; this one has one per
+        ~20-90). Half the rows write pairs and questions as "key=value" / "key? value", half in the
+        words of RULER's needle and answer prefix, so the copy learned here is the one NIAH asks for."""
         from repo_lens.data.niah import _random_key
         from repo_lens.data.spans import Prompt
 
+        needle_words = rng.random() < 0.5
+        pair_format = "One of the special magic numbers for {} is: {}.\n" if needle_words else "{}={}; "
+        question_format = "The special magic number for {} is " if needle_words else "{}? "
         pairs: dict[str, str] = {}
-        while len(pairs) < max(2, (length - 40) // 60):
+        while len(pairs) < max(2, (length - 40) // (120 if needle_words else 60)):
             pairs.setdefault(_random_key(rng, "words"), str(rng.randint(10**6, 10**7 - 1)))
         keys = list(pairs)
-        text = "Remember: " + "; ".join(f"{key}={value}" for key, value in pairs.items()) + ".\n"
+        text = "Remember:\n" + "".join(pair_format.format(key, value) for key, value in pairs.items()) + "\n"
         answers = []
         while True:
             key = rng.choice(keys)
-            line = f"{key}? "
+            line = question_format.format(key)
             if len((text + line + pairs[key] + "\n").encode()) > length:
                 break
             text += line

@@ -81,14 +81,23 @@ def test_fewshot_and_table_rows_weigh_their_answers():
 def test_recall_rows_weigh_every_answer_and_each_answer_is_the_keys_value():
     tokenizer = ByteTokenizer()
     task = make_task(row_weights={"recall": 1.0}, answer_weight=4.0)
-    inputs, targets, weights = task.train_batch(2)
-    for row in range(inputs.shape[0]):
-        text = tokenizer.decode([t for t in inputs[row].tolist() if t < 256]) + tokenizer.decode([int(targets[row, -1])])
-        pairs = dict(pair.split("=") for pair in re.search(r"Remember: (.*?)\.\n", text).group(1).split("; "))
-        questions = re.findall(r"([a-z]+-[a-z]+)\? (\d{7})\n?", text.split(".\n", 1)[1])
-        assert len(questions) >= 3 and all(pairs[key] == value for key, value in questions)
-        heavy = tokenizer.decode(targets[row, weights[row] == 4.0].tolist())
-        assert heavy == "".join(value for _, value in questions)  # every answer, and nothing else
+    styles = set()
+    for step in range(4):
+        inputs, targets, weights = task.train_batch(step)
+        for row in range(inputs.shape[0]):
+            text = tokenizer.decode([t for t in inputs[row].tolist() if t < 256]) + tokenizer.decode([int(targets[row, -1])])
+            memory, questions_text = re.split(r"(?<=[.;] )\n|(?<=\.\n)\n", text.split("Remember:\n", 1)[1], maxsplit=1)
+            short = dict(re.findall(r"([a-z]+-[a-z]+)=(\d{7}); ", memory))
+            needles = dict(re.findall(r"One of the special magic numbers for ([a-z]+-[a-z]+) is: (\d{7})\.\n", memory))
+            assert bool(short) != bool(needles)  # one style per row
+            styles.add("short" if short else "needle")
+            pairs = short or needles
+            pattern = r"([a-z]+-[a-z]+)\? (\d{7})\n?" if short else r"The special magic number for ([a-z]+-[a-z]+) is (\d{7})\n?"
+            questions = re.findall(pattern, questions_text)
+            assert len(questions) >= 2 and all(pairs[key] == value for key, value in questions)
+            heavy = tokenizer.decode(targets[row, weights[row] == 4.0].tolist())
+            assert heavy == "".join(value for _, value in questions)  # every answer, and nothing else
+    assert styles == {"short", "needle"}
 
 
 def test_batches_depend_only_on_seed_and_step():

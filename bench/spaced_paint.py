@@ -6,8 +6,9 @@ app's figure in headless Chromium, each timed from Plotly.newPlot until two anim
     python bench/spaced_paint.py [--repeats 2]
 
 Variants, for the default window (300 tokens) and all tokens (sampled to 2,000): the full figure;
-without the text labels; without the per-token marks; marks and labels as WebGL (scattergl) traces;
-only the connector lines. Ratios are to the full figure of the same window.
+the figure as it was before one mark per 2-pixel column (every shown token a mark); without the text
+labels; without the per-token marks; marks and labels as WebGL (scattergl) traces; only the connector
+lines. Ratios are to the full figure of the same window.
 """
 
 from __future__ import annotations
@@ -39,13 +40,19 @@ def _webgl(fig: go.Figure, modes: tuple[str, ...]) -> go.Figure:
 
 
 def variants(trace) -> dict[str, go.Figure]:
-    from repo_lens.plots import spaced_tokens_figure
+    from repo_lens.plots import spaced_tokens, spaced_tokens_figure
 
     out = {}
     for window in ((0, 300), (0, trace.positions.shape[-1])):
-        fig = spaced_tokens_figure(trace, head=1, scale="row", window=window, max_tokens=2000, width=1100)
+        settings = dict(head=1, scale="row", window=window, max_tokens=2000, width=1100)
+        fig = spaced_tokens_figure(trace, **settings)
         name = f"{window[1]:>5} tokens"
         out[f"{name}: full figure"] = fig
+        dedup, spaced_tokens.MARK_DEDUP_MIN_TOKENS = spaced_tokens.MARK_DEDUP_MIN_TOKENS, 10**9
+        try:
+            out[f"{name}: every token a mark (before)"] = spaced_tokens_figure(trace, **settings)
+        finally:
+            spaced_tokens.MARK_DEDUP_MIN_TOKENS = dedup
         out[f"{name}: no text labels"] = go.Figure([t for t in fig.data if t.mode != "text"], fig.layout)
         out[f"{name}: no per-token marks"] = go.Figure([t for t in fig.data if t.mode != "markers"], fig.layout)
         out[f"{name}: marks + labels as WebGL"] = _webgl(fig, ("markers", "text"))
@@ -74,6 +81,7 @@ def main() -> None:
     times: dict[str, float] = {}
     with chromium() as driver:
         driver.get(page.as_uri())
+        driver.execute_async_script(DRAW, next(iter(figures.values())).to_json())  # warm-up: fonts, plotly's first draw
         for name, fig in figures.items():
             spec = fig.to_json()
             times[name] = statistics.median(driver.execute_async_script(DRAW, spec) / 1000

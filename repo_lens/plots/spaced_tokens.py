@@ -27,6 +27,8 @@ from repo_lens.validation import check_int
 
 PATTERN_NAMES = ("constant", "mono", "hybrid")
 STRIP_DEDUP_MIN_TOKENS = 100  # beyond this many shown tokens the chunk strip draws one square per 2-pixel column
+MARK_DEDUP_MIN_TOKENS = 100  # beyond this many shown tokens a row draws one mark per MARK_COLUMN_PX-pixel column
+MARK_COLUMN_PX = 2
 
 
 def spaced_tokens_figure(
@@ -59,8 +61,10 @@ def spaced_tokens_figure(
     ``max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
 
     Labels never overlap within a row: when every token's label fits, each row is one text trace;
-    otherwise each row (the trace named after the layer) draws every token as a mark with its text
-    in the hover, and a second trace per row (``meta["labels_of_layer"]``) draws the labels that fit,
+    otherwise each row (the trace named after the layer) draws tokens as marks with their text in
+    the hover (beyond ``MARK_DEDUP_MIN_TOKENS`` shown tokens one mark per 2-pixel column, whose hover
+    says how many tokens it stands for: the browser draws each mark, and a 4,096-token row would
+    otherwise be thousands of marks on ~1,000 pixels), and a second trace per row (``meta["labels_of_layer"]``) draws the labels that fit,
     placed greedily from left to right (:func:`repo_lens.plots.labels.place_labels`, at most
     ``label_limit`` per row) for a ``width``-pixel figure. ``x_range=(low, high)`` (in x units: [0, 1]
     with ``scale="row"``) zooms the x axis and places labels for that range, so zooming brings labels back.
@@ -118,15 +122,20 @@ def spaced_tokens_figure(
             fig.add_trace(trace_)
     increments = np.diff(z, axis=1, prepend=np.nan)
     row_dtype = np.int8 if len(rows) < 128 else np.int32
+    units_per_px = (axis_range[1] - axis_range[0]) / plot_width
     for r, layer in enumerate(rows):
         color = kind_color(kinds[layer] if kinds else "", layer)
         custom = np.column_stack([shown, z[layer, shown], increments[layer, shown]]).astype(np.float32)
-        row_class = go.Scattergl if len(shown) > WEBGL_MIN_POINTS and not every_label else go.Scatter
+        drawn, text = np.arange(len(shown)), display
+        if not every_label and len(shown) > MARK_DEDUP_MIN_TOKENS:
+            drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), MARK_COLUMN_PX * units_per_px)
+        row_class = go.Scattergl if len(drawn) > WEBGL_MIN_POINTS and not every_label else go.Scatter
         fig.add_trace(row_class(
-            x=xs[r].astype(np.float32), y=np.full(len(shown), r, dtype=row_dtype), name=layer_label(layer, kinds),
-            mode="text" if every_label else "markers", text=display, textfont=dict(color=color, size=font_size),
+            x=xs[r, drawn].astype(np.float32), y=np.full(len(drawn), r, dtype=row_dtype),
+            name=layer_label(layer, kinds), mode="text" if every_label else "markers", text=text,
+            textfont=dict(color=color, size=font_size),
             marker=dict(color=color, size=7, symbol="line-ns-open", line=dict(color=color, width=1)),
-            customdata=custom, meta={"layer": layer},
+            customdata=custom[drawn], meta={"layer": layer},
             hovertemplate=("token %{customdata[0]}: %{text}<br>position %{customdata[1]:.3f}"
                            "<br>increment %{customdata[2]:.3f}<extra>%{fullData.name}</extra>"),
             showlegend=False,
@@ -243,6 +252,27 @@ def _highlight_marks(xs: np.ndarray, slots: np.ndarray, shown: np.ndarray, displ
         customdata=np.tile(shown[slots], n_rows), text=np.tile(display[slots], n_rows),
         hovertemplate="token %{customdata}: %{text}<extra>highlighted</extra>", showlegend=False,
     )
+
+
+def _one_mark_per_column(x: np.ndarray, display: np.ndarray, keep: np.ndarray,
+                         column: float) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the marks a row draws, one per ``column``-wide stretch of x (its first token; marks
+    closer than a pixel or two look like one), plus every token in ``keep``, and their hover texts:
+    a mark standing for others says how many. Non-finite x are kept (plotly leaves them out)."""
+    finite = np.isfinite(x)
+    if column <= 0 or not finite.any():
+        return np.arange(len(x)), display
+    bins = np.floor(np.where(finite, x, 0.0) / column)
+    _, first, counts = np.unique(bins[finite], return_index=True, return_counts=True)
+    finite_index = np.flatnonzero(finite)
+    drawn = np.union1d(finite_index[first], np.flatnonzero(keep | ~finite))
+    stands_for = np.ones(len(x), dtype=np.int64)
+    stands_for[finite_index[first]] = counts
+    text = display[drawn].astype(object)
+    for slot, index in enumerate(drawn):
+        if stands_for[index] > 1 and not keep[index]:
+            text[slot] = f"{text[slot]} (+{stands_for[index] - 1} more tokens here: zoom in to separate them)"
+    return drawn, text.astype(str)
 
 
 def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs: np.ndarray, size: int,

@@ -104,6 +104,23 @@ def test_click_highlights_a_token_in_every_layer_and_clear_removes_it(server, br
     assert painted_after(browser, f"{META}.highlight.length === 0;") > 0
 
 
+def _chart_boxes(driver) -> tuple[dict, dict, dict]:
+    """The boxes of the first two charts and of the main area, once the page has settled (read again
+    when a late rerun replaces the elements while they are read)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    for _ in range(5):
+        settled(driver)
+        try:
+            charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
+            main = driver.find_element(By.CSS_SELECTOR, '[data-testid="stMainBlockContainer"]').rect
+            return charts[0].rect, charts[1].rect, main
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the charts kept being replaced: the page never settled")
+
+
 def test_compare_mode_stacks_full_width_plots_with_labelled_buttons(server, browser):
     from selenium.webdriver.common.by import By
 
@@ -113,10 +130,7 @@ def test_compare_mode_stacks_full_width_plots_with_labelled_buttons(server, brow
     toggle.click()
     pick(browser, "Second model", "tiny-rope")
     assert painted_after(browser, "return true;", chart=1) > 0
-    settled(browser)
-    charts = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
-    main = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMainBlockContainer"]').rect
-    first, second = charts[0].rect, charts[1].rect
+    first, second, main = _chart_boxes(browser)
     assert second["y"] >= first["y"] + first["height"]  # stacked, not side by side
     assert min(first["width"], second["width"]) > 0.85 * main["width"]
     labels = [b.text.strip() for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stDownloadButton"] button')]

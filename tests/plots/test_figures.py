@@ -12,6 +12,7 @@ import pytest
 
 from repo_lens import InputError
 from repo_lens.analysis import AttentionMass, chunk_pattern_codes, chunk_patterns, pattern_fractions, range_stats
+from repo_lens.plots.style import sample_indices
 from repo_lens.plots import (
     FONT_FAMILY,
     OKABE_ITO,
@@ -108,8 +109,19 @@ def test_spaced_tokens_sampling_and_markers_for_long_inputs():
     trace = make_trace(n_layers=2, n_tokens=5000)
     fig = spaced_tokens_figure(trace, head=0, scale="shared", max_tokens=1000, label_limit=400)
     row = layer_traces(fig)[0]
-    assert len(row.x) == 1000 and row.mode == "markers"
-    assert fig.layout.meta["sampled"] is True
+    assert row.mode == "markers" and fig.layout.meta["sampled"] is True
+    sampled = np.arange(5000)[sample_indices(5000, 1000)]  # 1,000 tokens, an even stride
+    assert len(sampled) == 1000
+    drawn = np.asarray(row.customdata)[:, 0].astype(int)
+    assert set(drawn) <= set(sampled.tolist())
+    # one mark per occupied 2-pixel column of the plot: the shared scale puts token t at x = z = t here
+    low, high = fig.layout.xaxis.range
+    px = (fig.layout.width - fig.layout.margin.l - fig.layout.margin.r) / (high - low)
+    columns = np.floor(trace.positions[0, 0, sampled] * px / 2)
+    assert len(drawn) == len(np.unique(columns)) < 1000
+    assert len(np.unique(np.floor(np.asarray(row.x) * px / 2))) == len(drawn)  # no two marks share a column
+    merged = [text for text in row.text if "more tokens here" in text]
+    assert merged and all("zoom in" in text for text in merged)
 
 
 def test_spaced_tokens_bad_arguments_are_clear():

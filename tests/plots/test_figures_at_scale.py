@@ -22,7 +22,7 @@ from repo_lens.plots import (
     spaced_tokens_figure,
 )
 from repo_lens.plots.labels import place_labels
-from repo_lens.plots.style import KIND_PALETTE, kind_color
+from repo_lens.plots.style import KIND_PALETTE, escape_tokens, kind_color
 from repo_lens.trace import Trace
 
 BUDGET = 3_000_000
@@ -96,15 +96,27 @@ def test_labels_never_overlap_at_short_lengths(n_tokens):
         assert_no_overlap(spaced_tokens_figure(trace, head=1, scale=scale))
 
 
-def test_every_token_is_a_mark_with_its_text_in_the_hover(trace):
+def test_every_token_is_a_mark_or_counted_by_the_mark_of_its_pixel_column(trace):
     fig = spaced_tokens_figure(trace, head=0)
     rows = rows_of(fig)
     assert sorted(rows) == list(range(16))
+    low, high = fig.layout.xaxis.range
+    column = 2 * (high - low) / (fig.layout.width - fig.layout.margin.l - fig.layout.margin.r)  # 2 pixels
     for layer, row in rows.items():
-        assert row.mode == "markers" and row.type == "scattergl"  # 4,096 marks: WebGL
-        np.testing.assert_array_equal(np.asarray(row.customdata)[:, 0], np.arange(4096))
-        assert len(row.x) == 4096 and list(row.text[:3]) == ["a", "b", "c"] and row.text[19] == "WWW"
-        assert "%{text}" in row.hovertemplate
+        assert row.mode == "markers" and "%{text}" in row.hovertemplate
+        drawn = np.asarray(row.customdata)[:, 0].astype(int)
+        assert len(drawn) <= 1100 / 2 + 1 and row.type == "scatter"  # at most one mark per 2-pixel column: SVG
+        # the positions the row is drawn at (rescaled per layer), computed here from the trace
+        z = trace.positions[layer, 0].astype(np.float64)
+        x = (z - z.min()) / (z.max() - z.min())
+        columns = np.floor(x / column)
+        np.testing.assert_allclose(np.asarray(row.x, dtype=float), x[drawn], atol=1e-6)
+        counts = {c: n for c, n in zip(*np.unique(columns, return_counts=True))}
+        assert set(columns[drawn]) == set(counts)  # every occupied column has its mark
+        for token, text in zip(drawn, row.text):
+            n = counts[columns[token]]
+            assert text.startswith(escape_tokens([trace.tokens[token]])[0])
+            assert (f"+{n - 1} more tokens here" in text) == (n > 1)
 
 
 def test_zooming_into_a_range_labels_tokens_that_were_not_labelled_there(trace):
@@ -135,7 +147,9 @@ def test_highlight_marks_the_token_and_its_neighbours_in_every_layer(trace, toke
     x = np.asarray(lines.x, dtype=float).reshape(len(expected), 17)
     rows = rows_of(fig)
     for slot, t in enumerate(sorted(expected)):
-        np.testing.assert_allclose(x[slot, :16], [np.asarray(rows[layer].x)[t] for layer in range(16)], rtol=1e-6)
+        at = [dict(zip(np.asarray(rows[layer].customdata)[:, 0].astype(int).tolist(), rows[layer].x))[t]
+              for layer in range(16)]  # every highlighted token keeps its own mark
+        np.testing.assert_allclose(x[slot, :16], at, rtol=1e-6)
     assert np.isnan(x[:, 16]).all()
     assert_no_overlap(fig)
 

@@ -2,7 +2,8 @@
 
 Every batch row is exactly ``length + 1`` bytes: text from the bilingual corpus, or a prompt
 (RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question, or "recall": dense
-associative recall with an answer every ~20-90 bytes) placed at the end of a row whose beginning is corpus text, with the document separator between them. The loss is
+associative recall with an answer every ~20-90 bytes, not in the ``bytes-1k`` preset) placed at
+the end of a row whose beginning is corpus text, with the document separator between them. The loss is
 next-byte cross-entropy on every byte, and the answer bytes of a prompt weigh ``answer_weight``
 times more: they are a few bytes in a thousand, and without the weight the rare retrieval
 signal is drowned by ordinary text. Each step draws one row length from ``lengths`` (short

@@ -1,5 +1,6 @@
 """Issue 15: figures at the published model's shape (16 layers × 16 heads × 4,096 tokens) stay readable
-and small: no label over another in a row, every token a mark or counted by the mark of its pixel column, zoom and highlight, JSON ≤ 3 MB."""
+and small: no label over another in a row, every token a mark or counted by the mark of its pixel
+column, zoom and highlight, JSON ≤ 3 MB."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from repo_lens.cli_args import (
     output_dir,
     output_file,
     positive_int,
+    positive_number,
     read_text_file,
     seed_value,
     whole_number,
@@ -80,7 +81,8 @@ def cmd_tiny(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from repo_lens.train import build_task, preset, train
 
-    cfg = preset(args.preset, mechanism=args.mechanism, steps=args.steps, seed=args.seed, threads=args.threads)
+    cfg = preset(args.preset, mechanism=args.mechanism, steps=args.steps, seed=args.seed, threads=args.threads,
+                 position_init_std=args.position_init_std, position_lr_scale=args.position_lr_scale)
     result = train(cfg, build_task(cfg), args.out, progress=not args.quiet,
                    info={"name": Path(args.out).name})
     print(f"trained {cfg.task}/{cfg.mechanism} for {result.steps} steps in {result.wall_seconds:.0f} s -> {args.out}")
@@ -251,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=positive_int, default=None)
     train.add_argument("--seed", type=seed_value, default=None)
     train.add_argument("--threads", type=whole_number(1, 256), default=None, help="CPU threads, 1..256")
+    train.add_argument("--position-init-std", type=positive_number(10), default=None,
+                       help="std of the learned position modules' initial weights (default 0.02, as every weight)")
+    train.add_argument("--position-lr-scale", type=positive_number(1000), default=None,
+                       help="factor on the learned position modules' learning rate (default 1)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=cmd_train)
 

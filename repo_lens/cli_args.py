@@ -36,6 +36,24 @@ SEED_RANGE = (0, 2**32 - 1)  # what every generator a seed reaches accepts (nump
 seed_value = whole_number(*SEED_RANGE)
 
 
+def positive_number(high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number > 0 and ≤ ``high``.
+
+    >>> positive_number(100)("0.5")
+    0.5
+    """
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number > 0 and ≤ {high:g}, got {text!r}") from None
+        if not 0 < value <= high:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"must be > 0 and ≤ {high:g}, got {text}")
+        return value
+
+    return parse
+
+
 def number_list(kind: type, low: float, high: float | None, example: str) -> Callable[[str], list]:
     """An argparse type: a non-empty comma-separated list of ``kind`` values within [low, high].
 

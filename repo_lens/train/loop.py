@@ -52,17 +52,28 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
                             layer_mechanisms=mechanisms)
     torch.manual_seed(cfg.seed)
     model = LensModel(model_cfg)
+    position_std = 0.02 if cfg.position_init_std is None else cfg.position_init_std
     for name, param in model.named_parameters():
         if param.ndim >= 2:
-            torch.nn.init.normal_(param, std=0.02)
+            torch.nn.init.normal_(param, std=position_std if is_position_parameter(name) else 0.02)
     return model
 
 
+def is_position_parameter(name: str) -> bool:
+    """A parameter of a layer's learned position module (``blocks.N.attn.positions.*``, e.g. RePo's f)."""
+    return ".attn.positions." in f".{name}"
+
+
 def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    """AdamW; weight decay on matrices only; the position modules' learning rate × ``position_lr_scale``
+    (each group's ``lr_scale``, applied by the schedule)."""
+    groups = []
+    for position in (False, True):
+        named = [(n, p) for n, p in model.named_parameters() if is_position_parameter(n) == position]
+        scale = cfg.position_lr_scale if position else 1.0
+        groups += [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": cfg.weight_decay, "lr_scale": scale},
+                   {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0, "lr_scale": scale}]
+    return torch.optim.AdamW([group for group in groups if group["params"]], lr=cfg.lr, betas=(0.9, 0.95))
 
 
 def _save_state(directory: Path, model, optimizer, step: int, history, wall: float) -> None:
@@ -133,7 +144,7 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
     while step < cfg.steps:
         lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"]
         inputs, targets, *weights = task.train_batch(step)  # a task may weigh each target (mixture.py)
         logits = model(inputs)
         if weights:

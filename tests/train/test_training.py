@@ -83,3 +83,41 @@ def test_unigram_baseline_is_an_honest_cross_entropy():
 
     expected = (400 * -math.log2(201 / 658) + -math.log2(2 / 658)) / 401
     assert task.unigram_bpb()["unigram_bpb_a"] == pytest.approx(expected)
+
+
+def test_position_init_std_scales_only_the_position_modules_initial_weights():
+    from repo_lens.train import build_model
+    from repo_lens.train.loop import is_position_parameter
+
+    default = dict(build_model(preset("tiny", mechanism="repo"), 257).named_parameters())
+    same = dict(build_model(preset("tiny", mechanism="repo", position_init_std=0.02), 257).named_parameters())
+    wide = dict(build_model(preset("tiny", mechanism="repo", position_init_std=0.5), 257).named_parameters())
+    positions = [name for name in default if is_position_parameter(name)]
+    assert positions == [f"blocks.1.attn.positions.{part}.weight" for part in ("gate_map", "content_map", "final_map")]
+    for name, param in default.items():
+        torch.testing.assert_close(same[name], param, rtol=0, atol=0)  # None means 0.02: the same draws
+        # the same normal draws, 25 (= 0.5 / 0.02) times wider in the position module and nowhere else
+        torch.testing.assert_close(wide[name], param * (25.0 if name in positions else 1.0))
+
+
+def test_position_lr_scale_multiplies_the_position_modules_first_adam_step(tmp_path):
+    from repo_lens.train import build_model
+    from repo_lens.train.loop import is_position_parameter
+
+    def first_step(**settings):
+        cfg = preset("tiny", mechanism="repo", steps=1, **settings)
+        start = {n: p.detach().clone() for n, p in build_model(cfg, 257).named_parameters()}
+        out = tmp_path / f"run-{len(settings)}"
+        train(cfg, tiny_task(cfg), out, progress=False)
+        trained = dict(repo_lens.load(out, device="cpu").model.named_parameters())
+        return {name: trained[name].detach() - value for name, value in start.items()}
+
+    scale = 8.0
+    plain, scaled = first_step(), first_step(position_lr_scale=scale)
+    moved = 0
+    for name, step in plain.items():
+        # Adam's first step is lr * g / (|g| + eps) (plus decoupled decay lr * wd * p): linear in the lr
+        factor = scale if is_position_parameter(name) else 1.0
+        torch.testing.assert_close(scaled[name], step * factor, rtol=1e-4, atol=1e-7)  # fp32 rounding of p
+        moved += is_position_parameter(name) and bool(step.abs().max() > 0)
+    assert moved == 3

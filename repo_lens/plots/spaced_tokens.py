@@ -64,9 +64,10 @@ def spaced_tokens_figure(
     otherwise each row (the trace named after the layer) draws tokens as marks with their text in
     the hover (beyond ``MARK_DEDUP_MIN_TOKENS`` shown tokens one mark per 2-pixel column, whose hover
     says how many tokens it stands for: the browser draws each mark, and a 4,096-token row would
-    otherwise be thousands of marks on ~1,000 pixels), and a second trace per row (``meta["labels_of_layer"]``) draws the labels that fit,
-    placed greedily from left to right (:func:`repo_lens.plots.labels.place_labels`, at most
-    ``label_limit`` per row) for a ``width``-pixel figure. ``x_range=(low, high)`` (in x units: [0, 1]
+    otherwise be thousands of marks on ~1,000 pixels), and a second trace per row
+    (``meta["labels_of_layer"]``) draws the labels that fit, placed greedily from left to right
+    (:func:`repo_lens.plots.labels.place_labels`, at most ``label_limit`` per row) for a
+    ``width``-pixel figure. ``x_range=(low, high)`` (in x units: [0, 1]
     with ``scale="row"``) zooms the x axis and places labels for that range, so zooming brings labels back.
     ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them first,
     and draws the connectors for those tokens only; otherwise connectors follow at most

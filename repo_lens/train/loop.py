@@ -71,7 +71,8 @@ def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:
     for position in (False, True):
         named = [(n, p) for n, p in model.named_parameters() if is_position_parameter(n) == position]
         scale = cfg.position_lr_scale if position else 1.0
-        groups += [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": cfg.weight_decay, "lr_scale": scale},
+        groups += [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": cfg.weight_decay,
+                    "lr_scale": scale},
                    {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0, "lr_scale": scale}]
     return torch.optim.AdamW([group for group in groups if group["params"]], lr=cfg.lr, betas=(0.9, 0.95))
 

@@ -48,11 +48,12 @@ def variants(trace) -> dict[str, go.Figure]:
         fig = spaced_tokens_figure(trace, **settings)
         name = f"{window[1]:>5} tokens"
         out[f"{name}: full figure"] = fig
-        dedup, spaced_tokens.MARK_DEDUP_MIN_TOKENS = spaced_tokens.MARK_DEDUP_MIN_TOKENS, 10**9
+        # no chunk strip here, so this turns off only the one-mark-per-column drawing of the rows
+        dedup, spaced_tokens.COLUMN_DEDUP_MIN_TOKENS = spaced_tokens.COLUMN_DEDUP_MIN_TOKENS, 10**9
         try:
             out[f"{name}: every token a mark (before)"] = spaced_tokens_figure(trace, **settings)
         finally:
-            spaced_tokens.MARK_DEDUP_MIN_TOKENS = dedup
+            spaced_tokens.COLUMN_DEDUP_MIN_TOKENS = dedup
         out[f"{name}: no text labels"] = go.Figure([t for t in fig.data if t.mode != "text"], fig.layout)
         out[f"{name}: no per-token marks"] = go.Figure([t for t in fig.data if t.mode != "markers"], fig.layout)
         out[f"{name}: marks + labels as WebGL"] = _webgl(fig, ("markers", "text"))

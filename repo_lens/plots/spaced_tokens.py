@@ -26,9 +26,9 @@ from repo_lens.plots.style import (
 from repo_lens.validation import check_int
 
 PATTERN_NAMES = ("constant", "mono", "hybrid")
-STRIP_DEDUP_MIN_TOKENS = 100  # beyond this many shown tokens the chunk strip draws one square per 2-pixel column
-MARK_DEDUP_MIN_TOKENS = 100  # beyond this many shown tokens a row draws one mark per MARK_COLUMN_PX-pixel column
-MARK_COLUMN_PX = 2
+# beyond this many shown tokens each row's marks and its chunk strip draw one mark / square per COLUMN_PX pixels
+COLUMN_DEDUP_MIN_TOKENS = 100
+COLUMN_PX = 2
 
 
 def spaced_tokens_figure(
@@ -62,7 +62,7 @@ def spaced_tokens_figure(
 
     Labels never overlap within a row: when every token's label fits, each row is one text trace;
     otherwise each row (the trace named after the layer) draws tokens as marks with their text in
-    the hover (beyond ``MARK_DEDUP_MIN_TOKENS`` shown tokens one mark per 2-pixel column, whose hover
+    the hover (beyond ``COLUMN_DEDUP_MIN_TOKENS`` shown tokens one mark per 2-pixel column, whose hover
     says how many tokens it stands for: the browser draws each mark, and a 4,096-token row would
     otherwise be thousands of marks on ~1,000 pixels), and a second trace per row
     (``meta["labels_of_layer"]``) draws the labels that fit, placed greedily from left to right
@@ -108,6 +108,7 @@ def spaced_tokens_figure(
     _lay_out(fig, title=title, head=head, scale=scale, rows=rows, kinds=kinds, width=width, axis_range=axis_range,
              patterns=patterns is not None)
     plot_width = width - fig.layout.margin.l - fig.layout.margin.r
+    units_per_px = (axis_range[1] - axis_range[0]) / plot_width
     widths = np.array([label_width_px(tokens[t], font_size) for t in shown.tolist()])
     first = np.flatnonzero(np.isin(shown, marked))
     placed = np.stack([place_labels(xs[r], widths, axis_range, plot_width, first=first, limit=label_limit)
@@ -118,18 +119,16 @@ def spaced_tokens_figure(
         fig.add_trace(_connectors(xs, first if marked.size else _connected(len(shown), len(rows), max_connectors),
                                   strong=bool(marked.size)))
     if patterns is not None:
-        for trace_ in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers,
-                                     (axis_range[1] - axis_range[0]) / plot_width):
+        for trace_ in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers, units_per_px):
             fig.add_trace(trace_)
     increments = np.diff(z, axis=1, prepend=np.nan)
     row_dtype = np.int8 if len(rows) < 128 else np.int32
-    units_per_px = (axis_range[1] - axis_range[0]) / plot_width
     for r, layer in enumerate(rows):
         color = kind_color(kinds[layer] if kinds else "", layer)
         custom = np.column_stack([shown, z[layer, shown], increments[layer, shown]]).astype(np.float32)
         drawn, text = np.arange(len(shown)), display
-        if not every_label and len(shown) > MARK_DEDUP_MIN_TOKENS:
-            drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), MARK_COLUMN_PX * units_per_px)
+        if not every_label and len(shown) > COLUMN_DEDUP_MIN_TOKENS:
+            drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), COLUMN_PX * units_per_px)
         row_class = go.Scattergl if len(drawn) > WEBGL_MIN_POINTS and not every_label else go.Scatter
         fig.add_trace(row_class(
             x=xs[r, drawn].astype(np.float32), y=np.full(len(drawn), r, dtype=row_dtype),
@@ -278,8 +277,8 @@ def _one_mark_per_column(x: np.ndarray, display: np.ndarray, keep: np.ndarray,
 
 def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs: np.ndarray, size: int,
                    n_layers: int, units_per_px: float = 0.0) -> list[go.Scatter]:
-    """One SVG trace of squares per chunk class under each row; beyond STRIP_DEDUP_MIN_TOKENS tokens, one square
-    per class and 2-pixel column (``units_per_px`` x units per pixel), which looks the same and is far smaller.
+    """One SVG trace of squares per chunk class under each row; beyond COLUMN_DEDUP_MIN_TOKENS tokens, one square
+    per class and COLUMN_PX-pixel column (``units_per_px`` x units per pixel), which looks the same and is far smaller.
     Never WebGL: the app's chart is built afresh on every change, and a WebGL context costs more to create
     (software GL in headless Chromium) than these few thousand squares cost to draw."""
     if patterns.ndim != 2 or patterns.shape[0] != n_layers:
@@ -297,8 +296,8 @@ def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs:
             hit = inside.copy()
             hit[inside] = labels[layer, chunk[inside]] == name
             row_x = xs[r, hit]
-            if len(shown) > STRIP_DEDUP_MIN_TOKENS and units_per_px > 0:
-                row_x = row_x[np.unique(np.floor(row_x / (2 * units_per_px)), return_index=True)[1]]
+            if len(shown) > COLUMN_DEDUP_MIN_TOKENS and units_per_px > 0:
+                row_x = row_x[np.unique(np.floor(row_x / (COLUMN_PX * units_per_px)), return_index=True)[1]]
             x.append(row_x)
             y.append(np.full(len(row_x), r + 0.34))
         out.append(go.Scatter(

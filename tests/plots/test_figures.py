@@ -12,7 +12,6 @@ import pytest
 
 from repo_lens import InputError
 from repo_lens.analysis import AttentionMass, chunk_pattern_codes, chunk_patterns, pattern_fractions, range_stats
-from repo_lens.plots.style import sample_indices
 from repo_lens.plots import (
     FONT_FAMILY,
     OKABE_ITO,
@@ -29,6 +28,7 @@ from repo_lens.plots import (
     sample_indices,
     spaced_tokens_figure,
 )
+from repo_lens.plots.style import sample_indices
 from repo_lens.trace import Trace
 
 

@@ -127,16 +127,9 @@ def export_numbers(specs: list[str]) -> tuple[dict[str, float], float]:
 
     from repo_lens.plots import figure_bytes
 
-    sys.path.insert(0, str(APP.parent))
-    try:  # what the app's "Download PNG" button renders
-        from lens_app.ui import static_figure
-    except ImportError:  # the app before issue 15 exported the figure as shown
-        def static_figure(fig):
-            return fig
-
     unique = list(dict.fromkeys(specs))
-    first = timed(lambda: figure_bytes(static_figure(pio.from_json(unique[0])), "png"))
-    slowest = max(timed(lambda spec=spec: figure_bytes(static_figure(pio.from_json(spec)), "png")) for spec in unique)
+    first = timed(lambda: figure_bytes(pio.from_json(unique[0]), "png"))
+    slowest = max(timed(lambda spec=spec: figure_bytes(pio.from_json(spec), "png")) for spec in unique)
     largest = max(len(spec.encode("utf-8")) for spec in unique) / 1e6
     return {"export: slowest PNG (warm)": slowest, "json: largest figure (MB)": largest}, first
 

@@ -1,25 +1,28 @@
 """Where the browser's time goes when it draws the spaced-token view at 16 layers x 16 heads x 4,096
 tokens: plotly.js (the copy the installed plotly package ships, loaded from disk) draws variants of the
-app's figure in headless Chromium, each timed from Plotly.newPlot until two animation frames later
-(painted), side by side in one run.
+app's figure (chunk strip on) in headless Chromium, side by side in one run. Each is timed twice: from
+Plotly.newPlot until two animation frames later (painted), then a Plotly.react with a fresh copy of the
+same figure (what Streamlit does right after mounting a chart: a second full draw).
 
-    python bench/spaced_paint.py [--repeats 2]
+    python bench/spaced_paint.py [--repeats 3]
 
-Variants, for the default window (300 tokens) and all tokens (sampled to 2,000): the full figure;
-the figure as it was before one mark per 2-pixel column (every shown token a mark); without the text
-labels; without the per-token marks; marks and labels as WebGL (scattergl) traces; only the connector
-lines. Ratios are to the full figure of the same window.
+Variants, for the default window (300 tokens) and all tokens (sampled to 2,000): the full figure; the
+marks and the chunk strip drawn as one marker element per token mark / strip square (the drawing before
+they became one SVG path per row and class); without the text labels; without the tick marks; without
+the chunk strip. Ratios are to the full figure of the same window.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import plotly
 import plotly.graph_objects as go
 
@@ -28,42 +31,69 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "app"))
 
 DRAW = """const spec = JSON.parse(arguments[0]); const done = arguments[arguments.length - 1];
-const gd = document.getElementById('plot'); Plotly.purge(gd); const start = performance.now();
-Plotly.newPlot(gd, spec.data, spec.layout).then(() =>
-  requestAnimationFrame(() => requestAnimationFrame(() => done(performance.now() - start))));"""
+const gd = document.getElementById('plot'); Plotly.purge(gd); const t0 = performance.now();
+const painted = (then) => requestAnimationFrame(() => requestAnimationFrame(then));
+Plotly.newPlot(gd, spec.data, spec.layout).then(() => painted(() => {
+  const t1 = performance.now(); const copy = JSON.parse(arguments[0]);
+  Plotly.react(gd, copy.data, copy.layout).then(() => painted(() => done([t1 - t0, performance.now() - t1])));
+}));"""
 
 
-def _webgl(fig: go.Figure, modes: tuple[str, ...]) -> go.Figure:
-    traces = [go.Scattergl({k: v for k, v in trace.to_plotly_json().items() if k != "type"})
-              if trace.type == "scatter" and trace.mode in modes else trace for trace in fig.data]
-    return go.Figure(traces, fig.layout)
+def _as_markers(fig: go.Figure) -> go.Figure:
+    """The figure with its tick and strip shapes drawn as one marker per tick / strip square instead."""
+    traces, shapes = list(fig.data), []
+    for shape in fig.layout.shapes:
+        commands = re.findall(r"M([-\d.e+]+),([-\d.e+]+)([VH])([-\d.e+]+)", shape.path or "")
+        if not commands:
+            shapes.append(shape)
+            continue
+        x = np.array([float(a) for a, _, _, _ in commands])
+        if commands[0][2] == "V":  # ticks: the marker they replaced
+            y = np.array([(float(b) + float(c)) / 2 for _, b, _, c in commands])
+            marker = dict(color=shape.line.color, size=7, symbol="line-ns-open", line=dict(color=shape.line.color, width=1))
+        else:  # strip bands: a 6-px square every 2 pixels along each band
+            ends = np.array([float(c) for _, _, _, c in commands])
+            step = (ends - x).min() / 3 if len(x) else 1.0
+            pieces = [np.arange(a, b, step) for a, b in zip(x, ends)]
+            y = np.concatenate([np.full(len(p), float(b)) for p, (_, b, _, _) in zip(pieces, commands)])
+            x = np.concatenate(pieces)
+            marker = dict(color=shape.line.color, size=6, symbol="square")
+        traces.append(go.Scatter(x=x, y=y, mode="markers", marker=marker, hoverinfo="skip", showlegend=False))
+    out = go.Figure(traces, fig.layout)
+    out.layout.shapes = shapes
+    return out
+
+
+def _without(fig: go.Figure, *, labels: bool = False, ticks: bool = False, strip: bool = False) -> go.Figure:
+    out = go.Figure([t for t in fig.data if not (labels and t.mode == "text")], fig.layout)
+    out.layout.shapes = [s for s in fig.layout.shapes
+                         if not (ticks and s.name.startswith("marks")) and not (strip and s.name.endswith("chunk"))]
+    return out
 
 
 def variants(trace) -> dict[str, go.Figure]:
-    from repo_lens.plots import spaced_tokens, spaced_tokens_figure
+    sys.path.insert(0, str(ROOT / "app"))
+    from lens_app.views import _head_patterns
+
+    from repo_lens.plots import spaced_tokens_figure
 
     out = {}
+    patterns = _head_patterns(trace, 1, 16, 0.2)
     for window in ((0, 300), (0, trace.positions.shape[-1])):
-        settings = dict(head=1, scale="row", window=window, max_tokens=2000, width=1100)
-        fig = spaced_tokens_figure(trace, **settings)
+        fig = spaced_tokens_figure(trace, head=1, scale="row", window=window, patterns=patterns, max_tokens=2000,
+                                   width=1000)
         name = f"{window[1]:>5} tokens"
         out[f"{name}: full figure"] = fig
-        # no chunk strip here, so this turns off only the one-mark-per-column drawing of the rows
-        dedup, spaced_tokens.COLUMN_DEDUP_MIN_TOKENS = spaced_tokens.COLUMN_DEDUP_MIN_TOKENS, 10**9
-        try:
-            out[f"{name}: every token a mark (before)"] = spaced_tokens_figure(trace, **settings)
-        finally:
-            spaced_tokens.COLUMN_DEDUP_MIN_TOKENS = dedup
-        out[f"{name}: no text labels"] = go.Figure([t for t in fig.data if t.mode != "text"], fig.layout)
-        out[f"{name}: no per-token marks"] = go.Figure([t for t in fig.data if t.mode != "markers"], fig.layout)
-        out[f"{name}: marks + labels as WebGL"] = _webgl(fig, ("markers", "text"))
-        out[f"{name}: connector lines only"] = go.Figure([t for t in fig.data if t.mode == "lines"], fig.layout)
+        out[f"{name}: marks + strip as markers (before)"] = _as_markers(fig)
+        out[f"{name}: no text labels"] = _without(fig, labels=True)
+        out[f"{name}: no tick marks"] = _without(fig, ticks=True)
+        out[f"{name}: no chunk strip"] = _without(fig, strip=True)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import app_scale  # the published-shape checkpoint and its 4,096-token trace
@@ -77,21 +107,22 @@ def main() -> None:
     page = root / "page.html"
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     page.write_text(f'<html><head><script src="{plotly_js.as_uri()}"></script></head>'
-                    '<body><div id="plot" style="width:1100px"></div></body></html>')
+                    '<body><div id="plot"></div></body></html>')
     figures = variants(trace)
-    times: dict[str, float] = {}
+    times: dict[str, tuple[float, float]] = {}
     with chromium() as driver:
         driver.get(page.as_uri())
         driver.execute_async_script(DRAW, next(iter(figures.values())).to_json())  # warm-up: fonts, plotly's first draw
         for name, fig in figures.items():
             spec = fig.to_json()
-            times[name] = statistics.median(driver.execute_async_script(DRAW, spec) / 1000
-                                            for _ in range(args.repeats))
-    print(f"Plotly.newPlot until painted, headless Chromium, median of {args.repeats}, "
-          f"{os.cpu_count()} CPUs (seconds; ratio to the full figure of the same window)")
-    for name, seconds in times.items():
-        full = times[name.split(":")[0] + ": full figure"]
-        print(f"  {name:42s} {seconds:7.2f}  {full / seconds:5.1f}x")
+            runs = [driver.execute_async_script(DRAW, spec) for _ in range(args.repeats)]
+            times[name] = (statistics.median(a for a, _ in runs) / 1000, statistics.median(b for _, b in runs) / 1000)
+    print(f"headless Chromium, median of {args.repeats}, {os.cpu_count()} CPUs (seconds; ratio of draw + redraw "
+          "to the full figure's of the same window)")
+    print(f"  {'variant':48s} {'draw':>6s} {'redraw':>7s} {'ratio':>6s}")
+    for name, (draw, redraw) in times.items():
+        full = sum(times[name.split(":")[0] + ": full figure"])
+        print(f"  {name:48s} {draw:6.2f} {redraw:7.2f} {full / (draw + redraw):5.2f}x")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ def show_figure(fig: go.Figure, key: str, name: str, on_select: Callable[[], Non
         fig.update_layout(margin_t=max(fig.layout.margin.t or 0, MODEBAR_PX + 46), title_yref="container",
                           title_y=1.0, title_yanchor="top", title_pad_t=MODEBAR_PX)
     selection = {"on_select": on_select, "selection_mode": "points"} if on_select else {}
+    if on_select:  # what Streamlit sets once the chart is drawn, set before: no relayout for it
+        fig.update_layout(clickmode="event+select", dragmode="pan", hovermode=fig.layout.hovermode or "closest")
     state = st.plotly_chart(fig, theme=None, key=f"chart-{key}", width="stretch", **selection,
                             config={"displaylogo": False, "toImageButtonOptions": {"format": "svg", "filename": name}})
     columns = st.columns(len(EXPORT_FORMATS) + 1, gap="small")
@@ -82,26 +84,9 @@ def show_figure(fig: go.Figure, key: str, name: str, on_select: Callable[[], Non
 
 def _renderer(fig: go.Figure, fmt: str) -> Callable[[], bytes]:
     def render() -> bytes:
-        return figure_bytes(static_figure(fig) if fmt != "html" else fig, fmt)
+        return figure_bytes(fig, fmt)
 
     return render
-
-
-VECTOR_POINT_LIMIT = 40_000  # up to this many points a static export draws WebGL traces as vector (SVG) ones
-
-
-def static_figure(fig: go.Figure) -> go.Figure:
-    """``fig`` for a PNG / SVG / PDF file: WebGL traces drawn as SVG ones when the figure is small enough.
-    Headless Chromium rasterises WebGL in software (slow at 2× scale), and in an SVG or PDF a WebGL
-    trace is a bitmap; as SVG traces they stay vector graphics and export several times faster."""
-    points = sum(len(trace.x) for trace in fig.data if getattr(trace, "x", None) is not None)
-    if points > VECTOR_POINT_LIMIT or not any(trace.type == "scattergl" for trace in fig.data):
-        return fig
-    traces = []
-    for trace in fig.data:
-        spec = trace.to_plotly_json()  # numpy arrays as they are
-        traces.append(go.Scatter({k: v for k, v in spec.items() if k != "type"}) if trace.type == "scattergl" else trace)
-    return go.Figure(traces, fig.layout)
 
 
 def csv_button(label: str, data: Callable[[], bytes] | bytes, file_name: str, key: str) -> None:

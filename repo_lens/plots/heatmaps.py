@@ -10,7 +10,15 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from repo_lens.errors import InputError
-from repo_lens.plots.style import PATTERN_COLORS, SEQUENTIAL, escape_tokens, layer_label, styled
+from repo_lens.plots.style import (
+    COLORBAR_MARGIN_PX,
+    PATTERN_COLORS,
+    SEQUENTIAL,
+    escape_tokens,
+    layer_label,
+    right_legend_margin,
+    styled,
+)
 
 PATTERN_NAMES = ("constant", "mono", "hybrid")
 
@@ -83,6 +91,7 @@ def layer_head_heatmap(
         heatmap.update(texttemplate="%{z:" + value_format + "}", textfont=dict(size=11))
     fig = go.Figure(heatmap)
     styled(fig, title, height=140 + 34 * n_layers)
+    fig.update_layout(margin_r=COLORBAR_MARGIN_PX)
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category", title_text="head")
     return fig
@@ -132,6 +141,7 @@ def pattern_fractions_figure(fractions: Any, layer_kinds: Sequence[str] | None =
             heatmap.update(texttemplate="%{z:.2f}", textfont=dict(size=10))
         fig.add_trace(heatmap, row=1, col=col + 1)
     styled(fig, f"Chunk patterns per layer and head ({fractions.n_chunks} chunks per head)", height=170 + 34 * n_layers)
+    fig.update_layout(margin_r=COLORBAR_MARGIN_PX)
     fig.update_layout(coloraxis=dict(colorscale=SEQUENTIAL, cmin=0.0, cmax=1.0, colorbar=dict(title=dict(text="share"))))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category")
@@ -192,6 +202,7 @@ def pattern_strip_figure(
         colorbar=dict(tickvals=[0, 1, 2], ticktext=list(PATTERN_NAMES), title=dict(text="chunk")),
     ))
     styled(fig, title or f"Chunk classification (chunks of {chunk_size} tokens)", height=110 + 26 * n_layers)
+    fig.update_layout(margin_r=right_legend_margin(PATTERN_NAMES))  # the colour bar's class names
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text="token index", range=[-0.5, n_chunks * chunk_size - 0.5])
     return fig

@@ -9,17 +9,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.validation import check_int
 from repo_lens.plots.labels import LABEL_GAP_PX, label_width_px
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
     OKABE_ITO,
     SPAN_COLORS,
-    STYLE_MARGIN_PX,
-    WEBGL_MIN_POINTS,
     check_head,
     check_layer,
     layer_label,
     positions_of,
+    right_legend_margin,
     sample_indices,
     styled,
     token_contexts,
@@ -64,6 +64,7 @@ def position_scatter_figure(
     view: Literal["focus", "global"] = "focus",
     k: float = 1.5,
     max_points: int = 4000,
+    max_total_points: int = 6000,
     context: int = 8,
     highlight: Mapping[str, tuple[int, int]] | None = None,
     title: str | None = None,
@@ -75,10 +76,14 @@ def position_scatter_figure(
     fences of the plotted positions (:func:`iqr_bounds`, pooled over the plotted heads) and draws
     the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
     named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the token and
-    ``context`` tokens either side. Beyond ``max_points`` tokens each head is min-max decimated.
+    ``context`` tokens either side. Each head draws at most ``max_points`` points and all heads together at
+    most ``max_total_points``: beyond, each head is min-max decimated on its own (its smallest and largest
+    position in each of equal token buckets), so every head's envelope survives. 16 heads × 4,096 tokens
+    on a ~700-pixel-wide plot keep 375 points a head, a bucket every ~4 pixels, finer than a 5-pixel marker.
     ``highlight``: named token spans (e.g. needle, query) shaded in the background, each named at its
-    top left; names that would overlap on a ``width``-pixel figure go one line lower. Beyond 1,000
-    points in all (all heads together) the heads are WebGL traces.
+    top left; names that would overlap on a ``width``-pixel figure go one line lower. All traces are SVG
+    (vector in every export): a few thousand SVG points draw faster than a WebGL context starts in a
+    browser without a GPU, and the app draws each figure twice (Streamlit).
 
     Example:
         >>> import numpy as np
@@ -98,31 +103,35 @@ def position_scatter_figure(
     finite = np.isfinite(values)
     if not finite.any():
         raise InputError(f"every position of layer {layer} is NaN or infinite; nothing to plot")
-    keep = sample_indices(n_tokens, max_points, values)
-    contexts = np.asarray(token_contexts(tokens, keep, context), dtype=str)  # not object: plotly deep-copies those
+    max_total_points = check_int(max_total_points, "max_total_points", minimum=2)
+    per_head = max(2, min(max_points, max_total_points // len(heads)))
+    keeps = [sample_indices(n_tokens, per_head, values[row]) for row in range(len(heads))]  # each head its own
+    union = np.unique(np.concatenate(keeps))
+    context_of = dict(zip(union.tolist(), token_contexts(tokens, union, context)))
     fig = go.Figure()
-    _shade_spans(fig, highlight or {}, n_tokens, width, legend=len(heads) > 1 or view == "focus")
+    many = len(heads) > 1
     if view == "focus":
         low, high = iqr_bounds(values[finite], k)
         outside = finite & ((values < low) | (values > high))
     else:
         outside = np.zeros_like(finite)
-    many = len(heads) > 1
-    shown = finite[:, keep] & ~outside[:, keep]
-    # WebGL by the figure's total: 16 heads of 800 SVG points each draw far slower than one WebGL context
-    marks_class = go.Scattergl if int(shown.sum()) > WEBGL_MIN_POINTS else go.Scatter
+    clipped_rows, clipped_idx = [], []
     for row, label in enumerate(heads):
-        show = shown[row]
-        idx = keep[show]
-        fig.add_trace(marks_class(
+        keep = keeps[row]
+        idx = keep[finite[row, keep] & ~outside[row, keep]]
+        fig.add_trace(go.Scatter(
             x=idx, y=values[row, idx], mode="markers", name=label,
             marker=dict(size=5 if n_tokens > 500 else 7, color=OKABE_ITO[row % len(OKABE_ITO)],
                         opacity=0.75 if many else 0.9),
-            hovertext=contexts[show], hovertemplate="t=%{x}  z=%{y:.3f}<br>%{hovertext}<extra>%{fullData.name}</extra>",
+            # str, not object: plotly deep-copies object arrays
+            hovertext=np.asarray([context_of[i] for i in idx.tolist()], dtype=str),
+            hovertemplate="t=%{x}  z=%{y:.3f}<br>%{hovertext}<extra>%{fullData.name}</extra>",
         ))
+        beyond = keep[outside[row, keep]]
+        clipped_rows.append(np.full(len(beyond), row))
+        clipped_idx.append(beyond)
     if view == "focus" and outside.any():
-        rows, cols = np.nonzero(outside[:, keep])
-        idx = keep[cols]
+        rows, idx = np.concatenate(clipped_rows), np.concatenate(clipped_idx)
         true = values[rows, idx]
         clipped = np.clip(true, low, high)
         labels = np.char.add(np.asarray(heads, dtype=str)[rows], ": ")
@@ -130,21 +139,25 @@ def position_scatter_figure(
             x=idx, y=clipped, mode="markers", name="clipped outliers",
             marker=dict(symbol=np.where(true > high, "triangle-up", "triangle-down"), size=9,
                         color="#D55E00", line=dict(width=0)),
-            customdata=true, hovertext=np.char.add(labels, contexts[cols]),
+            customdata=true, hovertext=np.char.add(labels, np.asarray([context_of[i] for i in idx.tolist()], dtype=str)),
             hovertemplate="t=%{x}  true z=%{customdata:.3f} (clipped)<br>%{hovertext}<extra></extra>",
         ))
         pad = 0.04 * (high - low or 1.0)
         fig.update_yaxes(range=[low - pad, high + pad])
+    legend = many or bool(outside.any())
+    margin_right = right_legend_margin([trace_.name for trace_ in fig.data]) if legend else None
     hidden = int((~finite).sum())
     suffix = f" — {hidden} non-finite positions not shown" if hidden else ""
-    sampled = " (min-max decimated)" if len(keep) < n_tokens else ""
+    sampled = " (min-max decimated)" if per_head < n_tokens else ""
     head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
     view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
     styled(fig, title or f"Position vs token index — {layer_label(layer, kinds)}, {head_text} ({view_text}){sampled}{suffix}",
            height=460)
+    fig.update_layout(margin_l=SCATTER_MARGIN_LEFT_PX, **({"margin_r": margin_right} if legend else {}))
+    _shade_spans(fig, highlight or {}, n_tokens, width - fig.layout.margin.l - fig.layout.margin.r)
     fig.update_xaxes(title_text="token index", range=[-0.5, n_tokens - 0.5])
     fig.update_yaxes(title_text="position")
-    fig.update_layout(width=width, hovermode="closest", showlegend=many or bool(outside.any()),
+    fig.update_layout(width=width, hovermode="closest", showlegend=legend,
                       meta={"kind": "scatter", "layer": layer, "head": head, "view": view,
                             "n_outliers": int(outside.sum())})
     return fig
@@ -153,14 +166,12 @@ def position_scatter_figure(
 SPAN_LABEL_FONT = 12
 SPAN_LABEL_LINE_PX = 18
 SPAN_LABEL_PAD_PX = 4  # annotation box: borderpad 1 px either side, plus rounding
-LEGEND_ALLOWANCE_PX = 140  # a vertical legend of head names takes this much of the width (or less)
+SCATTER_MARGIN_LEFT_PX = 80  # y tick labels such as "−0.0012"
 
 
-def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, width: int,
-                 legend: bool) -> None:
+def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, plot_width: int) -> None:
     """A shaded band per span, its name at the band's top left (top right when it would run past the
     plot); a name that would overlap another goes down a line (``yshift``), the highest free line first."""
-    plot_width = width - STYLE_MARGIN_PX - (LEGEND_ALLOWANCE_PX if legend else 0)
     px_per_token = plot_width / max(n_tokens, 1)  # the x axis spans -0.5 .. n_tokens - 0.5
     lines: list[list[tuple[float, float]]] = []  # the (left, right) pixels of the names on each line
     for name, (start, end) in sorted(spans.items(), key=lambda item: (item[1][0], item[0])):

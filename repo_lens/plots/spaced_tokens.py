@@ -12,8 +12,9 @@ from repo_lens.errors import InputError
 from repo_lens.plots.labels import label_width_px, place_labels
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
+    LEGEND_ROW_PX,
+    MARGIN_BOTTOM_PX,
     PATTERN_COLORS,
-    WEBGL_MIN_POINTS,
     check_layer,
     escape_tokens,
     kind_color,
@@ -29,6 +30,10 @@ PATTERN_NAMES = ("constant", "mono", "hybrid")
 # beyond this many shown tokens each row's marks and its chunk strip draw one mark / square per COLUMN_PX pixels
 COLUMN_DEDUP_MIN_TOKENS = 100
 COLUMN_PX = 2
+# a row's marks are vertical ticks of this half-height (in rows), all of a row one SVG path: thousands of
+# separate marker elements cost the browser far more to draw (and to draw again, which Streamlit does)
+TICK_HALF_HEIGHT = 0.06
+STRIP_SQUARE_PX = 6  # the chunk strip: a band this many pixels high and at least this wide per token
 
 
 def spaced_tokens_figure(
@@ -61,19 +66,21 @@ def spaced_tokens_figure(
     ``max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
 
     Labels never overlap within a row: when every token's label fits, each row is one text trace;
-    otherwise each row (the trace named after the layer) draws tokens as marks with their text in
-    the hover (beyond ``COLUMN_DEDUP_MIN_TOKENS`` shown tokens one mark per 2-pixel column, whose hover
-    says how many tokens it stands for: the browser draws each mark, and a 4,096-token row would
-    otherwise be thousands of marks on ~1,000 pixels), and a second trace per row
+    otherwise each row draws its tokens as vertical tick marks, all of a row one layout shape (named
+    "marks of layer N"; beyond ``COLUMN_DEDUP_MIN_TOKENS`` shown tokens one tick per 2-pixel column),
+    under invisible markers (the trace named after the layer; ``marker.maxdisplayed=1``, so the browser
+    creates one element) that carry their hover (a tick standing for several tokens says how many) and
+    clicks, and a second trace per row
     (``meta["labels_of_layer"]``) draws the labels that fit, placed greedily from left to right
     (:func:`repo_lens.plots.labels.place_labels`, at most ``label_limit`` per row) for a
-    ``width``-pixel figure. ``x_range=(low, high)`` (in x units: [0, 1]
+    ``width``-pixel figure. One SVG path per row rather than thousands of marker elements is what keeps
+    a 16-layer view of 4,096 tokens quick to draw. ``x_range=(low, high)`` (in x units: [0, 1]
     with ``scale="row"``) zooms the x axis and places labels for that range, so zooming brings labels back.
     ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them first,
-    and draws the connectors for those tokens only; otherwise connectors follow at most
-    ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns`` (L, n_chunks), from
-    :func:`repo_lens.analysis.chunk_patterns` for this head, adds a strip of squares under each
-    row coloured by the chunk class of each token. Rows of more than 1,000 marks are WebGL traces.
+    and draws the connectors (the trace named "connectors") for those tokens only; otherwise connectors
+    follow at most ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns``
+    (L, n_chunks), from :func:`repo_lens.analysis.chunk_patterns` for this head, adds a strip under each
+    row coloured by the chunk class of each token (a shape per class, named in the legend).
 
     Example:
         >>> import numpy as np
@@ -82,7 +89,7 @@ def spaced_tokens_figure(
         >>> t = Trace(tokens=list("ab c"), token_ids=[97, 98, 32, 99], positions=z, layer_kinds=["rope", "repo"])
         >>> fig = spaced_tokens_figure(t, scale="shared")
         >>> [d.name for d in fig.data if d.name], fig.data[-1].x.tolist()
-        (['L0 rope', 'L1 repo'], [0.0, 0.25, 2.5, 2.75])
+        (['connectors', 'L0 rope', 'L1 repo'], [0.0, 0.25, 2.5, 2.75])
     """
     positions, tokens, kinds = positions_of(trace)
     if scale not in ("row", "shared"):
@@ -119,34 +126,40 @@ def spaced_tokens_figure(
         fig.add_trace(_connectors(xs, first if marked.size else _connected(len(shown), len(rows), max_connectors),
                                   strong=bool(marked.size)))
     if patterns is not None:
-        for trace_ in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers, units_per_px):
-            fig.add_trace(trace_)
+        for shape in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers, units_per_px):
+            fig.add_shape(**shape)
     increments = np.diff(z, axis=1, prepend=np.nan)
     row_dtype = np.int8 if len(rows) < 128 else np.int32
     for r, layer in enumerate(rows):
         color = kind_color(kinds[layer] if kinds else "", layer)
         custom = np.column_stack([shown, z[layer, shown], increments[layer, shown]]).astype(np.float32)
-        drawn, text = np.arange(len(shown)), display
-        if not every_label and len(shown) > COLUMN_DEDUP_MIN_TOKENS:
-            drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), COLUMN_PX * units_per_px)
-        row_class = go.Scattergl if len(drawn) > WEBGL_MIN_POINTS and not every_label else go.Scatter
-        fig.add_trace(row_class(
-            x=xs[r, drawn].astype(np.float32), y=np.full(len(drawn), r, dtype=row_dtype),
-            name=layer_label(layer, kinds), mode="text" if every_label else "markers", text=text,
-            textfont=dict(color=color, size=font_size),
-            marker=dict(color=color, size=7, symbol="line-ns-open", line=dict(color=color, width=1)),
-            customdata=custom[drawn], meta={"layer": layer},
-            hovertemplate=("token %{customdata[0]}: %{text}<br>position %{customdata[1]:.3f}"
-                           "<br>increment %{customdata[2]:.3f}<extra>%{fullData.name}</extra>"),
-            showlegend=False,
-        ))
-        if not every_label:
+        hover = ("token %{customdata[0]}: %{text}<br>position %{customdata[1]:.3f}"
+                 "<br>increment %{customdata[2]:.3f}<extra>%{fullData.name}</extra>")
+        if every_label:
             fig.add_trace(go.Scatter(
-                x=xs[r, placed[r]].astype(np.float32), y=np.full(int(placed[r].sum()), r, dtype=row_dtype),
-                mode="text", text=display[placed[r]], textposition="top center",
-                textfont=dict(color=color, size=font_size), hoverinfo="skip", showlegend=False, name="",
-                meta={"labels_of_layer": layer},
+                x=xs[r].astype(np.float32), y=np.full(len(shown), r, dtype=row_dtype), name=layer_label(layer, kinds),
+                mode="text", text=display, textfont=dict(color=color, size=font_size), customdata=custom,
+                meta={"layer": layer}, hovertemplate=hover, showlegend=False,
             ))
+            continue
+        drawn, text = np.arange(len(shown)), display
+        if len(shown) > COLUMN_DEDUP_MIN_TOKENS:
+            drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), COLUMN_PX * units_per_px)
+        fig.add_shape(type="path", path=_ticks_path(xs[r, drawn], r, TICK_HALF_HEIGHT), xref="x", yref="y",
+                      line=dict(color=color, width=1), layer="above", name=f"marks of layer {layer}")
+        # invisible markers carry each mark's hover text and click (plotly selects only points of traces with
+        # markers or text); maxdisplayed=1: the browser creates one marker element, not one per mark
+        fig.add_trace(go.Scatter(
+            x=xs[r, drawn].astype(np.float32), y=np.full(len(drawn), r, dtype=row_dtype), name=layer_label(layer, kinds),
+            mode="markers", marker=dict(color=color, size=7, opacity=0, maxdisplayed=1), text=text,
+            customdata=custom[drawn], meta={"layer": layer}, hovertemplate=hover, showlegend=False,
+        ))
+        fig.add_trace(go.Scatter(  # the labels that fit
+            x=xs[r, placed[r]].astype(np.float32), y=np.full(int(placed[r].sum()), r, dtype=row_dtype),
+            mode="text", text=display[placed[r]], textposition="top center",
+            textfont=dict(color=color, size=font_size), hoverinfo="skip", showlegend=False, name="",
+            meta={"labels_of_layer": layer},
+        ))
     if marked.size:
         fig.add_trace(_highlight_marks(xs, first, shown, display))
     fig.layout.meta = {"kind": "spaced_tokens", "head": head, "scale": scale, "window": [start, end],
@@ -163,8 +176,10 @@ def _lay_out(fig: go.Figure, *, title: str | None, head: Any, scale: str, rows: 
     fig.update_xaxes(title_text=axis, zeroline=False, range=list(axis_range))
     fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[layer_label(layer, kinds) for layer in rows],
                      autorange="reversed", showgrid=False, zeroline=False, range=None)
+    # the chunk strip's legend: one row at the bottom of the figure, in a margin made for it
     fig.update_layout(width=width, hovermode="closest", showlegend=patterns,
-                      legend=dict(orientation="h", y=-0.12 - 0.6 / len(rows), x=0))
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
+                      margin_b=MARGIN_BOTTOM_PX + (LEGEND_ROW_PX if patterns else 0))
 
 
 def _highlighted(highlight: tuple[int, int] | None, start: int, end: int) -> np.ndarray:
@@ -241,7 +256,7 @@ def _connectors(xs: np.ndarray, slots: np.ndarray, strong: bool = False) -> go.S
     y[:, :n_rows] = np.arange(n_rows)
     line = dict(color="rgba(0,0,0,0.55)", width=1.2) if strong else dict(color="rgba(60,60,60,0.16)", width=0.8)
     return go.Scatter(x=x.ravel(), y=y.ravel(), mode="lines", line=line, hoverinfo="skip", showlegend=False,
-                      name="", connectgaps=False)
+                      name="connectors", connectgaps=False)
 
 
 def _highlight_marks(xs: np.ndarray, slots: np.ndarray, shown: np.ndarray, display: np.ndarray) -> go.Scatter:
@@ -275,12 +290,32 @@ def _one_mark_per_column(x: np.ndarray, display: np.ndarray, keep: np.ndarray,
     return drawn, text.astype(str)
 
 
+def _ticks_path(x: np.ndarray, row: int, half_height: float) -> str:
+    """An SVG path (in data coordinates, for a layout shape) of a vertical tick at each finite ``x`` on ``row``.
+
+    Example:
+        >>> _ticks_path(np.array([0.25, np.nan, 0.5]), 2, 0.1)
+        'M0.25,1.9V2.1M0.5,1.9V2.1'
+    """
+    bottom, top = f"{row - half_height:.6g}", f"{row + half_height:.6g}"
+    return "".join(f"M{value:.7g},{bottom}V{top}" for value in np.asarray(x, dtype=np.float64)[np.isfinite(x)].tolist())
+
+
+def _runs(x: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the union of ``width``-wide intervals centred on the finite ``x``."""
+    x = np.sort(np.asarray(x, dtype=np.float64)[np.isfinite(x)])
+    if x.size == 0:
+        return x, x
+    breaks = np.flatnonzero(np.diff(x) > width) + 1
+    return x[np.r_[0, breaks]] - width / 2, x[np.r_[breaks - 1, len(x) - 1]] + width / 2
+
+
 def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs: np.ndarray, size: int,
-                   n_layers: int, units_per_px: float = 0.0) -> list[go.Scatter]:
-    """One SVG trace of squares per chunk class under each row; beyond COLUMN_DEDUP_MIN_TOKENS tokens, one square
-    per class and COLUMN_PX-pixel column (``units_per_px`` x units per pixel), which looks the same and is far smaller.
-    Never WebGL: the app's chart is built afresh on every change, and a WebGL context costs more to create
-    (software GL in headless Chromium) than these few thousand squares cost to draw."""
+                   n_layers: int, units_per_px: float = 0.0) -> list[dict[str, Any]]:
+    """One layout shape (a single SVG path, named in the legend) per chunk class: under each row, a band
+    STRIP_SQUARE_PX high over each token of that class, at least STRIP_SQUARE_PX wide (``units_per_px`` x units
+    per pixel), neighbouring tokens' bands merged into one segment: it looks like a square per token and
+    draws in a fraction of the time of thousands of marker elements."""
     if patterns.ndim != 2 or patterns.shape[0] != n_layers:
         raise InputError(
             f"patterns must be (n_layers={n_layers}, n_chunks) for the shown head, got shape {patterns.shape}; "
@@ -289,20 +324,17 @@ def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs:
     labels = np.asarray(PATTERN_NAMES)[patterns] if patterns.dtype.kind in "iu" else patterns.astype(str)
     chunk = shown // size
     inside = chunk < patterns.shape[1]
+    square = STRIP_SQUARE_PX * units_per_px if units_per_px > 0 else 0.0
     out = []
     for name in PATTERN_NAMES:
-        x, y = [], []
+        path = []
         for r, layer in enumerate(rows):
             hit = inside.copy()
             hit[inside] = labels[layer, chunk[inside]] == name
-            row_x = xs[r, hit]
-            if len(shown) > COLUMN_DEDUP_MIN_TOKENS and units_per_px > 0:
-                row_x = row_x[np.unique(np.floor(row_x / (COLUMN_PX * units_per_px)), return_index=True)[1]]
-            x.append(row_x)
-            y.append(np.full(len(row_x), r + 0.34))
-        out.append(go.Scatter(
-            x=np.concatenate(x).astype(np.float32), y=np.concatenate(y).astype(np.float32), mode="markers",
-            name=f"{name} chunk",
-            marker=dict(symbol="square", size=6, color=PATTERN_COLORS[name]), hoverinfo="skip",
-        ))
+            starts, ends = _runs(xs[r, hit], square)
+            y = f"{r + 0.34:.6g}"
+            path += [f"M{a:.7g},{y}H{b:.7g}" for a, b in zip(starts.tolist(), ends.tolist())]
+        if path:  # a class no shown token has gets no shape, and no legend entry
+            out.append(dict(type="path", path="".join(path), xref="x", yref="y", layer="above", showlegend=True,
+                            line=dict(color=PATTERN_COLORS[name], width=STRIP_SQUARE_PX), name=f"{name} chunk"))
     return out

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
 from repo_lens.model.registry import kind_index, mechanism_kinds
+from repo_lens.plots.labels import label_width_px
 from repo_lens.validation import check_index
 
 OKABE_ITO: tuple[str, ...] = (
@@ -48,8 +49,13 @@ MONO_FAMILY = "'DejaVu Sans Mono', 'WenQuanYi Micro Hei Mono', 'WenQuanYi Micro 
 DEFAULT_WIDTH = 1100
 MARGIN_LEFT_PX = 70
 STYLE_MARGIN_PX = 100  # left + right margin of every styled figure: the plot area is the width less this
-# traces with more points than this are drawn with WebGL (go.Scattergl): SVG slows down past a few thousand
-WEBGL_MIN_POINTS = 1000
+# Margins that already hold what plotly would push them out to: when an axis title, a legend or a colour bar
+# needs more room than the margin gives, plotly widens the margin after drawing and draws the whole figure a
+# second time (in the app, on every change of layer, head or window, and in every export).
+MARGIN_BOTTOM_PX = 60  # x tick labels and the x-axis title (plotly needs ~55 px at font size 13)
+LEGEND_ROW_PX = 30  # one horizontal legend row
+LEGEND_SYMBOL_PX = 80  # a vertical legend at the right: symbol, padding and gap beside the longest name
+COLORBAR_MARGIN_PX = 120  # a colour bar with its tick labels and title (plotly needs ~105-110 px)
 
 
 def kind_color(kind: str, index: int = 0) -> str:
@@ -80,12 +86,22 @@ def styled(fig: go.Figure, title: str | None = None, height: int | None = None) 
         font=dict(family=FONT_FAMILY, size=13, color="#222222"),
         colorway=list(OKABE_ITO),
         title=dict(text=title, x=0.01, xanchor="left") if title else None,
-        margin=dict(l=MARGIN_LEFT_PX, r=STYLE_MARGIN_PX - MARGIN_LEFT_PX, t=60 if title else 30, b=50),
+        margin=dict(l=MARGIN_LEFT_PX, r=STYLE_MARGIN_PX - MARGIN_LEFT_PX, t=60 if title else 30, b=MARGIN_BOTTOM_PX),
         hoverlabel=dict(font_family=FONT_FAMILY),
     )
     if height is not None:
         fig.update_layout(height=int(height))
     return fig
+
+
+def right_legend_margin(names: Sequence[str], font_size: float = 13) -> int:
+    """The right margin (px) a vertical legend of ``names`` at the plot's right needs (see MARGIN_BOTTOM_PX).
+
+    Example:
+        >>> right_legend_margin(["head 0", "head 15"]) > right_legend_margin(["head 0"])
+        True
+    """
+    return int(np.ceil(LEGEND_SYMBOL_PX + max((label_width_px(name, font_size) for name in names), default=0.0)))
 
 
 def layer_label(layer: int, kinds: Sequence[str] | None) -> str:

@@ -2,7 +2,9 @@
 
 Every batch row is exactly ``length + 1`` bytes: text from the bilingual corpus, or a prompt
 (RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question, or "recall": dense
-associative recall with an answer every ~20-90 bytes, not in the ``bytes-1k`` preset) placed at
+associative recall with an answer every ~20-90 bytes, not in the ``bytes-1k`` preset, or "repeat":
+a random segment of words and numbers written again and again, the classic data on which
+induction heads form, where every byte after the first copy can be predicted only by copying) placed at
 the end of a row whose beginning is corpus text, with the document separator between them. The loss is
 next-byte cross-entropy on every byte, and the answer bytes of a prompt weigh ``answer_weight``
 times more: they are a few bytes in a thousand, and without the weight the rare retrieval
@@ -28,7 +30,7 @@ from repo_lens.data.tables import table_prompt
 from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
-ROW_KINDS = ("text", "niah", "fewshot", "table", "recall")
+ROW_KINDS = ("text", "niah", "fewshot", "table", "recall", "repeat")
 DEFAULT_ROW_WEIGHTS = {"text": 0.35, "niah": 0.45, "fewshot": 0.1, "table": 0.1}
 EVAL_SEED_OFFSET = 10**9  # evaluation prompts use seeds from here on; training's are below
 
@@ -171,6 +173,21 @@ class RetrievalMixTask:
         return Prompt(text=text, ids=ids, spans={}, char_spans={}, query=answers[-1], answer="",
                       meta={"answer_spans": answers})
 
+    def _repeat(self, rng: random.Random, length: int):
+        """A random segment of 20-200 bytes (words of the corpus and 7-digit numbers) written over and
+        over until the row is full: after the first copy every byte follows from an earlier copy."""
+        from repo_lens.data.spans import Prompt
+
+        target = rng.randint(20, 200)
+        parts: list[str] = []
+        while sum(len(part) + 1 for part in parts) < target:
+            parts.append(str(rng.randint(10**6, 10**7 - 1)) if rng.random() < 0.3 else rng.choice(self.words))
+        segment = " ".join(parts) + "\n"
+        text = (segment * (length // len(segment) + 1))[:length]
+        ids = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64)
+        return Prompt(text=text, ids=ids, spans={}, char_spans={}, query=(len(ids), len(ids)), answer="",
+                      meta={"answer_spans": []})  # dense copying: no byte weighs more than text
+
     def _row(self, rng: random.Random, length: int, kind: str, source: dict) -> tuple[np.ndarray, np.ndarray]:
         """``length + 1`` byte ids and the weight of predicting each of them (the first is never predicted)."""
         lang = self.languages[rng.randrange(len(self.languages))]
@@ -178,7 +195,8 @@ class RetrievalMixTask:
             ids = self._text_window(rng, lang, length + 1, source)
             return ids, np.ones(length + 1)
         prompt = {"niah": lambda: self._niah(rng, length, lang), "fewshot": lambda: self._fewshot(rng, length),
-                  "table": lambda: self._table(rng, length), "recall": lambda: self._recall(rng, length)}[kind]()
+                  "table": lambda: self._table(rng, length), "recall": lambda: self._recall(rng, length),
+                  "repeat": lambda: self._repeat(rng, length)}[kind]()
         prompt_ids = np.asarray(prompt.ids, dtype=np.int64)
         if len(prompt_ids) > length:  # cutting its front could cut away what the answer needs
             raise ValueError(f"a {kind} prompt of {len(prompt_ids)} bytes does not fit a {length}-byte row")

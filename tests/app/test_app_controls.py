@@ -228,18 +228,3 @@ def test_gguf_header_reader_against_a_hand_written_file(tmp_path):
     info = _gguf_info("zoo:m", path)
     assert (info.n_layers, info.n_heads, info.context, info.parameters) == (16, 12, 8192, 3 * 4 + 5)
     assert info.describe().startswith("16×12 · ctx 8,192 · 17 params")
-
-
-def test_static_exports_draw_small_webgl_figures_as_vector_traces():
-    import plotly.graph_objects as go
-
-    from lens_app.ui import VECTOR_POINT_LIMIT, static_figure
-
-    x = np.arange(1000, dtype=float)
-    small = go.Figure([go.Scattergl(x=x, y=x ** 2, mode="markers", name="gl"), go.Scatter(x=[0, 1], y=[1, 0])])
-    converted = static_figure(small)
-    assert [trace.type for trace in converted.data] == ["scatter", "scatter"]
-    np.testing.assert_array_equal(converted.data[0].y, x ** 2)
-    assert converted.data[0].name == "gl" and small.data[0].type == "scattergl"  # the shown figure is untouched
-    big = go.Figure(go.Scattergl(x=np.arange(VECTOR_POINT_LIMIT + 1), y=np.zeros(VECTOR_POINT_LIMIT + 1)))
-    assert static_figure(big).data[0].type == "scattergl"

@@ -88,7 +88,7 @@ def test_click_highlights_a_token_in_every_layer_and_clear_removes_it(server, br
     if not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stFileChip"]'):  # run alone: upload the trace
         open_trace(browser, server, trace_file, "view=Spaced+tokens")
     show_view(browser, "Spaced tokens", "spaced_tokens")
-    _click_token(browser, row=8, index=150)
+    _click_token(browser, row=8, index=100)
     assert painted_after(browser, f"{META}.highlight.length > 0;") > 0
     settled(browser)
     highlight = browser.execute_script(f"const gd = document.querySelector('.js-plotly-plot'); {META}.highlight;")

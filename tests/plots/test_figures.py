@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import re
 import subprocess
 import sys
 
@@ -48,6 +49,13 @@ def layer_traces(fig):
     return [d for d in fig.data if d.name and d.name.startswith("L")]
 
 
+def path_commands(path: str) -> list[tuple[float, float, str, float]]:
+    """A shape path of "M x,y V y2" (ticks) or "M x,y H x2" (strip bands) commands as (x, y, V/H, to)."""
+    found = re.findall(r"M([-\d.e+]+),([-\d.e+]+)([VH])([-\d.e+]+)", path)
+    assert "".join(f"M{x},{y}{c}{to}" for x, y, c, to in found) == path, "unexpected path commands"
+    return [(float(x), float(y), c, float(to)) for x, y, c, to in found]
+
+
 def test_spaced_tokens_x_equals_positions_with_shared_scale():
     trace = make_trace()
     for head in range(trace.n_heads):
@@ -86,7 +94,7 @@ def test_spaced_tokens_mean_head_window_labels_and_escaping():
 def test_spaced_tokens_connectors_follow_each_token_across_layers():
     trace = make_trace(n_tokens=12)
     fig = spaced_tokens_figure(trace, head=0, scale="shared")
-    lines = [d for d in fig.data if d.mode == "lines"][0]
+    (lines,) = [d for d in fig.data if d.name == "connectors"]
     x = np.asarray(lines.x, dtype=float).reshape(12, 4)  # per token: L0, L1, L2, gap
     np.testing.assert_allclose(x[:, :3], trace.positions[:, 0].T, rtol=1e-6)
     assert np.isnan(x[:, 3]).all()
@@ -96,20 +104,35 @@ def test_spaced_tokens_pattern_strip_colours_tokens_by_their_chunk():
     trace = make_trace(n_tokens=40)
     codes = chunk_pattern_codes(trace.positions, size=8)[:, 0]
     fig = spaced_tokens_figure(trace, head=0, scale="shared", patterns=codes, chunk_size=8)
-    strips = {d.name: d for d in fig.data if d.name and d.name.endswith("chunk")}
-    assert sum(len(d.x) for d in strips.values()) == 3 * 40  # 5 full chunks of 8 in every layer
+    strips = {shape.name: shape for shape in fig.layout.shapes if shape.name.endswith("chunk")}
+    labels = chunk_patterns(trace.positions, size=8)[:, 0]  # (layer, chunk)
+    assert sorted(strips) == sorted(f"{name} chunk" for name in set(labels.ravel().tolist()))  # classes present
+    low, high = fig.layout.xaxis.range
+    half_band = 3 * (high - low) / (fig.layout.width - fig.layout.margin.l - fig.layout.margin.r)  # 6 px wide at least
     for name, strip in strips.items():
-        assert strip.marker.color == PATTERN_COLORS[name.split()[0]]
-    labels = chunk_patterns(trace.positions, size=8)[:, 0]
-    expected_mono = int((labels == "mono").sum()) * 8
-    assert len(strips["mono chunk"].x) == expected_mono
+        assert strip.line.color == PATTERN_COLORS[name.split()[0]] and strip.showlegend
+        bands = path_commands(strip.path)
+        for layer in range(3):
+            x = trace.positions[layer, 0, :40].astype(float)
+            ours = np.repeat(labels[layer] == name.split()[0], 8)  # the tokens of this class in this row
+            row_bands = [(a, b) for a, y, command, b in bands if command == "H" and y == pytest.approx(layer + 0.34)]
+            covered = np.array([any(a - 1e-6 <= v <= b + 1e-6 for a, b in row_bands) for v in x])
+            assert covered[ours].all()  # every token of the class has its band
+            for a, b in row_bands:  # each band: the class's tokens under it, widened by half a band each side
+                under = x[ours & (x >= a - 1e-6) & (x <= b + 1e-6)]
+                assert under.size and a == pytest.approx(under.min() - half_band, abs=1e-5)
+                assert b == pytest.approx(under.max() + half_band, abs=1e-5)
 
 
 def test_spaced_tokens_sampling_and_markers_for_long_inputs():
     trace = make_trace(n_layers=2, n_tokens=5000)
     fig = spaced_tokens_figure(trace, head=0, scale="shared", max_tokens=1000, label_limit=400)
     row = layer_traces(fig)[0]
-    assert row.mode == "markers" and fig.layout.meta["sampled"] is True
+    # the marks are one shape of ticks; the row's trace, invisible markers, carries their hover text and clicks
+    assert row.mode == "markers" and row.marker.opacity == 0 and row.marker.maxdisplayed == 1
+    assert fig.layout.meta["sampled"] is True
+    ticks = path_commands(next(shape for shape in fig.layout.shapes if shape.name == "marks of layer 0").path)
+    np.testing.assert_allclose([x for x, _, _, _ in ticks], np.asarray(row.x, dtype=float), rtol=1e-6)
     sampled = np.arange(5000)[sample_indices(5000, 1000)]  # 1,000 tokens, an even stride
     assert len(sampled) == 1000
     drawn = np.asarray(row.customdata)[:, 0].astype(int)
@@ -264,20 +287,24 @@ def test_plots_need_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_scatter_uses_webgl_by_the_figures_total_and_the_strip_never_does():
-    # 4 heads x 400 tokens: each head is under 1,000 points but the figure (1,600) is not -> one WebGL context
+def test_scatter_decimates_each_head_on_its_own_within_the_total_budget_and_the_strip_is_one_path_per_class():
     trace = make_trace(n_heads=4, n_tokens=400)
-    many = position_scatter_figure(trace, 1, "all", view="global")
-    assert [d.type for d in many.data if d.name.startswith("head")] == ["scattergl"] * 4
-    few = position_scatter_figure(make_trace(n_heads=2, n_tokens=300), 1, "all", view="global")
-    assert {d.type for d in few.data if d.name.startswith("head")} == {"scatter"}
-    # the chunk strip of 2,000 tokens: SVG squares, at most one per class, row and 2-pixel column
+    fig = position_scatter_figure(trace, 1, "all", view="global", max_points=1000, max_total_points=200)
+    heads = [d for d in fig.data if d.name.startswith("head")]
+    assert {d.type for d in heads} == {"scatter"}  # SVG: vector in every export
+    assert sum(len(d.x) for d in heads) <= 200 and "min-max decimated" in fig.layout.title.text
+    edges = np.linspace(0, 400, 26).astype(int)  # 200 points / 4 heads = 50 a head: 25 buckets of min and max
+    for head, drawn in enumerate(heads):
+        z, x = trace.positions[1, head], set(np.asarray(drawn.x).tolist())
+        for start, end in zip(edges[:-1], edges[1:]):
+            assert start + int(np.argmin(z[start:end])) in x and start + int(np.argmax(z[start:end])) in x
+    with pytest.raises(InputError, match="max_total_points"):
+        position_scatter_figure(trace, 1, "all", max_total_points=1)
+    # the chunk strip of 2,000 tokens: one path per class, bands at least 6 px wide and never overlapping
     long = make_trace(n_tokens=2000)
     codes = chunk_pattern_codes(long.positions, size=16)[:, 0]
     fig = spaced_tokens_figure(long, head=0, patterns=codes, width=600)
-    strips = [d for d in fig.data if d.name and d.name.endswith("chunk")]
-    assert {d.type for d in strips} == {"scatter"}
+    assert [d for d in fig.data if d.name and d.name.endswith("chunk")] == []
     plot_px = 600 - fig.layout.margin.l - fig.layout.margin.r
-    for strip in strips:
-        assert len(strip.x) <= 3 * (plot_px // 2 + 2)  # 3 rows
-        assert len(strip.x) < 3 * 2000
+    for strip in (shape for shape in fig.layout.shapes if shape.name.endswith("chunk")):
+        assert len(path_commands(strip.path)) <= 3 * (plot_px // 6 + 1)  # 3 rows

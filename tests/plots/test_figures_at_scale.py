@@ -104,7 +104,7 @@ def test_every_token_is_a_mark_or_counted_by_the_mark_of_its_pixel_column(trace)
     low, high = fig.layout.xaxis.range
     column = 2 * (high - low) / (fig.layout.width - fig.layout.margin.l - fig.layout.margin.r)  # 2 pixels
     for layer, row in rows.items():
-        assert row.mode == "markers" and "%{text}" in row.hovertemplate
+        assert row.mode == "markers" and row.marker.opacity == 0 and "%{text}" in row.hovertemplate
         drawn = np.asarray(row.customdata)[:, 0].astype(int)
         assert len(drawn) <= 1100 / 2 + 1 and row.type == "scatter"  # at most one mark per 2-pixel column: SVG
         # the positions the row is drawn at (rescaled per layer), computed here from the trace
@@ -144,7 +144,7 @@ def test_highlight_marks_the_token_and_its_neighbours_in_every_layer(trace, toke
     for layer in range(16):
         assert sorted(index[row == layer].tolist()) == sorted(expected)
     # connectors only for the highlighted tokens: one polyline through the 16 rows each, then a gap
-    (lines,) = [d for d in fig.data if d.mode == "lines"]
+    (lines,) = [d for d in fig.data if d.name == "connectors"]
     x = np.asarray(lines.x, dtype=float).reshape(len(expected), 17)
     rows = rows_of(fig)
     for slot, t in enumerate(sorted(expected)):
@@ -164,7 +164,7 @@ def test_highlight_outside_the_window_is_an_input_error(trace):
 
 def test_connectors_without_highlight_are_few(trace):
     fig = spaced_tokens_figure(trace, head=0)
-    (lines,) = [d for d in fig.data if d.mode == "lines"]
+    (lines,) = [d for d in fig.data if d.name == "connectors"]
     x = np.asarray(lines.x, dtype=float)
     segments = int((np.isfinite(x[1:]) & np.isfinite(x[:-1])).sum())
     assert 0 < segments <= 200

@@ -100,6 +100,21 @@ def test_recall_rows_weigh_every_answer_and_each_answer_is_the_keys_value():
     assert styles == {"short", "needle"}
 
 
+def test_repeat_rows_write_one_segment_again_and_again_with_plain_weights():
+    tokenizer = ByteTokenizer()
+    task = make_task(row_weights={"repeat": 1.0}, answer_weight=4.0)
+    for step in range(3):
+        inputs, targets, weights = task.train_batch(step)
+        assert torch.equal(weights, torch.ones_like(weights))  # dense copying needs no extra weight
+        for row in range(inputs.shape[0]):
+            assert int(inputs[row, 0]) == ByteTokenizer.separator_id
+            text = tokenizer.decode(inputs[row, 1:].tolist()) + tokenizer.decode([int(targets[row, -1])])
+            segment = text[:text.index("\n") + 1]
+            assert 20 <= len(segment) <= 220 and all(word.isalpha() or (word.isdigit() and len(word) == 7)
+                                                      for word in segment.split())
+            assert text == (segment * (len(text) // len(segment) + 1))[:len(text)]  # the segment, over and over
+
+
 def test_batches_depend_only_on_seed_and_step():
     first, second = make_task(), make_task()
     for step in (0, 7, 7, 2):

@@ -3,6 +3,7 @@ re-render, browser paint, PNG export and figure JSON size, beside the numbers of
 issue 15 (the BEFORE table below, measured with this script on the same 2-core CPU machine).
 
     python bench/app_scale.py [--repeats 5] [--no-browser]
+    python bench/app_scale.py --model zoo:smollm2-135m --tokens 3179   # the model and length issue 15 names
 
 - server re-render: one streamlit AppTest script run after a head change (spaced tokens), a window
   change to all 4,096 tokens (spaced tokens) and a layer change (scatter, all heads); the trace is
@@ -12,7 +13,10 @@ issue 15 (the BEFORE table below, measured with this script on the same 2-core C
   animation frames have passed (so it has been painted), measured in the page with performance.now().
 - export: repo_lens.plots.figure_bytes(fig, "png") of each figure the app showed (the warm export
   server; the first export also starts Chromium and is printed separately).
-- JSON: the largest plotly figure spec the app sent to the browser.
+- JSON: the largest plotly figure spec the app sent to the browser; SVG: the largest SVG export.
+
+--model traces another model the app can open (e.g. zoo:smollm2-135m, 30 layers x 9 heads) instead of the
+random published-shape checkpoint, on a text cut to --tokens of its tokens.
 """
 
 from __future__ import annotations
@@ -47,16 +51,22 @@ BEFORE = {
     "browser: window -> all tokens painted": 26.101,
     "browser: layer change painted": 5.970,
 }
-BUDGET = {"server": 0.5, "browser": 1.0, "export": 3.0, "json": 3.0}
+BUDGET = {"server": 0.5, "browser": 1.0, "export": 3.0, "json": 3.0, "svg": float("inf")}
 
 
-def build(root: Path) -> tuple[Path, Path, str]:
-    """A random checkpoint of the published shape, its 4,096-token trace saved, and the text."""
+def build(root: Path, model: str | None = None) -> tuple[Path | str, Path, str]:
+    """A random checkpoint of the published shape (or ``model``), its N_TOKENS-token trace saved, and the text."""
     from repo_lens.model.loaders import save_checkpoint
     from repo_lens.model.tiny import tiny_model
 
     import repo_lens
 
+    if model is not None:
+        lens = repo_lens.load(model, device="cpu")
+        ids = lens.encode(TEXT * (4 * N_TOKENS // len(TEXT) + 4))
+        text = lens.tokenizer.decode(ids[:N_TOKENS], skip_special_tokens=True)
+        trace = lens.trace(text, progress=False)
+        return model, trace.save(root / "model.trace.safetensors"), text
     checkpoint = root / "olmo2-1b-shape"
     try:
         model = tiny_model("repo", shape="olmo2-1b")
@@ -75,7 +85,7 @@ def timed(action) -> float:
     return time.perf_counter() - start
 
 
-def server_numbers(text: str, repeats: int) -> tuple[dict[str, float], list[str]]:
+def server_numbers(text: str, repeats: int, n_tokens: int = N_TOKENS) -> tuple[dict[str, float], list[str]]:
     """Medians of AppTest script runs after each change, and the figure specs the app sent."""
     from streamlit.testing.v1 import AppTest
 
@@ -96,7 +106,7 @@ def server_numbers(text: str, repeats: int) -> tuple[dict[str, float], list[str]
         at.run()
         at.text_area(key="text_Free text").input(text).run()
         assert not at.exception, [e.value for e in at.exception]
-        assert f"{N_TOKENS:,} tokens" in at.markdown[0].value, at.markdown[0].value
+        assert f"{n_tokens:,} tokens" in at.markdown[0].value, at.markdown[0].value
         return at
 
     spaced, scatter = opened("Spaced tokens"), opened("Scatter")
@@ -106,7 +116,7 @@ def server_numbers(text: str, repeats: int) -> tuple[dict[str, float], list[str]
     for step in range(repeats):
         heads.append(timed(lambda: spaced.selectbox(key="spaced_head").set_value(str(1 + step % 8)).run()))
         slider = next(s for s in spaced.slider if s.key.startswith("spaced_window"))
-        full, short = (0, N_TOKENS), (0, 200 + step)
+        full, short = (0, n_tokens), (0, 200 + step)
         windows.append(timed(lambda: slider.set_value(full).run()))
         specs += [element.proto.spec for element in spaced.get("plotly_chart")]
         slider.set_value(short).run()
@@ -123,6 +133,7 @@ def server_numbers(text: str, repeats: int) -> tuple[dict[str, float], list[str]
 
 
 def export_numbers(specs: list[str]) -> tuple[dict[str, float], float]:
+    """Seconds of the slowest warm PNG export, the largest JSON spec and the largest SVG file."""
     import plotly.io as pio
 
     from repo_lens.plots import figure_bytes
@@ -131,10 +142,13 @@ def export_numbers(specs: list[str]) -> tuple[dict[str, float], float]:
     first = timed(lambda: figure_bytes(pio.from_json(unique[0]), "png"))
     slowest = max(timed(lambda spec=spec: figure_bytes(pio.from_json(spec), "png")) for spec in unique)
     largest = max(len(spec.encode("utf-8")) for spec in unique) / 1e6
-    return {"export: slowest PNG (warm)": slowest, "json: largest figure (MB)": largest}, first
+    svg = max(len(figure_bytes(pio.from_json(spec), "svg")) for spec in unique) / 1e6
+    return {"export: slowest PNG (warm)": slowest, "json: largest figure (MB)": largest,
+            "svg: largest export (MB)": svg}, first
 
 
-def browser_numbers(root: Path, checkpoint: Path, trace_path: Path, repeats: int) -> dict[str, float]:
+def browser_numbers(root: Path, checkpoint: Path | str, trace_path: Path, repeats: int,
+                    n_tokens: int = N_TOKENS) -> dict[str, float]:
     from selenium.webdriver.common.keys import Keys
 
     from browser_helpers import WINDOW_END, app_server, chromium, open_trace, painted_after, pick, press, settled
@@ -149,7 +163,7 @@ def browser_numbers(root: Path, checkpoint: Path, trace_path: Path, repeats: int
             heads.append(painted_after(driver, f"return gd._fullLayout.meta.head === {head};"))
             settled(driver)
             press(driver, WINDOW_END, Keys.END)
-            windows.append(painted_after(driver, f"return gd._fullLayout.meta.window[1] === {N_TOKENS};"))
+            windows.append(painted_after(driver, f"return gd._fullLayout.meta.window[1] === {n_tokens};"))
             settled(driver)
             press(driver, WINDOW_END, *[Keys.PAGE_DOWN] * 9)  # back to a short window
             settled(driver)
@@ -167,38 +181,46 @@ def browser_numbers(root: Path, checkpoint: Path, trace_path: Path, repeats: int
 
 
 def main() -> None:
-    global APP
+    global APP, N_TOKENS
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium measurements")
     parser.add_argument("--browser-only", action="store_true", help="only the Chromium measurements")
     parser.add_argument("--app", type=Path, default=APP, help="the streamlit_app.py to measure")
+    parser.add_argument("--model", default=None, help="a model the app opens (zoo:NAME), instead of the random one")
+    parser.add_argument("--tokens", type=int, default=N_TOKENS, help="tokens of the traced text")
     args = parser.parse_args()
+    N_TOKENS = args.tokens
     APP = args.app.resolve()
     warnings.simplefilter("ignore")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     root = Path(tempfile.mkdtemp(prefix="app-scale-"))
     try:
-        checkpoint, trace_path, text = build(root)
+        checkpoint, trace_path, text = build(root, args.model)
+        import repo_lens
+
+        shape = repo_lens.Trace.load(trace_path).positions.shape
         os.environ["REPO_LENS_APP_ROOTS"] = str(root)
         os.environ["REPO_LENS_APP_DEFAULT_MODEL"] = str(checkpoint)
         now, first_export = {}, float("nan")
         if not args.browser_only:
-            now, specs = server_numbers(text, args.repeats)
+            now, specs = server_numbers(text, args.repeats, shape[-1])
             exported, first_export = export_numbers(specs)
             now.update(exported)
             print(json.dumps({name: round(value, 3) for name, value in now.items()}), flush=True)
         if not args.no_browser:
-            now.update(browser_numbers(root, checkpoint, trace_path, args.repeats))
+            now.update(browser_numbers(root, checkpoint, trace_path, args.repeats, shape[-1]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"App at 16 layers x 16 heads x {N_TOKENS:,} tokens (RePo from layer 5), median of {args.repeats}, "
+    before_of = BEFORE if args.model is None else {}  # BEFORE was measured on the published shape only
+    print(f"App on {args.model or 'the published shape (RePo from layer 5)'}: {shape[0]} layers x {shape[1]} heads x "
+          f"{shape[2]:,} tokens, median of {args.repeats}, "
           f"{os.cpu_count()} CPUs")
     print(f"  {'measure':46s} {'before':>8s} {'now':>8s} {'ratio':>7s} {'budget':>7s}")
     for name, value in now.items():
-        before = BEFORE.get(name)
+        before = before_of.get(name)
         budget = BUDGET[name.split(":")[0]]
         ratio = f"{before / value:6.1f}x" if before else ""
         mark = "ok" if value <= budget else "OVER"

@@ -63,8 +63,10 @@ def build(root: Path, model: str | None = None) -> tuple[Path | str, Path, str]:
 
     if model is not None:
         lens = repo_lens.load(model, device="cpu")
-        ids = lens.encode(TEXT * (4 * N_TOKENS // len(TEXT) + 4))
-        text = lens.tokenizer.decode(ids[:N_TOKENS], skip_special_tokens=True)
+        ids, cut = lens.encode(TEXT * (8 * N_TOKENS // len(TEXT) + 4)), N_TOKENS  # >= 1 token per 8 characters
+        for _ in range(8):  # decoding and encoding again need not give back as many tokens: adjust the cut
+            text = lens.tokenizer.decode(ids[:cut], skip_special_tokens=True)
+            cut += N_TOKENS - len(lens.encode(text))
         trace = lens.trace(text, progress=False)
         return model, trace.save(root / "model.trace.safetensors"), text
     checkpoint = root / "olmo2-1b-shape"

@@ -9,7 +9,6 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.validation import check_int
 from repo_lens.plots.labels import LABEL_GAP_PX, label_width_px
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
@@ -24,6 +23,7 @@ from repo_lens.plots.style import (
     styled,
     token_contexts,
 )
+from repo_lens.validation import check_int
 
 
 def iqr_bounds(values: np.ndarray, k: float = 1.5) -> tuple[float, float]:

@@ -27,7 +27,7 @@ from repo_lens.plots.style import (
 from repo_lens.validation import check_int
 
 PATTERN_NAMES = ("constant", "mono", "hybrid")
-# beyond this many shown tokens each row's marks and its chunk strip draw one mark / square per COLUMN_PX pixels
+# beyond this many shown tokens each row draws one tick mark per COLUMN_PX pixels
 COLUMN_DEDUP_MIN_TOKENS = 100
 COLUMN_PX = 2
 # a row's marks are vertical ticks of this half-height (in rows), all of a row one SVG path: thousands of

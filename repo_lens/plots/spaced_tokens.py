@@ -145,8 +145,10 @@ def spaced_tokens_figure(
         drawn, text = np.arange(len(shown)), display
         if len(shown) > COLUMN_DEDUP_MIN_TOKENS:
             drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), COLUMN_PX * units_per_px)
-        fig.add_shape(type="path", path=_ticks_path(xs[r, drawn], r, TICK_HALF_HEIGHT), xref="x", yref="y",
-                      line=dict(color=color, width=1), layer="above", name=f"marks of layer {layer}")
+        ticks = _ticks_path(xs[r, drawn], r, TICK_HALF_HEIGHT)
+        if ticks:  # empty when every shown position of the row is NaN or infinite
+            fig.add_shape(type="path", path=ticks, xref="x", yref="y", line=dict(color=color, width=1),
+                          layer="above", name=f"marks of layer {layer}")
         # invisible markers carry each mark's hover text and click (plotly selects only points of traces with
         # markers or text); maxdisplayed=1: the browser creates one marker element, not one per mark
         fig.add_trace(go.Scatter(

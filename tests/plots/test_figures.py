@@ -195,6 +195,17 @@ def test_global_view_shows_every_point_and_hover_has_context():
     assert fig.data[0].marker.color == OKABE_ITO[0] and fig.data[1].marker.color == OKABE_ITO[1]
 
 
+def test_spaced_tokens_draw_no_ticks_where_positions_are_not_finite():
+    trace = make_trace(n_tokens=400)
+    trace.positions[1, 0] = np.nan  # a whole row
+    trace.positions[2, 0, ::3] = np.inf
+    fig = spaced_tokens_figure(trace, head=0, scale="shared")
+    marks = {shape.name: path_commands(shape.path) for shape in fig.layout.shapes if shape.name.startswith("marks")}
+    assert sorted(marks) == ["marks of layer 0", "marks of layer 2"]  # the NaN row draws nothing
+    ticks_x = np.array([x for x, _, _, _ in marks["marks of layer 2"]])
+    assert np.isfinite(ticks_x).all() and 0 < len(ticks_x) <= int(np.isfinite(trace.positions[2, 0]).sum())
+
+
 def test_scatter_leaves_out_nonfinite_positions_and_says_so():
     trace = make_trace(n_tokens=30)
     trace.positions[1, 0, [2, 7]] = np.nan

@@ -30,7 +30,7 @@ SPACED_TOKEN_LIMIT = 2000  # tokens drawn by the spaced-token view (sampled beyo
 # window with the sidebar open is ~1,030 px. Charts stretch to the column; wider than this, labels only
 # get more room. (Streamlit draws every new chart twice: at this width, then at the column's.)
 PLOT_WIDTH_PX = 1000
-SCATTER_POINT_LIMIT = 2000  # points per head in the scatter (min-max decimated beyond; ~2 per pixel)
+SCATTER_POINT_LIMIT = 2000  # points per head in the scatter (decimated beyond: extremes + even stride)
 DEFAULT_WINDOW = 300  # tokens shown by the spaced-token view at first
 
 

@@ -77,9 +77,10 @@ def position_scatter_figure(
     the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
     named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the token and
     ``context`` tokens either side. Each head draws at most ``max_points`` points and all heads together at
-    most ``max_total_points``: beyond, each head is min-max decimated on its own (its smallest and largest
-    position in each of equal token buckets), so every head's envelope survives. 16 heads × 4,096 tokens
-    on a ~700-pixel-wide plot keep 375 points a head, a bucket every ~4 pixels, finer than a 5-pixel marker.
+    most ``max_total_points``; beyond, each head is decimated on its own: half of its points are the
+    smallest and largest position of equal token buckets (its envelope and extremes survive), the other
+    half an even stride over the tokens (so the density between the extremes shows too, which minima and
+    maxima alone would hide). 16 heads × 4,096 tokens keep 375 points a head.
     ``highlight``: named token spans (e.g. needle, query) shaded in the background, each named at its
     top left; names that would overlap on a ``width``-pixel figure go one line lower. All traces are SVG
     (vector in every export): a few thousand SVG points draw faster than a WebGL context starts in a
@@ -105,7 +106,7 @@ def position_scatter_figure(
         raise InputError(f"every position of layer {layer} is NaN or infinite; nothing to plot")
     max_total_points = check_int(max_total_points, "max_total_points", minimum=2)
     per_head = max(2, min(max_points, max_total_points // len(heads)))
-    keeps = [sample_indices(n_tokens, per_head, values[row]) for row in range(len(heads))]  # each head its own
+    keeps = [_decimated(n_tokens, per_head, values[row]) for row in range(len(heads))]  # each head its own
     union = np.unique(np.concatenate(keeps))
     context_of = dict(zip(union.tolist(), token_contexts(tokens, union, context)))
     fig = go.Figure()
@@ -148,11 +149,13 @@ def position_scatter_figure(
     margin_right = right_legend_margin([trace_.name for trace_ in fig.data]) if legend else None
     hidden = int((~finite).sum())
     suffix = f" — {hidden} non-finite positions not shown" if hidden else ""
-    sampled = " (min-max decimated)" if per_head < n_tokens else ""
+    sampled = " (decimated)" if per_head < n_tokens else ""
     head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
     view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
+    # tall enough that a legend of every head (and the clipped outliers) fits beside the plot without scrolling
+    height = max(460, 140 + LEGEND_ENTRY_PX * len(fig.data)) if legend else 460
     styled(fig, title or f"Position vs token index — {layer_label(layer, kinds)}, {head_text} ({view_text}){sampled}{suffix}",
-           height=460)
+           height=height)
     fig.update_layout(margin_l=SCATTER_MARGIN_LEFT_PX, **({"margin_r": margin_right} if legend else {}))
     _shade_spans(fig, highlight or {}, n_tokens, width - fig.layout.margin.l - fig.layout.margin.r)
     fig.update_xaxes(title_text="token index", range=[-0.5, n_tokens - 0.5])
@@ -167,6 +170,7 @@ SPAN_LABEL_FONT = 12
 SPAN_LABEL_LINE_PX = 18
 SPAN_LABEL_PAD_PX = 4  # annotation box: borderpad 1 px either side, plus rounding
 SCATTER_MARGIN_LEFT_PX = 80  # y tick labels such as "−0.0012"
+LEGEND_ENTRY_PX = 22  # one entry of a vertical legend at font size 13 (plotly: ~19 px)
 
 
 def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, plot_width: int) -> None:
@@ -190,6 +194,20 @@ def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens:
                            y=1, yref="paper", yanchor="top", yshift=-SPAN_LABEL_LINE_PX * line, text=name,
                            showarrow=False, font=dict(size=SPAN_LABEL_FONT), bgcolor="rgba(255,255,255,0.7)",
                            borderpad=SPAN_LABEL_PAD_PX // 4)
+
+
+def _decimated(n_tokens: int, budget: int, values: np.ndarray) -> np.ndarray:
+    """Indices of at most ``budget`` of ``n_tokens`` points: the bucket minima and maxima of ``values`` on
+    half the budget, an even stride on the rest (all of them when they fit).
+
+    Example:
+        >>> _decimated(10, 6, np.array([0, 9, 1, 1, 1, 1, -5, 1, 1, 1], dtype=float)).tolist()  # max 1, min 6
+        [0, 1, 3, 6, 9]
+    """
+    if n_tokens <= budget:
+        return np.arange(n_tokens)
+    envelope = sample_indices(n_tokens, max(2, budget // 2), values)
+    return np.union1d(envelope, sample_indices(n_tokens, max(2, budget - len(envelope))))
 
 
 def _head_values(layer_positions: np.ndarray, head: Any, n_heads: int) -> tuple[list[str], np.ndarray]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.train import preset, train
 from repo_lens.train.mixture import RetrievalMixTask, niah_accuracy
@@ -113,6 +114,21 @@ def test_repeat_rows_write_one_segment_again_and_again_with_plain_weights():
             assert 20 <= len(segment) <= 220 and all(word.isalpha() or (word.isdigit() and len(word) == 7)
                                                       for word in segment.split())
             assert text == (segment * (len(text) // len(segment) + 1))[:len(text)]  # the segment, over and over
+
+
+def test_copy_warmup_steps_are_repeat_rows_at_the_shortest_length_then_the_mix():
+    task = make_task(row_weights={"niah": 1.0}, copy_warmup_steps=3)
+    for step in range(3):
+        inputs, targets, weights = task.train_batch(step)
+        assert inputs.shape == (12, 512) and torch.equal(weights, torch.ones_like(weights))
+        text = ByteTokenizer().decode(inputs[0, 1:].tolist())
+        segment = text[:text.index("\n") + 1]
+        assert text == (segment * (len(text) // len(segment) + 1))[:len(text)]
+    _, _, weights = task.train_batch(3)  # NIAH rows from here on: their answers weigh more
+    assert bool((weights > 1).any())
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(InputError, match="copy_warmup_steps"):
+            make_task(copy_warmup_steps=bad)
 
 
 def test_batches_depend_only_on_seed_and_step():

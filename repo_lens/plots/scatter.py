@@ -12,6 +12,7 @@ from repo_lens.errors import InputError
 from repo_lens.plots.labels import LABEL_GAP_PX, label_width_px
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
+    LEGEND_ENTRY_PX,
     OKABE_ITO,
     SPAN_COLORS,
     check_head,
@@ -170,7 +171,6 @@ SPAN_LABEL_FONT = 12
 SPAN_LABEL_LINE_PX = 18
 SPAN_LABEL_PAD_PX = 4  # annotation box: borderpad 1 px either side, plus rounding
 SCATTER_MARGIN_LEFT_PX = 80  # y tick labels such as "−0.0012"
-LEGEND_ENTRY_PX = 22  # one entry of a vertical legend at font size 13 (plotly: ~19 px)
 
 
 def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, plot_width: int) -> None:

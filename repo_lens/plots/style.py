@@ -54,6 +54,7 @@ STYLE_MARGIN_PX = 100  # left + right margin of every styled figure: the plot ar
 # second time (in the app, on every change of layer, head or window, and in every export).
 MARGIN_BOTTOM_PX = 60  # x tick labels and the x-axis title (plotly needs ~55 px at font size 13)
 LEGEND_ROW_PX = 30  # one horizontal legend row
+LEGEND_ENTRY_PX = 22  # one entry of a vertical legend at font size 13 (plotly: ~19 px)
 LEGEND_SYMBOL_PX = 80  # a vertical legend at the right: symbol, padding and gap beside the longest name
 COLORBAR_MARGIN_PX = 120  # a colour bar with its tick labels and title (plotly needs ~105-110 px)
 

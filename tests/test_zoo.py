@@ -185,3 +185,17 @@ def test_teacher_forced_niah_accuracy_is_what_greedy_decoding_gets(mixture_task,
                 break
         assert niah_accuracy(lens.model, [prompt]) == float(generated == answer)
     assert compared >= len(prompts)
+
+
+def test_the_mixture_card_states_the_shares_of_the_run_it_describes():
+    """The data paragraph is written from the run's task options, so it cannot drift from the preset."""
+    from repo_lens.zoo.ship import mix_description
+
+    text = mix_description({"lengths": [512, 1024], "length_weights": [1, 3], "answer_weight": 30.0,
+                            "copy_warmup_steps": 1100, "row_weights": {"text": 1.0, "niah": 3.0, "table": 0}})
+    assert "a text window (25 %)" in text and "a RULER NIAH prompt (75 %:" in text
+    assert "table" not in text.split("Each batch row is one of:")[1].split(". A prompt")[0]
+    assert "512 bytes (25 % of steps) or 1,024 bytes (75 % of steps)" in text
+    assert "The first 1,100 steps are repeated-segment rows only, at 512 bytes" in text
+    assert "weighted 30×" in text
+    assert "repeated-segment" not in mix_description({"row_weights": {"text": 1.0}})

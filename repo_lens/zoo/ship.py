@@ -28,18 +28,54 @@ DATA = {
                 "sequence, instructions write / read / ignore, first w, last r; training and in-distribution test "
                 "ignore with probability 0.8, the out-of-distribution (sparse) test with 0.98. Loss on the read "
                 "bits only; error = fraction of read bits predicted wrongly over 1,000 test sequences.",
-    "mix": "The bilingual text of the `bytes` models (Brown; People's Daily 1998; same document split) mixed "
-           "with prompts where retrieval and structure matter (`repo_lens/train/mixture.py`). Each batch row is "
-           "one of: a text window (30 %); a RULER NIAH prompt (50 %: one needle, or 2 or 4 needles with distractor "
-           "keys; word, number or uuid keys; needle depth uniform; RULER's noise haystack or a training "
-           "document as the haystack); a few-shot prompt (10 %: upper-case, reverse, first letter, double, length "
-           "of a word); a table question (10 %: name / city / age / code rows, markdown or `col: value` lines). "
-           "A prompt ends its row; text from the same language fills the row before it, after the separator byte. "
-           "Rows are 512 bytes (40 % of steps) or 1,024 bytes (60 %). Loss: next-byte cross-entropy on every "
-           "byte, the answer bytes weighted 50×. NIAH metrics: held-out prompts (answer appended, 32 per "
-           "setting, depths 0–1), exact match of greedy decoding; `niah_N` uses RULER's noise haystack at N "
-           "bytes, `niah_essay_N` held-out Brown text, `niah_multikey4_N` four needles of which one is asked.",
 }
+
+MIX_ROWS = {  # what each row kind of repo_lens/train/mixture.py holds, for the model card
+    "text": "a text window",
+    "niah": "a RULER NIAH prompt ({}: one needle, or 2 or 4 needles with distractor keys; word, number or uuid "
+            "keys; needle depth uniform; RULER's noise haystack or a training document as the haystack)",
+    "recall": "dense associative recall ({}: key-value pairs then questions, an answer every ~20-90 bytes, half "
+              "in RULER's needle words)",
+    "repeat": "a repeated segment ({}: 20-200 bytes of corpus words and 7-digit numbers written again and again)",
+    "fewshot": "a few-shot prompt ({}: upper-case, reverse, first letter, double, length of a word)",
+    "table": "a table question ({}: name / city / age / code rows, markdown or `col: value` lines)",
+}
+
+
+def mix_description(options: dict[str, Any]) -> str:
+    """The card's data paragraph for the retrieval mixture, written from the run's own task options.
+
+    Example:
+        >>> print(mix_description({"lengths": [1024], "row_weights": {"text": 1.0}}))  # doctest: +ELLIPSIS
+        The bilingual text ... Each batch row is one of: a text window (100 %). ...
+    """
+    from repo_lens.train.mixture import DEFAULT_ROW_WEIGHTS
+
+    weights = options.get("row_weights") or DEFAULT_ROW_WEIGHTS
+    total = sum(weights.values())
+    rows = []
+    for kind, weight in weights.items():
+        if weight > 0:
+            share = f"{100 * weight / total:.3g} %"
+            rows.append(MIX_ROWS[kind].format(share) if "{}" in MIX_ROWS[kind] else f"{MIX_ROWS[kind]} ({share})")
+    lengths = options.get("lengths") or [1024]
+    length_weights = options.get("length_weights") or [1.0] * len(lengths)
+    length_total = sum(length_weights)
+    row_lengths = " or ".join(f"{length:,} bytes ({100 * weight / length_total:.3g} % of steps)"
+                              for length, weight in zip(lengths, length_weights))
+    warmup = options.get("copy_warmup_steps", 0)
+    warmup_text = (f"The first {warmup:,} steps are repeated-segment rows only, at {min(lengths):,} bytes: the copy "
+                   "(induction) circuit forms there, as a phase change in the loss, and retrieval is learned "
+                   "on top of it. " if warmup else "")
+    return ("The bilingual text of the `bytes` models (Brown; People's Daily 1998; same document split) mixed "
+            "with prompts where retrieval and structure matter (`repo_lens/train/mixture.py`). "
+            f"{warmup_text}Each batch row is one of: {'; '.join(rows)}. "
+            "A prompt ends its row; text from the same language fills the row before it, after the separator byte. "
+            f"Rows are {row_lengths}. Loss: next-byte cross-entropy on every byte, the answer bytes weighted "
+            f"{options.get('answer_weight', 50.0):g}×. NIAH metrics: held-out prompts (answer appended, 32 per "
+            "setting, depths 0–1), exact match of greedy decoding; `niah_N` uses RULER's noise haystack at N "
+            "bytes, `niah_essay_N` held-out Brown text, `niah_multikey4_N` four needles of which one is asked.")
+
 
 SHIP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
@@ -56,7 +92,8 @@ def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) ->
         "",
         "## Data",
         "",
-        DATA[train_config["task"]],
+        (mix_description(train_config.get("task_options") or {}) if train_config["task"] == "mix"
+         else DATA[train_config["task"]]),
         "",
         "## Training",
         "",

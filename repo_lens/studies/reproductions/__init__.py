@@ -58,6 +58,8 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
           ("zoo:bytes-rope", "zoo:bytes-nope", "zoo:bytes-repo", "zoo:bytes-lpi", "zoo:bytes-lpi-layer",
            "zoo:bytes-fox", "zoo:bytes-cope", "zoo:bytes1k-rope", "zoo:bytes1k-nope", "zoo:bytes1k-repo"),
           batched=True),
+    Study("niah_accuracy", "issue 17: NIAH accuracy in and beyond the context", "retrieval", "niah_accuracy_study",
+          ("zoo:bytes1k-rope", "zoo:bytes1k-nope", "zoo:bytes1k-repo"), batched=True),
     Study("reversal_mirror", "RePo App. C Fig. 6: mirror effect", "reversal", "reversal_study",
           ("zoo:reversal-repo", "zoo:reversal-rope", "zoo:reversal-nope"), batched=True),
     Study("case_study", "RePo App. D Fig. 8: case-study positions", "case_study", "fewshot_study",

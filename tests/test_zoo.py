@@ -151,6 +151,8 @@ def test_1k_models_retrieve_the_needle_as_their_card_says(mixture_task, mechanis
     assert lens.context_length == 1024
     accuracy = mixture_task.niah_accuracy(lens.model, 1024)
     assert card["niah_1024"] == pytest.approx(accuracy, abs=1e-9)
+    if mechanism == "rope":  # the one 1,024-byte model that solves NIAH in context (RESULTS.md)
+        assert accuracy >= 0.9
     measured = mixture_task.val_bpb(lens.model)
     assert card["val_bpb"] == pytest.approx(measured["val_bpb"], abs=1e-3)
     assert measured["val_bpb"] < 4.5  # a unigram byte model: ~5.1 bits per byte

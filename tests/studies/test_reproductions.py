@@ -130,6 +130,15 @@ def test_analyses_script_runs_a_study(tmp_path):
     assert "| zoo:bytes-repo |" in done.stdout
 
 
+def test_case_study_reports_a_model_without_learned_positions_instead_of_failing(tmp_path):
+    document = STUDIES["case_study"].load()(tmp_path, ["zoo:bytes-rope", "zoo:bytes-repo"], quick=True,
+                                            figures=False, progress=False)
+    rope = document["results"]["zoo:bytes-rope"]
+    assert rope["learned_heads"] == 0 and rope["negative_share"] is None
+    assert "| zoo:bytes-rope | no learned positions (layers: rope) | — | — |" in document["markdown"]
+    assert document["results"]["zoo:bytes-repo"]["learned_heads"] == 16
+
+
 def test_paper_layouts_set_the_physical_size(tmp_path):
     import plotly.graph_objects as go
 

@@ -94,6 +94,9 @@ def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bo
     lines = ["| model | heads whose positions follow the segments (η² > 95th pct of random) | mean negative share | "
              "outliers that are space/punctuation (all bytes) |", "|---|---|---|---|"]
     for model, r in results.items():
+        if not r["learned_heads"]:
+            lines.append(f"| {model} | no learned positions (layers: {', '.join(sorted(set(r['layer_kinds'])))}) | — | — |")
+            continue
         outlier = "—" if r["outliers_boundary_share"] is None else f"{r['outliers_boundary_share']:.2f}"
         lines.append(f"| {model} | {r['heads_aligned_with_segments']} / {r['learned_heads']} | "
                      f"{r['negative_share']:.2f} | {outlier} ({r['boundary_share_of_bytes']:.2f}) |")

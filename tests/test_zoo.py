@@ -201,3 +201,7 @@ def test_the_mixture_card_states_the_shares_of_the_run_it_describes():
     assert "The first 1,100 steps are repeated-segment rows only, at 512 bytes" in text
     assert "weighted 30×" in text
     assert "repeated-segment" not in mix_description({"row_weights": {"text": 1.0}})
+    for mechanism in RETRIEVAL_MECHANISMS:
+        shipped = ZOO_DIR / f"bytes1k-{mechanism}"
+        options = json.loads((shipped / "config.json").read_text())["info"]["train_config"]["task_options"]
+        assert mix_description(options) in (shipped / "README.md").read_text()

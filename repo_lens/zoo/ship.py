@@ -64,9 +64,9 @@ def mix_description(options: dict[str, Any]) -> str:
     row_lengths = " or ".join(f"{length:,} bytes ({100 * weight / length_total:.3g} % of steps)"
                               for length, weight in zip(lengths, length_weights))
     warmup = options.get("copy_warmup_steps", 0)
-    warmup_text = (f"The first {warmup:,} steps are repeated-segment rows only, at {min(lengths):,} bytes: the copy "
-                   "(induction) circuit forms there, as a phase change in the loss, and retrieval is learned "
-                   "on top of it. " if warmup else "")
+    warmup_text = (f"The first {warmup:,} steps are repeated-segment rows only, at {min(lengths):,} bytes: a copy "
+                   "(induction) circuit can form there, as a phase change in the loss, before the first "
+                   "retrieval row. " if warmup else "")
     return ("The bilingual text of the `bytes` models (Brown; People's Daily 1998; same document split) mixed "
             "with prompts where retrieval and structure matter (`repo_lens/train/mixture.py`). "
             f"{warmup_text}Each batch row is one of: {'; '.join(rows)}. "

@@ -68,8 +68,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # distribution (repo_lens/train/mixture.py). The first 1,800 steps are repeat rows only: the copy
     # (induction) circuit forms there as a phase change, which it never did in 4,000 steps of the mix
     # alone (RoPE's forms by step ~900, RePo's more slowly: after a 1,100-step warm-up RePo still had
-    # not retrieved 1,100 steps into the mix); then text + NIAH / multi-key / recall / few-shot /
-    # table rows, answers weighted 30x. RoPE, NoPE and RePo train side by side on 2 CPU cores in ~1 h
+    # not retrieved 1,100 steps into the mix; after 1,800 it still does not, RoPE does: RESULTS.md);
+    # then text + NIAH / multi-key / recall / few-shot / table rows, answers weighted 30x. RoPE, NoPE
+    # and RePo train side by side on 2 CPU cores in ~85 min
     "bytes-1k": dict(task="mix", d_model=128, n_layers=4, n_heads=4, d_mlp=384, context=1024,
                      batch_size=8, steps=3600, lr=2e-3, warmup=100, eval_every=200, eval_batches=4,
                      checkpoint_every=50, ship_dtype="bfloat16",

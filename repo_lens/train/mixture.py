@@ -216,8 +216,8 @@ class RetrievalMixTask:
 
     def train_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(inputs, targets, loss weight of each target), all [batch, length]. The first
-        ``copy_warmup_steps`` steps are repeat rows only, at the shortest row length: on them the copy
-        (induction) circuit forms within ~1,000 steps, which it did not in 4,000 steps of the mix."""
+        ``copy_warmup_steps`` steps are repeat rows only, at the shortest row length: on them RoPE's copy
+        (induction) circuit formed within ~1,000 steps, which it did not in 4,000 steps of the mix."""
         rng = random.Random(f"mix-{self.seed}-{step}")
         if step < self.copy_warmup_steps:
             length, kinds = min(self.lengths), ["repeat"] * self.batch_size

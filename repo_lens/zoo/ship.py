@@ -31,7 +31,7 @@ DATA = {
 }
 
 MIX_ROWS = {  # what each row kind of repo_lens/train/mixture.py holds, for the model card
-    "text": "a text window",
+    "text": "a text window ({})",
     "niah": "a RULER NIAH prompt ({}: one needle, or 2 or 4 needles with distractor keys; word, number or uuid "
             "keys; needle depth uniform; RULER's noise haystack or a training document as the haystack)",
     "recall": "dense associative recall ({}: key-value pairs then questions, an answer every ~20-90 bytes, half "
@@ -57,7 +57,7 @@ def mix_description(options: dict[str, Any]) -> str:
     for kind, weight in weights.items():
         if weight > 0:
             share = f"{100 * weight / total:.3g} %"
-            rows.append(MIX_ROWS[kind].format(share) if "{}" in MIX_ROWS[kind] else f"{MIX_ROWS[kind]} ({share})")
+            rows.append(MIX_ROWS[kind].format(share))
     lengths = options.get("lengths") or [1024]
     length_weights = options.get("length_weights") or [1.0] * len(lengths)
     length_total = sum(length_weights)

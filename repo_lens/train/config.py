@@ -65,19 +65,18 @@ PRESETS: dict[str, dict[str, Any]] = {
                      batch_size=16, steps=1500, lr=1e-3, warmup=100, eval_every=250, checkpoint_every=250,
                      ship_dtype="bfloat16"),
     # issue 17: 1,024-byte context, rows of 512 or 1,024 bytes so RULER's NIAH prompts fit in
-    # distribution (repo_lens/train/mixture.py). The first 1,800 steps are repeat rows only: the copy
+    # distribution (repo_lens/train/mixture.py). The first 1,100 steps are repeat rows only: the copy
     # (induction) circuit forms there as a phase change, which it never did in 4,000 steps of the mix
-    # alone (RoPE's forms by step ~900, RePo's more slowly: after a 1,100-step warm-up RePo still had
-    # not retrieved 1,100 steps into the mix; after 1,800 it still does not, RoPE does: RESULTS.md);
-    # then text + NIAH / multi-key / recall / few-shot / table rows, answers weighted 30x. RoPE, NoPE
-    # and RePo train side by side on 2 CPU cores in ~85 min
+    # alone. Then a retrieval-heavy mix (70 % NIAH + recall; few-shot, table, text and repeat rows
+    # the rest), answers weighted 30x: with 25 % text and 50 % retrieval RoPE retrieved and RePo
+    # never did (README). RoPE, NoPE and RePo train side by side on 2 CPU cores in ~65 min
     "bytes-1k": dict(task="mix", d_model=128, n_layers=4, n_heads=4, d_mlp=384, context=1024,
-                     batch_size=8, steps=3600, lr=2e-3, warmup=100, eval_every=200, eval_batches=4,
+                     batch_size=8, steps=2600, lr=2e-3, warmup=100, eval_every=200, eval_batches=4,
                      checkpoint_every=50, ship_dtype="bfloat16",
                      task_options={"lengths": [512, 1024], "length_weights": [0.5, 0.5], "answer_weight": 30.0,
-                                   "copy_warmup_steps": 1800,
-                                   "row_weights": {"text": 0.25, "repeat": 0.1, "niah": 0.3, "recall": 0.2,
-                                                   "fewshot": 0.075, "table": 0.075}}),
+                                   "copy_warmup_steps": 1100,
+                                   "row_weights": {"text": 0.15, "repeat": 0.05, "niah": 0.4, "recall": 0.3,
+                                                   "fewshot": 0.05, "table": 0.05}}),
     # a few seconds; used by the tests
     "tiny": dict(task="bytes", d_model=32, n_layers=2, n_heads=2, d_mlp=64, context=32, batch_size=8,
                  steps=30, lr=3e-3, warmup=5, eval_every=10, eval_batches=2, checkpoint_every=10),

@@ -174,3 +174,27 @@ def test_niah_accuracy_study_matches_the_cards_in_context_and_refuses_other_mode
     with pytest.raises(InputError, match="not trained on the retrieval mixture"):
         STUDIES["niah_accuracy"].load()(tmp_path / "other", ["zoo:bytes-repo"], quick=True, figures=False,
                                         progress=False)
+
+
+def test_niah_table_keeps_each_models_cells_in_their_own_columns():
+    """Models of different contexts have different cells: the table's columns are the union (noise
+    lengths ascending, then the rest), and a cell a model lacks is "–", so no value shifts column."""
+    import doctest
+    import importlib
+
+    from repo_lens.studies.reproductions.retrieval import accuracy_table, settings_for
+
+    def cells(context: int, accuracy: float) -> dict:
+        return {label: {"length": length, "haystack": haystack, "keys": keys, "accuracy": accuracy}
+                for label, length, haystack, keys in settings_for(context)}
+
+    table = accuracy_table({"short": {"cells": cells(512, 0.25)}, "long": {"cells": cells(1024, 0.5)}})
+    header, _, short, long = table.splitlines()
+    columns = [part.strip() for part in header.strip("|").split("|")][1:]
+    assert columns == ["512", "1024", "2048", "4096", "essay 512", "4 keys 512", "essay 1024", "4 keys 1024"]
+    row = lambda line: [part.strip() for part in line.strip("|").split("|")][1:]
+    assert row(short) == ["0.25", "0.25", "0.25", "–", "0.25", "0.25", "–", "–"]
+    assert row(long) == ["0.50", "0.50", "0.50", "0.50", "–", "–", "0.50", "0.50"]
+    module = importlib.import_module("repo_lens.studies.reproductions.retrieval")
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -57,13 +57,34 @@ def niah_accuracy_study(out: Path, models: list[str], quick: bool = False, figur
                             "in_context": length <= lens.context_length}
         results[model] = {"context": lens.context_length, "cells": cells,
                           "layer_kinds": list(lens.model.cfg.layer_mechanisms)}
-    labels = list(next(iter(results.values()))["cells"]) if results else []
-    lines = ["| model | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-    for model, result in results.items():
-        lines.append(f"| {model} | " + " | ".join(f"{cell['accuracy']:.2f}" for cell in result["cells"].values()) + " |")
-    markdown = "\n".join(lines)
+    markdown = accuracy_table(results)
     document = {"study": "niah_accuracy", "settings": {"prompts": count}, "results": results, "markdown": markdown}
     return save_study(out, document, {"niah_accuracy_by_length": _figure(results)} if figures else None)
+
+
+def accuracy_table(results: dict[str, Any]) -> str:
+    """Markdown table, one row per model and one column per cell label across all models; models of
+    different contexts have different cells, so a cell a model lacks shows as "–", never shifted.
+
+    >>> cell = lambda length, haystack="noise", keys=1, accuracy=1.0: {"length": length, "haystack": haystack,
+    ...                                                               "keys": keys, "accuracy": accuracy}
+    >>> print(accuracy_table({"a": {"cells": {"512": cell(512), "1024": cell(1024, accuracy=0.5)}},
+    ...                       "b": {"cells": {"256": cell(256, accuracy=0.25), "512": cell(512, accuracy=0)}}}))
+    | model | 256 | 512 | 1024 |
+    |---|---|---|---|
+    | a | – | 1.00 | 0.50 |
+    | b | 0.25 | 0.00 | – |
+    """
+    cells = {label: cell for result in results.values() for label, cell in result["cells"].items()}
+    # one-needle noise cells by length first, then the essay / multi-key cells in order of appearance
+    plain = sorted((label for label, cell in cells.items() if cell["haystack"] == "noise" and cell["keys"] == 1),
+                   key=lambda label: cells[label]["length"])
+    labels = plain + [label for label in cells if label not in plain]
+    lines = ["| model | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for model, result in results.items():
+        row = [f"{result['cells'][label]['accuracy']:.2f}" if label in result["cells"] else "–" for label in labels]
+        lines.append(f"| {model} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 def _figure(results: dict[str, Any]):

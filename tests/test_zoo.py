@@ -18,8 +18,8 @@ BYTE_MECHANISMS = ("rope", "nope", "repo", "lpi", "lpi-layer", "cope", "fox")
 EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
             | {f"reversal-{mechanism}" for mechanism in ("rope", "nope", "repo")}
             | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope")}
-            | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo")})
-RETRIEVAL_MECHANISMS = ("rope", "nope", "repo")
+            | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo", "lpi")})
+RETRIEVAL_MECHANISMS = ("rope", "nope", "repo", "lpi")
 
 
 def test_the_zoo_ships_every_model_with_a_card():

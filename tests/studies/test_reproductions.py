@@ -198,3 +198,22 @@ def test_niah_table_keeps_each_models_cells_in_their_own_columns():
     module = importlib.import_module("repo_lens.studies.reproductions.retrieval")
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_readme_lists_each_studys_default_models():
+    """README's table of `repo-lens reproduce` results names the models each study runs by default."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("| NAME | result | default models |", 1)[1].split("\n\n", 1)[0].splitlines()
+    for name, study in STUDIES.items():
+        [row] = [line for line in table if line.startswith(f"| `{name}` |")]
+        listed = row.rstrip(" |").rsplit("|", 1)[1]
+        if listed.strip() == "every byte model":
+            assert all(model.startswith("zoo:bytes") for model in study.default_models)
+            continue
+        expanded, family = [], ""
+        for part in (part.strip() for part in listed.split(",")):
+            family = part.rsplit("-", 1)[0] if not part.startswith("-") else family
+            expanded.append(family + part if part.startswith("-") else part)
+        assert sorted(expanded) == sorted(model.removeprefix("zoo:") for model in study.default_models), name

@@ -156,7 +156,7 @@ def test_paper_layouts_set_the_physical_size(tmp_path):
 
 def test_niah_accuracy_study_matches_the_cards_in_context_and_refuses_other_models(tmp_path):
     """The study scores the cards' own held-out prompts: at 1,024 and 2,048 bytes it must give the
-    shipped niah_* metrics exactly (bytes1k-rope's are between 0.19 and 1.00, so a wrong cell shows); a
+    shipped niah_* metrics exactly (bytes1k-rope's run from 0.25 to 1.00, so a wrong cell shows); a
     model not trained on the retrieval mixture is refused by name."""
     import repo_lens
     from repo_lens.errors import InputError

@@ -63,7 +63,7 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
     Study("reversal_mirror", "RePo App. C Fig. 6: mirror effect", "reversal", "reversal_study",
           ("zoo:reversal-repo", "zoo:reversal-rope", "zoo:reversal-nope"), batched=True),
     Study("case_study", "RePo App. D Fig. 8: case-study positions", "case_study", "fewshot_study",
-          ("zoo:bytes-repo", "zoo:bytes-lpi-layer", "zoo:bytes1k-repo")),
+          ("zoo:bytes-repo", "zoo:bytes-lpi-layer", "zoo:bytes1k-repo", "zoo:bytes1k-lpi")),
     Study("increment_findings", "seeds/002: increments by category, word boundaries, entities",
           "increment_findings", "increment_findings_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
     Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",

@@ -38,8 +38,10 @@ from typing import Any, Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import repo_lens  # noqa: E402
+from big_memory import ARCHS, Arch  # noqa: E402
 from repo_lens.analysis.attention_mass import attention_mass  # noqa: E402
 
 GIB = 2**30
@@ -56,8 +58,14 @@ class Shape:
     first_repo_layer: int
 
 
-# SakanaAI/RePo-OLMo2-1B-stage2-L5's config.json
-PUBLISHED_1B = Shape(hidden=2048, layers=16, heads=16, intermediate=8192, vocab=100352, context=4096, first_repo_layer=5)
+def shape_of(arch: Arch, context: int) -> Shape:
+    """``arch`` (bench/big_memory.py's architectures) with a context length."""
+    return Shape(hidden=arch.d_model, layers=arch.n_layers, heads=arch.n_heads, intermediate=arch.d_mlp,
+                 vocab=arch.vocab, context=context, first_repo_layer=arch.repo_start)
+
+
+# SakanaAI/RePo-OLMo2-1B-stage2-L5's config.json: max_position_embeddings 4096
+PUBLISHED_1B = shape_of(ARCHS[0], context=4096)
 # the same layer/head layout at a width any CPU runs in seconds
 SMALL = Shape(hidden=256, layers=16, heads=16, intermediate=512, vocab=1024, context=512, first_repo_layer=5)
 

@@ -30,6 +30,9 @@ def test_the_checkpoint_is_the_published_layout_at_the_published_1b_shape(tmp_pa
     shapes = gpu_check.olmo2_weight_shapes(gpu_check.PUBLISHED_1B)
     parameters = sum(torch.Size(shape).numel() for shape in shapes.values())
     assert 1.4e9 < parameters < 1.6e9  # OLMo-2 1B untied (1.48e9) + RePo's maps in layers 5..15
+    from big_memory import ARCHS  # its parameter count is a formula, not the key list
+
+    assert parameters == ARCHS[0].params()
     assert shapes["model.layers.5.self_attn.gate_map.weight"] == (256, 2048)  # d_p = d / 8
     assert shapes["model.layers.15.self_attn.final_map.weight"] == (16, 256)
     assert "model.layers.4.self_attn.gate_map.weight" not in shapes

@@ -45,7 +45,7 @@ zoo: setup
 	(for m in nope lpi lpi-layer fox; do $(BIN)/repo-lens train --preset bytes-small --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/bytes-$$m; done) & wait
 	for m in rope nope repo; do $(BIN)/repo-lens train --preset reversal --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/reversal-$$m; done
 	for m in rope cope; do $(BIN)/repo-lens train --preset flipflop --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/flipflop-$$m; done
-	# issue 17's 1,024-byte retrieval models: four lanes side by side (~75 min on 2 cores)
+	# issue 17's 1,024-byte retrieval models: four lanes side by side (~80 min on 2 cores)
 	for m in rope nope repo lpi; do $(BIN)/repo-lens train --preset bytes-1k --mechanism $$m --threads 1 --quiet --out $(ZOO_RUNS)/bytes1k-$$m & done; wait
 	for m in rope nope repo lpi lpi-layer cope fox; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/bytes-$$m bytes-$$m bytes-small; done
 	for m in rope nope repo lpi; do $(BIN)/repo-lens zoo --ship $(ZOO_RUNS)/bytes1k-$$m bytes1k-$$m bytes-1k; done

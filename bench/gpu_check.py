@@ -31,7 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,40 +42,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import repo_lens  # noqa: E402
 from big_memory import ARCHS, Arch  # noqa: E402
 from repo_lens.analysis.attention_mass import attention_mass  # noqa: E402
+from repo_lens.capture import position_hook_names  # noqa: E402
 
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    layers: int
-    heads: int
-    intermediate: int
-    vocab: int
-    context: int
-    first_repo_layer: int
-
-
-def shape_of(arch: Arch, context: int) -> Shape:
-    """``arch`` (bench/big_memory.py's architectures) with a context length."""
-    return Shape(hidden=arch.d_model, layers=arch.n_layers, heads=arch.n_heads, intermediate=arch.d_mlp,
-                 vocab=arch.vocab, context=context, first_repo_layer=arch.repo_start)
-
-
-# SakanaAI/RePo-OLMo2-1B-stage2-L5's config.json: max_position_embeddings 4096
-PUBLISHED_1B = shape_of(ARCHS[0], context=4096)
+# SakanaAI/RePo-OLMo2-1B-stage2-L5 (bench/big_memory.py's architecture); its max_position_embeddings
+PUBLISHED_1B, PUBLISHED_CONTEXT = ARCHS[0], 4096
 # the same layer/head layout at a width any CPU runs in seconds
-SMALL = Shape(hidden=256, layers=16, heads=16, intermediate=512, vocab=1024, context=512, first_repo_layer=5)
+SMALL, SMALL_CONTEXT = Arch("small", n_layers=16, d_model=256, n_heads=16, d_mlp=512, vocab=1024, repo_start=5), 512
 
 
-def olmo2_weight_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
+def olmo2_weight_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """The stock OLMo-2 safetensors keys and shapes (untied embeddings, no GQA, no biases), plus
-    RePo's maps for every layer from ``first_repo_layer``."""
-    d, ff, d_position = shape.hidden, shape.intermediate, shape.hidden // 8
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (shape.vocab, d), "model.norm.weight": (d,),
-                                          "lm_head.weight": (shape.vocab, d)}
-    for layer in range(shape.layers):
+    RePo's maps for every layer from ``repo_start``."""
+    d, ff, d_position = arch.d_model, arch.d_mlp, arch.d_position
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (arch.vocab, d), "model.norm.weight": (d,),
+                                          "lm_head.weight": (arch.vocab, d)}
+    for layer in range(arch.n_layers):
         prefix = f"model.layers.{layer}."
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             shapes[f"{prefix}self_attn.{name}.weight"] = (d, d)
@@ -87,34 +70,34 @@ def olmo2_weight_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
         shapes[f"{prefix}mlp.gate_proj.weight"] = (ff, d)
         shapes[f"{prefix}mlp.up_proj.weight"] = (ff, d)
         shapes[f"{prefix}mlp.down_proj.weight"] = (d, ff)
-        if layer >= shape.first_repo_layer:
+        if layer >= arch.repo_start:
             shapes[f"{prefix}self_attn.gate_map.weight"] = (d_position, d)
             shapes[f"{prefix}self_attn.content_map.weight"] = (d_position, d)
-            shapes[f"{prefix}self_attn.final_map.weight"] = (shape.heads, d_position)
+            shapes[f"{prefix}self_attn.final_map.weight"] = (arch.n_heads, d_position)
     return shapes
 
 
-def write_checkpoint(directory: Path, shape: Shape, seed: int = 0) -> Path:
+def write_checkpoint(directory: Path, arch: Arch, context: int, seed: int = 0) -> Path:
     """A random-weight checkpoint in the published RePo-OLMo2 layout (bf16 weights, as published)."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     config = {
-        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": shape.hidden,
-        "intermediate_size": shape.intermediate, "num_hidden_layers": shape.layers,
-        "num_attention_heads": shape.heads, "num_key_value_heads": shape.heads, "vocab_size": shape.vocab,
-        "max_position_embeddings": shape.context, "rope_theta": 500000.0, "rope_scaling": None,
+        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": arch.d_model,
+        "intermediate_size": arch.d_mlp, "num_hidden_layers": arch.n_layers,
+        "num_attention_heads": arch.n_heads, "num_key_value_heads": arch.n_heads, "vocab_size": arch.vocab,
+        "max_position_embeddings": context, "rope_theta": 500000.0, "rope_scaling": None,
         "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16", "pad_token_id": 1, "bos_token_id": None,
         "eos_token_id": 100257,
-        "pe_config": {"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": shape.first_repo_layer,
-                      "dynmaic_pe_start_layer": shape.first_repo_layer, "dynamic_pe_layer_ids": "",
+        "pe_config": {"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": arch.repo_start,
+                      "dynmaic_pe_start_layer": arch.repo_start, "dynamic_pe_layer_ids": "",
                       "dynmaic_pe_layer_ids": ""},
     }
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     generator = torch.Generator().manual_seed(seed)
     weights = {}
-    for name, size in olmo2_weight_shapes(shape).items():
+    for name, size in olmo2_weight_shapes(arch).items():
         if name.endswith("norm.weight"):
             tensor = 1.0 + 0.1 * torch.randn(size, generator=generator)
         elif name.endswith("final_map.weight"):
@@ -158,8 +141,8 @@ def random_ids(count: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randint(2, vocab, (count,), generator=torch.Generator().manual_seed(seed))
 
 
-def performance(lens: Any, shape: Shape, lengths: list[int], batch: int, repeats: int) -> list[dict[str, Any]]:
-    model, device = lens.model, lens.device
+def performance(lens: Any, lengths: list[int], batch: int, repeats: int) -> list[dict[str, Any]]:
+    model, device, vocab, context = lens.model, lens.device, lens.vocab_size, lens.context_length
     rows = []
 
     def row(what: str, tokens: int, result: dict[str, float]) -> None:
@@ -167,8 +150,8 @@ def performance(lens: Any, shape: Shape, lengths: list[int], batch: int, repeats
         print(f"  {what:<34} {tokens:>7} tokens  {result['seconds']:8.3f} s", flush=True)
 
     for length in lengths:
-        ids = random_ids(length, shape.vocab, seed=length)
-        beyond = length > lens.context_length
+        ids = random_ids(length, vocab, seed=length)
+        beyond = length > context
 
         def forward(ids=ids):
             with torch.inference_mode():
@@ -177,19 +160,19 @@ def performance(lens: Any, shape: Shape, lengths: list[int], batch: int, repeats
         row("forward", length, measured(forward, device, repeats))
         row("trace", length, measured(lambda ids=ids, beyond=beyond: lens.trace(
             ids.tolist(), allow_beyond_context=beyond, progress=False), device, repeats))
-        if length > shape.context:
+        if beyond:
             spans = {"needle": (length // 2, length // 2 + 32)}
             query = (length - 16, length)
             row("attention_mass (16 query rows)", length, measured(lambda ids=ids, spans=spans, query=query: attention_mass(
                 lens, ids, spans, query, allow_beyond_context=True), device, repeats))
-    texts = [random_ids(shape.context, shape.vocab, seed=index) for index in range(batch)]
+    texts = [random_ids(context, vocab, seed=index) for index in range(batch)]
 
     def batched_forward():
         with torch.inference_mode():
             model(torch.stack(texts).to(device))
 
-    row(f"forward, batch {batch}", batch * shape.context, measured(batched_forward, device, repeats))
-    row(f"trace, batch {batch}", batch * shape.context, measured(lambda: lens.trace_batch(
+    row(f"forward, batch {batch}", batch * context, measured(batched_forward, device, repeats))
+    row(f"trace, batch {batch}", batch * context, measured(lambda: lens.trace_batch(
         [text.tolist() for text in texts], batch_size=batch, progress=False), device, repeats))
     names = lambda name: name.endswith("hook_pos") or name.endswith("hook_resid_post")  # noqa: E731
 
@@ -197,16 +180,18 @@ def performance(lens: Any, shape: Shape, lengths: list[int], batch: int, repeats
         with torch.inference_mode():
             model.run_with_cache(texts[0][None].to(device), names_filter=names)
 
-    row("run_with_cache (hook_pos, resid_post)", shape.context, measured(with_cache, device, repeats))
+    row("run_with_cache (hook_pos, resid_post)", context, measured(with_cache, device, repeats))
     return rows
 
 
-def positions_and_logits(lens: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def positions_and_logits(lens: Any, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions [layer, head, pos], logits [pos, vocab]) of one sequence, fp32 on the CPU; with
+    ``cache``, of the tokens ``ids`` that follow the cached ones."""
     captured = {}
-    hooks = [(f"blocks.{layer}.attn.hook_pos", (lambda layer: lambda value, hook: captured.__setitem__(
-        layer, value.float().cpu()))(layer)) for layer in range(lens.n_layers)]
+    hooks = [(name, (lambda layer: lambda value, hook: captured.__setitem__(layer, value.float().cpu()))(layer))
+             for layer, name in enumerate(position_hook_names(lens.model))]
     with torch.inference_mode():
-        logits = lens.model.run_with_hooks(ids[None].to(lens.device), fwd_hooks=hooks)
+        logits = lens.model.run_with_hooks(ids[None].to(lens.device), fwd_hooks=hooks, cache=cache)
     return torch.stack([captured[layer][0] for layer in range(lens.n_layers)]), logits[0].float().cpu()
 
 
@@ -214,9 +199,9 @@ def max_difference(left: tuple[torch.Tensor, torch.Tensor], right: tuple[torch.T
     return {"positions": float((left[0] - right[0]).abs().max()), "logits": float((left[1] - right[1]).abs().max())}
 
 
-def parity(path: Path, shape: Shape, device: torch.device, tokens: int = 128) -> dict[str, Any]:
+def parity(path: Path, vocab: int, device: torch.device, tokens: int = 128) -> dict[str, Any]:
     """Largest |difference| in positions and logits against fp32 on the CPU, on ``tokens`` tokens."""
-    ids = random_ids(tokens, shape.vocab, seed=7)
+    ids = random_ids(tokens, vocab, seed=7)
     reference = positions_and_logits(repo_lens.load(path, device="cpu", dtype="float32"), ids)
     result: dict[str, Any] = {"tokens": tokens}
     if device.type == "cuda":
@@ -228,20 +213,13 @@ def parity(path: Path, shape: Shape, device: torch.device, tokens: int = 128) ->
     return result
 
 
-def kv_cache_check(lens: Any, shape: Shape, tokens: int = 64, prompt: int = 48) -> dict[str, float]:
+def kv_cache_check(lens: Any, tokens: int = 64, prompt: int = 48) -> dict[str, float]:
     """Max |position difference| between a full forward and prompt + one-token-at-a-time decoding."""
-    ids = random_ids(tokens, shape.vocab, seed=11)
+    ids = random_ids(tokens, lens.vocab_size, seed=11)
     full, _ = positions_and_logits(lens, ids)
     cache = lens.model.new_cache()
-    steps = []
-    for start, end in [(0, prompt)] + [(index, index + 1) for index in range(prompt, tokens)]:
-        captured = {}
-        hooks = [(f"blocks.{layer}.attn.hook_pos", (lambda layer: lambda value, hook: captured.__setitem__(
-            layer, value.float().cpu()))(layer)) for layer in range(lens.n_layers)]
-        with torch.inference_mode():
-            lens.model.run_with_hooks(ids[None, start:end].to(lens.device), fwd_hooks=hooks, cache=cache)
-        steps.append(torch.stack([captured[layer][0] for layer in range(lens.n_layers)]))
-    decoded = torch.cat(steps, dim=-1)
+    spans = [(0, prompt)] + [(index, index + 1) for index in range(prompt, tokens)]
+    decoded = torch.cat([positions_and_logits(lens, ids[start:end], cache)[0] for start, end in spans], dim=-1)
     return {"tokens": tokens, "max_position_difference": float((decoded - full).abs().max()),
             "position_scale": float(full.abs().max())}
 
@@ -276,25 +254,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    shape = SMALL if args.small else PUBLISHED_1B
-    lengths = args.lengths or [shape.context, 4 * shape.context, 8 * shape.context]
+    arch, context = (SMALL, SMALL_CONTEXT) if args.small else (PUBLISHED_1B, PUBLISHED_CONTEXT)
+    lengths = args.lengths or [context, 4 * context, 8 * context]
     with tempfile.TemporaryDirectory(prefix="repo_lens_gpu_check_") as scratch:
-        path = write_checkpoint(Path(scratch) / "checkpoint", shape)
+        path = write_checkpoint(Path(scratch) / "checkpoint", arch, context)
         start = time.perf_counter()
         lens = repo_lens.load(path)
         synchronize(lens.device)
         load_seconds = time.perf_counter() - start
         dtype = next(lens.model.parameters()).dtype
         name = torch.cuda.get_device_name(lens.device) if lens.device.type == "cuda" else platform.processor() or "CPU"
-        print(f"loaded {shape} on {lens.device} ({dtype}) in {load_seconds:.1f} s", flush=True)
-        results = {"machine": f"{name}; torch {torch.__version__}", "shape": shape.__dict__, "device": str(lens.device),
+        print(f"loaded {arch} (context {context}) on {lens.device} ({dtype}) in {load_seconds:.1f} s", flush=True)
+        results = {"machine": f"{name}; torch {torch.__version__}", "arch": {**arch.__dict__, "context": context}, "device": str(lens.device),
                    "dtype": str(dtype).replace("torch.", ""), "load_seconds": load_seconds,
-                   "performance": performance(lens, shape, lengths, args.batch, args.repeats),
-                   "kv_cache": kv_cache_check(lens, shape)}
+                   "performance": performance(lens, lengths, args.batch, args.repeats),
+                   "kv_cache": kv_cache_check(lens)}
         del lens
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        results["parity"] = parity(path, shape, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        results["parity"] = parity(path, arch.vocab, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     table = markdown(results)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)

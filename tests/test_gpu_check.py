@@ -37,7 +37,7 @@ def test_the_checkpoint_is_the_published_layout_at_the_published_1b_shape(tmp_pa
     assert shapes["model.layers.15.self_attn.final_map.weight"] == (16, 256)
     assert "model.layers.4.self_attn.gate_map.weight" not in shapes
 
-    path = gpu_check.write_checkpoint(tmp_path / "small", gpu_check.SMALL)
+    path = gpu_check.write_checkpoint(tmp_path / "small", gpu_check.SMALL, gpu_check.SMALL_CONTEXT)
     config = json.loads((path / "config.json").read_text())
     lens = repo_lens.load(path, device="cpu", dtype="float32")
     assert lens.model.cfg.layer_mechanisms == ["rope"] * 5 + ["repo"] * 11

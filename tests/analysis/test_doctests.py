@@ -10,7 +10,7 @@ import pytest
 MODULES = [f"repo_lens.analysis.{name}" for name in
            ("boundaries", "categories", "entities", "increments", "lookback", "position_stats", "selection")]
 MODULES += [f"repo_lens.studies.{name}" for name in ("runs", "report", "items", "reproductions", "distributed",
-                                                     "reproductions.attention")]
+                                                     "reproductions.attention", "reproductions.retrieval")]
 MODULES += ["repo_lens.train.mixture"]
 
 

@@ -179,9 +179,6 @@ def test_niah_accuracy_study_matches_the_cards_in_context_and_refuses_other_mode
 def test_niah_table_keeps_each_models_cells_in_their_own_columns():
     """Models of different contexts have different cells: the table's columns are the union (noise
     lengths ascending, then the rest), and a cell a model lacks is "–", so no value shifts column."""
-    import doctest
-    import importlib
-
     from repo_lens.studies.reproductions.retrieval import accuracy_table, settings_for
 
     def cells(context: int, accuracy: float) -> dict:
@@ -195,9 +192,6 @@ def test_niah_table_keeps_each_models_cells_in_their_own_columns():
     row = lambda line: [part.strip() for part in line.strip("|").split("|")][1:]
     assert row(short) == ["0.25", "0.25", "0.25", "–", "0.25", "0.25", "–", "–"]
     assert row(long) == ["0.50", "0.50", "0.50", "0.50", "–", "–", "0.50", "0.50"]
-    module = importlib.import_module("repo_lens.studies.reproductions.retrieval")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_the_readme_lists_each_studys_default_models():

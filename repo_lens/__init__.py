@@ -22,15 +22,20 @@ if TYPE_CHECKING:
     from repo_lens.trace import Trace
 
 __all__ = ["CheckpointError", "ContextLengthError", "InputError", "Lens", "MemoryLimitError", "RepoLensError",
-           "RunInUseError", "Trace", "TraceFileError", "WriteError", "checkpoint_files", "load"]
+           "RunInUseError", "Trace", "TraceFileError", "WriteError", "analysis", "checkpoint_files", "data", "load",
+           "plots", "studies", "zoo"]
 __version__ = "0.1.0"
 # torch and transformers load only when a model or trace is used, so the numpy-only analyzers import fast
 # (the TYPE_CHECKING imports above name the same modules, for type checkers and tests/test_architecture.py)
 _LAZY_EXPORTS = {"Lens": "repo_lens.lens", "Trace": "repo_lens.trace", "load": "repo_lens.loading",
                  "checkpoint_files": "repo_lens.loading"}
+# `import repo_lens` then `repo_lens.plots.export(...)` works without importing the subpackage first
+_LAZY_SUBPACKAGES = ("analysis", "data", "plots", "studies", "zoo")
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY_EXPORTS:
         return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
+    if name in _LAZY_SUBPACKAGES:
+        return importlib.import_module(f"repo_lens.{name}")
     raise AttributeError(f"module 'repo_lens' has no attribute {name!r}")

@@ -1,56 +1,59 @@
-"""Atomic file writes (temporary file in the same directory, then rename), stdlib only.
+"""Atomic file writes (temporary file in the same directory, then rename), stdlib only, on any OS.
 
 Readers see the old file or the new one, never a part; a failed write leaves the old file
 and no temporary file behind, and is raised as :class:`repo_lens.errors.WriteError` naming the
 path, the cause and the remedy. Every file repo_lens writes goes through :func:`atomic_write`.
+(The one-writer-per-run lock is :mod:`repo_lens.run_lock`.)
 
 Temporary files are hidden and named ``.NAME.HOST-PID-RANDOM.tmp`` (HOST: a short hash of the
 host name, PID: the writer's process id). A writer killed mid-save (``kill -9``, power loss)
-cannot remove its own; the next save into that directory does (at most one sweep per directory
-and minute in a process): it removes temp files of this naming whose writer ran on this host
-and is no longer running, and those from another host untouched for a day. Nothing else is
-ever removed, and a live writer's temp file never is.
+cannot remove its own; the next write into that directory, the next :meth:`Trace.load` of a
+file there, the next checkpoint load of it and the next run that takes it
+(:func:`repo_lens.run_lock.run_lock`) do: they remove temp files of this naming whose writer ran
+on this host and is no longer running, and those from another host untouched for a day. Nothing
+else is ever removed, and a live writer's temp file never is. Where a process id cannot be probed
+without side effects (Windows), a temp file of this host is also removed only once untouched for
+a day. Each process rescans a directory only when it changed since it last looked (its own
+writes aside) or a minute has passed; temp files of live writers it saw are rechecked each time.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
-import json
 import os
 import re
 import secrets
 import socket
 import stat
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from repo_lens.errors import InputError, RunInUseError, WriteError
+from repo_lens.errors import InputError, WriteError
 
-LOCK_NAME = ".repo_lens.lock"
-_held: dict[Path, int] = {}  # run directories this process holds -> nesting depth
-_held_guard = threading.Lock()
 STALE_FOREIGN_TEMP_S = 24 * 3600  # a temp file from another host untouched this long is a leftover
-SWEEP_INTERVAL_S = 60.0  # sweep one directory at most this often (per process)
+SWEEP_INTERVAL_S = 60.0  # rescan an unchanged directory at least this often (per process)
 _HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
 _TEMP_NAME = re.compile(r"^\..+\.(?P<host>[0-9a-f]{6})-(?P<pid>[0-9]+)-[0-9a-f]{12}\.tmp$")
-_swept: dict[Path, float] = {}  # directory -> time.monotonic() of this process's last sweep there
+# os.kill(pid, 0) probes a process on POSIX; on Windows it would terminate it.
+_CAN_PROBE_PIDS = os.name == "posix"
 
 _REMEDIES = {
-    errno.ENOSPC: "free some disk space or write somewhere else",
-    errno.EDQUOT: "free some of your disk quota or write somewhere else",
-    errno.EFBIG: "the file exceeds the size limit (ulimit -f, or the file system's): raise it or write somewhere else",
-    errno.EACCES: "choose a directory you may write to, or fix its permissions",
-    errno.EPERM: "choose a directory you may write to, or fix its permissions",
-    errno.EROFS: "the file system is read-only: write somewhere else",
-    errno.EISDIR: "the path is a directory: give a file name",
-    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
-    errno.EEXIST: "a part of the path is a file, not a directory: choose another path",
+    code: remedy for code, remedy in (
+        (errno.ENOSPC, "free some disk space or write somewhere else"),
+        (getattr(errno, "EDQUOT", None), "free some of your disk quota or write somewhere else"),
+        (errno.EFBIG, "the file exceeds the size limit (ulimit -f, or the file system's): raise it or write "
+                      "somewhere else"),
+        (errno.EACCES, "choose a directory you may write to, or fix its permissions"),
+        (errno.EPERM, "choose a directory you may write to, or fix its permissions"),
+        (errno.EROFS, "the file system is read-only: write somewhere else"),
+        (errno.EISDIR, "the path is a directory: give a file name"),
+        (errno.ENOTDIR, "a part of the path is a file, not a directory: choose another path"),
+        (errno.EEXIST, "a part of the path is a file, not a directory: choose another path"),
+    ) if code is not None
 }
 
 
@@ -76,7 +79,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
         remove_leftover_temp_files(path.parent)
         temp = _new_temp_file(path)
     except OSError as error:
-        raise _write_error(path, error) from error
+        raise write_error(path, error) from error
     try:
         write(temp)
         os.replace(temp, path)
@@ -84,7 +87,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
         temp.unlink(missing_ok=True)
         if isinstance(error, WriteError) or not _is_io_failure(error):
             raise
-        raise _write_error(path, error) from error
+        raise write_error(path, error) from error
+    _note_own_write(path.parent)
     return path
 
 
@@ -114,7 +118,9 @@ def _is_io_failure(error: BaseException) -> bool:
     return isinstance(error, OSError) or (isinstance(error, Exception) and "I/O error" in str(error))
 
 
-def _write_error(path: Path, error: BaseException) -> WriteError:
+def write_error(path: Path, error: BaseException) -> WriteError:
+    """The :class:`WriteError` for a failed write of ``path``: the cause (from the OS error code,
+    also when a library wrapped it) and the remedy."""
     code = getattr(error, "errno", None)
     if code is None:  # a wrapped OS error: recover its code from the message
         code = next((number for number in _REMEDIES if os.strerror(number) in str(error)), None)
@@ -137,7 +143,7 @@ def ensure_dir(path: str | os.PathLike) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise _write_error(path, error) from error
+        raise write_error(path, error) from error
     return path
 
 
@@ -176,10 +182,26 @@ def _new_temp_file(path: Path) -> Path:
     raise FileExistsError(f"could not create a temporary file next to {path}")
 
 
+# ---- leftovers of interrupted saves --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Look:
+    """What this process last saw of a directory: its mtime, when it last scanned it in full, and
+    the temp files of live writers it found then (rechecked at every look)."""
+
+    mtime_ns: int
+    scanned: float  # time.monotonic()
+    pending: tuple[str, ...]
+
+
+_looks: dict[Path, _Look] = {}
+_looks_guard = threading.Lock()
+
+
 def remove_leftover_temp_files(directory: str | os.PathLike, *, force: bool = False) -> list[Path]:
     """Remove the temp files interrupted saves left in ``directory`` (the rule is in the module's
-    docstring); returns the paths removed. Best effort: what cannot be listed or removed stays.
-    ``force`` sweeps even if this process swept the directory within the last minute.
+    docstring); returns the paths removed. Best effort and never raises: what cannot be listed or
+    removed stays. ``force`` rescans even a directory unchanged since this process last looked.
 
     Example:
         >>> import tempfile
@@ -189,43 +211,74 @@ def remove_leftover_temp_files(directory: str | os.PathLike, *, force: bool = Fa
         >>> [p.name == leftover.name for p in remove_leftover_temp_files(folder)], leftover.exists()
         ([True], False)
     """
-    directory = Path(directory)
-    now = time.monotonic()
-    key = directory.resolve()
-    if not force and now - _swept.get(key, -SWEEP_INTERVAL_S) < SWEEP_INTERVAL_S:
-        return []
-    _swept[key] = now
-    removed = []
     try:
-        entries = [entry for entry in os.scandir(directory) if entry.name.startswith(".")]
-    except OSError:
+        directory = Path(directory)
+        key = directory.resolve()
+        mtime_ns = os.stat(directory).st_mtime_ns
+    except (OSError, RuntimeError, ValueError, TypeError):
         return []
-    for entry in entries:
-        match = _TEMP_NAME.match(entry.name)
-        if match is None or not _is_leftover(entry, match["host"], int(match["pid"])):
-            continue
+    now = time.monotonic()
+    with _looks_guard:
+        look = _looks.get(key)
+    if force or look is None or look.mtime_ns != mtime_ns or now - look.scanned >= SWEEP_INTERVAL_S:
+        names = _temp_names(directory)
+        if names is None:
+            return []
+        scanned = now
+    else:
+        names, scanned = look.pending, look.scanned
+    removed, pending = [], []
+    for name in names:
+        verdict = _remove_if_leftover(directory / name, name)
+        if verdict is True:
+            removed.append(directory / name)
+        elif verdict is None:
+            pending.append(name)
+    if removed:  # our removals changed the directory
         try:
-            os.unlink(entry.path)
+            mtime_ns = os.stat(directory).st_mtime_ns
         except OSError:
-            continue
-        removed.append(Path(entry.path))
+            pass
+    with _looks_guard:
+        _looks[key] = _Look(mtime_ns, scanned, tuple(pending))
     return removed
 
 
-def _is_leftover(entry: os.DirEntry, host: str, pid: int) -> bool:
+def _temp_names(directory: Path) -> list[str] | None:
+    """The names in ``directory`` that follow the temp file naming (None if it cannot be listed)."""
     try:
-        if not entry.is_file(follow_symlinks=False):
-            return False
-        if host != _HOST_TAG:
-            return time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_FOREIGN_TEMP_S
+        with os.scandir(directory) as entries:
+            return [entry.name for entry in entries if entry.name.startswith(".") and _TEMP_NAME.match(entry.name)]
+    except OSError:
+        return None
+
+
+def _remove_if_leftover(path: Path, name: str) -> bool | None:
+    """True: a leftover, removed. None: a temp file of a writer that may still be running (look
+    again later). False: nothing to do (gone, not a regular file, or could not be removed)."""
+    match = _TEMP_NAME.match(name)
+    try:
+        info = os.lstat(path)
     except OSError:
         return False
-    return not _process_alive(pid)
+    if match is None or not stat.S_ISREG(info.st_mode):
+        return False
+    if match["host"] == _HOST_TAG and int(match["pid"]) == os.getpid():
+        return None  # this process's own write, under way
+    if match["host"] == _HOST_TAG and _CAN_PROBE_PIDS:
+        dead = not _process_alive(int(match["pid"]))
+    else:
+        dead = time.time() - info.st_mtime > STALE_FOREIGN_TEMP_S
+    if not dead:
+        return None
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
 
 
 def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except PermissionError:  # alive, but another user's
@@ -235,103 +288,14 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def distributed_run_id() -> str | None:
-    """The id the ranks of one distributed run share (``REPO_LENS_RUN_ID``, else torchrun's
-    ``TORCHELASTIC_RUN_ID`` with the rendezvous address), or None outside a distributed run."""
-    if os.environ.get("REPO_LENS_RUN_ID"):
-        return os.environ["REPO_LENS_RUN_ID"]
-    if "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return ":".join(os.environ.get(name, "") for name in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"))
-    return None
-
-
-@contextmanager
-def run_lock(directory: str | os.PathLike) -> Iterator[Path]:
-    """Hold ``directory`` as the one writer of a run (made if missing) for the ``with`` block.
-
-    A second process is refused with :class:`RunInUseError` naming the holder (pid, host,
-    command). The lock is an OS file lock on ``directory/.repo_lens.lock``, so one left by a
-    killed process is free and taken over. Ranks of one distributed run (same
-    :func:`distributed_run_id`) share the directory; the same process may nest the lock.
-
-    Example:
-        >>> import tempfile
-        >>> with run_lock(tempfile.mkdtemp()) as out:
-        ...     (out / LOCK_NAME).exists()
-        True
-    """
-    directory = ensure_dir(directory).resolve()
-    with _held_guard:
-        if directory in _held:
-            _held[directory] += 1
-            nested = True
-        else:
-            nested = False
-    if nested:
-        try:
-            yield directory
-        finally:
-            with _held_guard:
-                _held[directory] -= 1
-        return
-    descriptor = _acquire(directory)
-    if descriptor is None:  # shared with the other ranks of this distributed run
-        yield directory
-        return
-    with _held_guard:
-        _held[directory] = 1
+def _note_own_write(directory: Path) -> None:
+    """After this process wrote into ``directory``: its new mtime is no sign of another writer."""
     try:
-        yield directory
-    finally:
-        with _held_guard:
-            del _held[directory]
-        (directory / LOCK_NAME).unlink(missing_ok=True)
-        os.close(descriptor)
-
-
-def _acquire(directory: Path) -> int | None:
-    lock_path = directory / LOCK_NAME
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:300],
-          "run_id": distributed_run_id(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    for _ in range(50):
-        try:
-            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as error:
-            raise _write_error(lock_path, error) from error
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            holder = _read_holder(lock_path)
-            if me["run_id"] is not None and holder.get("run_id") == me["run_id"]:
-                return None
-            raise RunInUseError(
-                f"{directory} is in use by another run: pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
-                f"(command: {holder.get('command', '?')}; since {holder.get('started', '?')}). Wait for it to "
-                "finish, or write into another directory") from None
-        try:
-            same_file = os.fstat(descriptor).st_ino == os.stat(lock_path).st_ino
-        except FileNotFoundError:
-            same_file = False
-        if not same_file:  # the holder removed the file after we opened it: lock the new one
-            os.close(descriptor)
-            continue
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, json.dumps(me).encode())
-        return descriptor
-    raise RunInUseError(f"{directory}: could not take {LOCK_NAME} (it keeps changing); is another run starting?")
-
-
-def _read_holder(lock_path: Path) -> dict:
-    for _ in range(20):  # the holder writes its details just after locking
-        try:
-            text = lock_path.read_text()
-        except OSError:
-            text = ""
-        if text:
-            try:
-                return json.loads(text)
-            except ValueError:
-                pass
-        time.sleep(0.05)
-    return {}
+        key = directory.resolve()
+        mtime_ns = os.stat(directory).st_mtime_ns
+    except (OSError, RuntimeError, ValueError):
+        return
+    with _looks_guard:
+        look = _looks.get(key)
+        if look is not None:
+            _looks[key] = _Look(mtime_ns, look.scanned, look.pending)

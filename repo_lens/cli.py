@@ -146,7 +146,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     import repo_lens
     from repo_lens.studies import items as studies
-    from repo_lens.atomic import run_lock
+    from repo_lens.run_lock import run_lock
     from repo_lens.studies.distributed import load_placement, ranks_from_env
     from repo_lens.studies.runs import run_items, write_summary
 

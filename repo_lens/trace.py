@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from repo_lens.atomic import atomic_write
+from repo_lens.atomic import atomic_write, remove_leftover_temp_files
 from repo_lens.errors import InputError, TraceFileError
 from repo_lens.model.registry import mechanism_kinds
 from repo_lens.trace_file import TRACE_FORMAT_VERSION, TRACE_MARKER, read_trace_file
@@ -110,11 +110,13 @@ class Trace:
         """Read a trace written by :meth:`save`. Every field is checked
         (:mod:`repo_lens.trace_file`): a corrupt, foreign or inconsistent file raises TraceFileError
         naming the file and the field. Non-finite positions are flagged in ``meta``
-        (:func:`flag_nonfinite`), whoever wrote the file."""
+        (:func:`flag_nonfinite`), whoever wrote the file. Temp files that saves killed mid-write
+        left in the file's directory are removed first (:mod:`repo_lens.atomic`)."""
         if (not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes)
                 or "\x00" in os.fspath(path)):
             raise TraceFileError(f"the trace path must be a str or os.PathLike without NUL characters; "
                                  f"got {path!r:.80}")
+        remove_leftover_temp_files(Path(path).parent)  # what a killed save left there
         trace = cls(**read_trace_file(Path(path)))
         flag_nonfinite(trace.positions, trace.meta)
         return trace

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "repo_lens"
 
 # (path under repo_lens/, layer, group); a path ending in "/" covers the folder
 LAYERS: list[tuple[str, int, str]] = [
-    ("errors.py", 0, "base"), ("atomic.py", 0, "base"), ("validation.py", 0, "base"),
+    ("errors.py", 0, "base"), ("atomic.py", 0, "base"), ("run_lock.py", 0, "base"), ("validation.py", 0, "base"),
     ("model/", 1, "model"),
     ("data/", 1, "data"),
     ("lens.py", 2, "lens"), ("capture.py", 2, "lens"), ("trace.py", 2, "lens"), ("inputs.py", 2, "lens"),

@@ -10,8 +10,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from repo_lens.atomic import atomic_write_bytes, ensure_dir, run_lock
+from repo_lens.atomic import atomic_write_bytes, ensure_dir
 from repo_lens.errors import InputError, RepoLensError
+from repo_lens.run_lock import run_lock
 from repo_lens.studies import distributed
 from repo_lens.studies.distributed import Session, share
 from repo_lens.studies.report import records_to_csv

@@ -16,11 +16,12 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from repo_lens.model.config import ModelConfig
-from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir, run_lock
+from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.loaders.native import save_checkpoint
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
+from repo_lens.run_lock import run_lock
 from repo_lens.train.config import TrainConfig
 from repo_lens.train.schedule import learning_rate
 from repo_lens.train.tasks import IGNORE

@@ -512,8 +512,9 @@ def test_chunk_patterns_call_huge_equal_values_constant(value):
     assert patterns[0, 1].tolist() == ["mono", "mono"]
 
 
-@pytest.mark.parametrize("module", ["repo_lens.validation", "repo_lens.atomic", "repo_lens.trace",
-                                    "repo_lens.trace_file", "repo_lens.model.byte_tokenizer", "repo_lens.plots.style"])
+@pytest.mark.parametrize("module", ["repo_lens.validation", "repo_lens.atomic", "repo_lens.run_lock",
+                                    "repo_lens.trace", "repo_lens.trace_file", "repo_lens.model.byte_tokenizer",
+                                    "repo_lens.plots.style"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import repo_lens
-from repo_lens.atomic import LOCK_NAME, run_lock
+from repo_lens.run_lock import LOCK_NAME, run_lock
 from repo_lens.studies.runs import run_items
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = textwrap.dedent("""
     import sys
-    from repo_lens.atomic import run_lock
+    from repo_lens.run_lock import run_lock
     with run_lock(sys.argv[1]):
         print("held", flush=True)
         sys.stdin.read()   # hold until the test closes our stdin
@@ -115,4 +115,50 @@ def test_ranks_of_one_distributed_run_share_the_directory_and_another_run_is_ref
 def test_the_same_process_may_nest_the_lock(tmp_path):
     with run_lock(tmp_path), run_lock(tmp_path / "."):
         assert (tmp_path / LOCK_NAME).exists()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+# The Windows lock (msvcrt.locking on one byte past the holder's details), run here with fcntl hidden
+# and msvcrt played by POSIX record locks, which also belong to the process and die with it.
+FAKE_MSVCRT = textwrap.dedent("""
+    import fcntl as _fcntl, os, sys, types
+    fake = types.ModuleType("msvcrt")
+    fake.LK_UNLCK, fake.LK_NBLCK = 0, 2
+    def locking(descriptor, mode, nbytes):
+        start = os.lseek(descriptor, 0, os.SEEK_CUR)
+        operation = _fcntl.LOCK_UN if mode == fake.LK_UNLCK else _fcntl.LOCK_EX | _fcntl.LOCK_NB
+        try:
+            _fcntl.lockf(descriptor, operation, nbytes, start, os.SEEK_SET)
+        except OSError as error:
+            raise PermissionError(13, "Permission denied") from error
+    fake.locking = locking
+    sys.modules["msvcrt"], sys.modules["fcntl"] = fake, None
+""")
+TRY_LOCK = textwrap.dedent("""
+    import sys
+    from repo_lens.errors import RunInUseError
+    from repo_lens.run_lock import run_lock
+    try:
+        with run_lock(sys.argv[1]):
+            print("took it")
+    except RunInUseError as error:
+        print(error)
+""")
+
+
+def test_the_windows_lock_refuses_a_second_writer_and_frees_with_its_holder(tmp_path):
+    def run(script: str, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", FAKE_MSVCRT + script, str(tmp_path), "--marker"],
+                                stdout=subprocess.PIPE, text=True, cwd=REPO, env=CLEAN_ENV, **kwargs)
+
+    holder = run(HOLD, stdin=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == holder.pid  # details stay readable
+        second, _ = run(TRY_LOCK).communicate(timeout=120)
+        assert f"is in use by another run: pid {holder.pid}" in second and "--marker" in second
+    finally:
+        release(holder)
+    after, _ = run(TRY_LOCK).communicate(timeout=120)
+    assert after.strip() == "took it"
     assert not (tmp_path / LOCK_NAME).exists()

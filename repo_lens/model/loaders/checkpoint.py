@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from repo_lens.atomic import remove_leftover_temp_files
 from repo_lens.errors import CheckpointError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
@@ -96,6 +97,7 @@ def load_checkpoint(
     if _is_gguf(directory):
         return load_gguf(directory, device=device, dtype=dtype)
     config = read_config(directory)
+    remove_leftover_temp_files(directory)  # what a save killed mid-write left there
     native = is_native_config(config)
     model_config = native_model_config(config, directory) if native else model_config_from_hf(config)
     target_device = resolve_device(device)

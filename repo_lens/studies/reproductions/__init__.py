@@ -23,9 +23,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from repo_lens.atomic import run_lock
 from repo_lens.errors import InputError
 from repo_lens.protocol import check_batch_size
+from repo_lens.run_lock import run_lock
 from repo_lens.studies.distributed import ranks_from_env
 from repo_lens.studies.runs import run_items
 

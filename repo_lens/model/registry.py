@@ -60,6 +60,11 @@ class MechanismTraits:
         ``meta["mechanism"]`` when a layer of this kind is present.
     upper_layers_only: the source keeps RoPE below layer ⌈L/3⌉ (RePo §3.2) instead of replacing the
         position encoding of every layer.
+    edit: where and how ``repo_lens.interventions`` edits a layer's positions (see :class:`PositionEdit`):
+        ``hook`` (the writable hook under ``blocks.{l}.``), ``integer`` (``"index"``: the token index
+        0..T−1, or the value every entry takes so that each token adds one unit), ``constant`` (the value
+        that leaves no positional signal), ``quantity`` (what the hook holds), ``pairwise`` (the hook is
+        [batch, head, query_pos, key_pos] instead of [batch, head, pos]).
     """
 
     kind: str
@@ -72,11 +77,31 @@ class MechanismTraits:
     increments: str | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
     upper_layers_only: bool = False
+    edit: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def biases_logits(self) -> bool:
         """Whether the logits are more than q·k/√d of the hooked (rotated) q and k."""
         return self.role != "rotary"
+
+
+@dataclass(frozen=True)
+class PositionEdit:
+    """How a mechanism's positions are made "integer" (one unit per token, as RoPE has them) or
+    "constant" (no positional signal, NoPE-like): the hook to write and the values to write there.
+
+    hook: the hook under ``blocks.{l}.``, e.g. ``"attn.hook_pos"``.
+    integer: the value of every entry for integer positions; None: the token index t = 0..T−1.
+    constant: the value of every entry for a constant position.
+    quantity: what the hook holds, in words.
+    pairwise: the hook holds [batch, head, query_pos, key_pos] (e.g. CoPE's gates), not [batch, head, pos].
+    """
+
+    hook: str
+    integer: float | None
+    constant: float
+    quantity: str
+    pairwise: bool = False
 
 
 _REGISTRY: dict[str, MechanismTraits] = {}
@@ -142,6 +167,21 @@ def is_learned(kind: str) -> bool:
     """
     traits = _REGISTRY.get(kind)
     return True if traits is None else traits.learned
+
+
+def position_edit(kind: str) -> PositionEdit:
+    """Where and how interventions make a layer of ``kind`` integer or constant (its ``edit`` trait);
+    a kind that declares none raises KeyError.
+
+    >>> position_edit("repo").hook, position_edit("repo").integer, position_edit("fox").integer
+    ('attn.hook_pos', None, 1.0)
+    """
+    edit = dict(mechanism_traits(kind).edit)
+    if not edit:
+        raise KeyError(f"position mechanism {kind!r} declares no edit (its traits' 'edit'); interventions cannot "
+                       "change its positions")
+    integer = edit.pop("integer")
+    return PositionEdit(integer=None if integer == "index" else float(integer), **edit)
 
 
 def learned_layers(kinds: Iterable[str]) -> list[int]:

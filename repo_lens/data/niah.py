@@ -25,6 +25,7 @@ import random
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from repo_lens.data.spans import Prompt, PromptBuilder, encode_with_offsets
@@ -196,6 +197,25 @@ def niah_prompt(
         >>> p.text.splitlines()[0].split(". ")[0]
         'A special magic number is hidden within the following text'
     """
+    _check_sizes(length, num_keys, num_values, num_queries, value_digits)
+    num_keys = max(num_keys, num_queries)
+    depths = _depth_list(depth, num_keys * num_values)
+    units, haystack_kind = _haystack_units(haystack)
+    draw = _draw_needles(seed, key_type, num_keys, num_values, num_queries, value_digits)
+    layout = _Layout(
+        tokenizer=tokenizer, wording=_wording([draw.keys[i] for i in draw.queried], num_queries * num_values == 1),
+        needles=draw.needles, depths=depths, default_sep="\n" if haystack_kind == "noise" else " ",
+        answer=", ".join(draw.answers), append_answer=append_answer, last_k=last_k,
+        add_special_tokens=add_special_tokens,
+    )
+    best, order, stack, best_cut = _fit_haystack(layout, units, length)
+    units_used = sum(1 for end, _ in stack.boundaries if end <= best_cut)
+    best.meta.update(_meta(best, layout, draw, order, length=length, depths=depths, haystack_kind=haystack_kind,
+                           haystack_repeated=haystack_kind == "text" and units_used > len(units), seed=seed))
+    return best
+
+
+def _check_sizes(length: Any, num_keys: Any, num_values: Any, num_queries: Any, value_digits: Any) -> None:
     for name, value in (("num_keys", num_keys), ("num_values", num_values), ("num_queries", num_queries)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
@@ -206,11 +226,22 @@ def niah_prompt(
                          f"tokens; a prompt of {length} tokens cannot hold them: ask for fewer or a longer prompt")
     if not isinstance(value_digits, int) or not 1 <= value_digits <= 18:
         raise InputError(f"value_digits must be in 1..18, got {value_digits!r}")
-    num_keys = max(num_keys, num_queries)
-    depths = _depth_list(depth, num_keys * num_values)
-    units, haystack_kind = _haystack_units(haystack)
-    rng = random.Random(seed)
 
+
+@dataclass(frozen=True)
+class _Draw:
+    """The needles drawn from ``random.Random(seed)``: keys, (key index, key, value) in the shuffled
+    order they are placed in, the indices of the keys asked for, and the values that answer."""
+
+    keys: list[str]
+    needles: list[tuple[int, str, str]]
+    queried: list[int]
+    answers: list[str]
+
+
+def _draw_needles(seed: int, key_type: str, num_keys: int, num_values: int, num_queries: int,
+                  value_digits: int) -> _Draw:
+    rng = random.Random(seed)
     taken: set[str] = set()
     keys = _unique(lambda: _random_key(rng, key_type), num_keys, taken)
     low, high = 10 ** (value_digits - 1), 10**value_digits - 1
@@ -218,35 +249,76 @@ def niah_prompt(
     needles = [(k, key, v) for k, key in enumerate(keys) for v in values[k]]
     rng.shuffle(needles)
     queried = rng.sample(range(num_keys), num_queries)
-    asked = [keys[i] for i in queried]
+    return _Draw(keys, needles, queried, [value for index in queried for value in values[index]])
+
+
+@dataclass(frozen=True)
+class _Wording:
+    """RULER's template cut around the haystack: the instruction, the question and the answer prefix."""
+
+    head: str
+    question: str
+    prefix: str
+    type_v: str
+
+
+def _wording(asked: list[str], singular: bool) -> _Wording:
     query_text = asked[0] if len(asked) == 1 else ", ".join(asked[:-1]) + ", and " + asked[-1]
-    answers = [value for index in queried for value in values[index]]
-    singular = num_queries * num_values == 1
     type_v = TYPE_NEEDLE_V[:-1] if singular else TYPE_NEEDLE_V
     template = _singular(TEMPLATE) if singular else TEMPLATE
     head, rest = template.split("{context}")
     question, prefix = rest.split("?", 1)
-    head = head.format(type_needle_v=type_v)
     question = question.format(type_needle_v=type_v, query=query_text) + "?"
-    prefix = prefix.format(type_needle_v=type_v, query=query_text)
-    answer = ", ".join(answers)
+    return _Wording(head=head.format(type_needle_v=type_v), question=question.lstrip("\n"),
+                    prefix=prefix.format(type_needle_v=type_v, query=query_text), type_v=type_v)
 
-    question = question.lstrip("\n")
-    n = len(needles)
-    needle_names = ["needle"] if n == 1 else [f"needle_{i}" for i in range(n)]
-    key_names = ["key"] if n == 1 else [f"key_{i}" for i in range(n)]
-    value_names = ["value"] if n == 1 else [f"value_{i}" for i in range(n)]
-    default_sep = "\n" if haystack_kind == "noise" else " "
 
-    def build(hay: str, boundaries: list[tuple[int, str]]) -> tuple[Prompt, list[int]]:
-        # insertion points: unit boundaries inside hay (hay[end:] starts with its separator), start, end
-        points = [(0, default_sep)] + [(end, sep) for end, sep in boundaries if end < len(hay)]
-        points.append((len(hay), default_sep))
-        chosen = [min(points, key=lambda point: (abs(point[0] - d * len(hay)), point[0])) for d in depths]
-        order = sorted(range(n), key=lambda i: chosen[i][0])  # stable: the shuffled order stays
+def _numbered(name: str, count: int) -> list[str]:
+    return [name] if count == 1 else [f"{name}_{i}" for i in range(count)]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Everything but the haystack: :meth:`build` lays out a prompt around a given haystack string."""
+
+    tokenizer: Any
+    wording: _Wording
+    needles: list[tuple[int, str, str]]
+    depths: list[float]
+    default_sep: str
+    answer: str
+    append_answer: bool
+    last_k: int
+    add_special_tokens: bool
+
+    def names(self, kind: str) -> list[str]:
+        """Span names of the needles (``kind``: needle, key or value), in text order."""
+        return _numbered(kind, len(self.needles))
+
+    def build(self, hay: str, boundaries: list[tuple[int, str]]) -> tuple[Prompt, list[int]]:
+        """The prompt with ``hay`` as haystack (``boundaries``: its unit ends), and the needles' text order."""
+        chosen = self._insertion_points(hay, boundaries)
+        order = sorted(range(len(self.needles)), key=lambda i: chosen[i][0])  # stable: the shuffled order stays
         b = PromptBuilder()
-        b.add(head.rstrip("\n"), "instruction")
+        b.add(self.wording.head.rstrip("\n"), "instruction")
         b.add("\n")
+        self._add_context(b, hay, chosen, order)
+        b.add("\n")
+        b.add(self.wording.question, "question", "query")
+        b.add(" ")
+        b.add(self.wording.prefix.lstrip(" "), "answer_prefix", "query")
+        built = b.build(self.tokenizer, self.answer, append_answer=self.append_answer, last_k=self.last_k,
+                        trim_from="query", add_special_tokens=self.add_special_tokens)
+        return built, order
+
+    def _insertion_points(self, hay: str, boundaries: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """(char index, separator) each needle goes to: the unit boundary (or the start or end of
+        ``hay``) nearest its depth; ``hay[end:]`` starts with the separator."""
+        points = [(0, self.default_sep)] + [(end, sep) for end, sep in boundaries if end < len(hay)]
+        points.append((len(hay), self.default_sep))
+        return [min(points, key=lambda point: (abs(point[0] - d * len(hay)), point[0])) for d in self.depths]
+
+    def _add_context(self, b: PromptBuilder, hay: str, chosen: list[tuple[int, str]], order: list[int]) -> None:
         cursor = 0
         for count, index in enumerate(order):
             at, sep = chosen[index]
@@ -256,60 +328,71 @@ def niah_prompt(
                 b.add(sep or " ", "context")  # between two needles at one point
             elif at > 0:
                 b.add(sep, "context")  # CJK text has no separator: none around the needle either
-            _, key, value = needles[index]
-            before, after = NEEDLE.format(type_needle_v=TYPE_NEEDLE_V, key="\0", value="\1").split("\0")
-            middle, tail = after.split("\1")
-            b.add(before, "context", needle_names[count])
-            b.add(key, "context", needle_names[count], key_names[count])
-            b.add(middle, "context", needle_names[count])
-            b.add(value, "context", needle_names[count], value_names[count])
-            b.add(tail, "context", needle_names[count])
+            self._add_needle(b, count, *self.needles[index][1:])
         if cursor < len(hay):
             if cursor == 0 and order:
-                b.add(default_sep, "context")
+                b.add(self.default_sep, "context")
             b.add(hay[cursor:], "context")
-        b.add("\n")
-        b.add(question, "question", "query")
-        b.add(" ")
-        b.add(prefix.lstrip(" "), "answer_prefix", "query")
-        built = b.build(tokenizer, answer, append_answer=append_answer, last_k=last_k, trim_from="query",
-                        add_special_tokens=add_special_tokens)
-        return built, order
 
-    stack = _Haystack(units)
-    best, order = build("", [])
+    def _add_needle(self, b: PromptBuilder, count: int, key: str, value: str) -> None:
+        needle, key_name, value_name = (self.names(kind)[count] for kind in ("needle", "key", "value"))
+        before, after = NEEDLE.format(type_needle_v=TYPE_NEEDLE_V, key="\0", value="\1").split("\0")
+        middle, tail = after.split("\1")
+        b.add(before, "context", needle)
+        b.add(key, "context", needle, key_name)
+        b.add(middle, "context", needle)
+        b.add(value, "context", needle, value_name)
+        b.add(tail, "context", needle)
+
+
+def _fit_haystack(layout: _Layout, units: list[tuple[str, str]],
+                  length: int) -> tuple[Prompt, list[int], _Haystack, int]:
+    """The longest prompt of at most ``length`` tokens (the haystack cut at a word end), its needles'
+    order, the haystack it was cut from and the cut."""
+    best, order = layout.build("", [])
     if len(best.ids) > length:
         raise InputError(
             f"length={length} is too short: the prompt without any haystack already takes "
             f"{len(best.ids)} tokens; ask for a longer prompt"
         )
-    stack.extend_to(2000)
-    sample, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
-    needed = length - len(best.ids) + 2
-    stack.extend_to(int(1.2 * needed * len(stack.text) / max(1, len(sample))) + 200)
-    while True:  # make sure the haystack string holds more tokens than needed
-        ids, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
-        if len(ids) >= needed:
-            break
-        stack.extend_to(2 * len(stack.text))
+    stack = _Haystack(units)
+    _grow_haystack(stack, layout.tokenizer, needed=length - len(best.ids) + 2)
     cuts = stack.cuts()
     lo, hi, best_cut = 0, len(cuts) - 1, 0
     while lo <= hi:  # the largest cut (at a word end) whose prompt fits
         mid = (lo + hi) // 2
-        candidate, candidate_order = build(stack.text[: cuts[mid]], stack.boundaries)
+        candidate, candidate_order = layout.build(stack.text[: cuts[mid]], stack.boundaries)
         if len(candidate.ids) <= length:
             best, order, best_cut, lo = candidate, candidate_order, cuts[mid], mid + 1
         else:
             hi = mid - 1
+    return best, order, stack, best_cut
 
-    units_used = sum(1 for end, _ in stack.boundaries if end <= best_cut)
-    records = [
-        {"name": needle_names[count], "key_name": key_names[count], "value_name": value_names[count],
-         "key": needles[index][1], "value": needles[index][2], "target": needles[index][0] in queried}
-        for count, index in enumerate(order)
-    ]
+
+def _grow_haystack(stack: _Haystack, tokenizer: Any, needed: int) -> None:
+    """Extend ``stack`` until its text holds more than ``needed`` tokens (guessing the length from
+    a first sample's characters per token)."""
+    stack.extend_to(2000)
+    sample, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
+    stack.extend_to(int(1.2 * needed * len(stack.text) / max(1, len(sample))) + 200)
+    while True:
+        ids, _ = encode_with_offsets(tokenizer, stack.text, add_special_tokens=False)
+        if len(ids) >= needed:
+            break
+        stack.extend_to(2 * len(stack.text))
+
+
+def _meta(best: Prompt, layout: _Layout, draw: _Draw, order: list[int], *, length: int, depths: list[float],
+          haystack_kind: str, haystack_repeated: bool, seed: int) -> dict[str, Any]:
+    needle_names, key_names, value_names = (layout.names(kind) for kind in ("needle", "key", "value"))
+    records = []
+    for count, index in enumerate(order):
+        key_index, key, value = draw.needles[index]
+        records.append({"name": needle_names[count], "key_name": key_names[count], "value_name": value_names[count],
+                        "key": key, "value": value, "target": key_index in draw.queried})
+    num_keys, num_values, num_queries = len(draw.keys), len(draw.needles) // len(draw.keys), len(draw.queried)
     context = best.spans.get("context", (0, 0))
-    best.meta.update({
+    return {
         "task": "niah",
         "kind": ("multiquery" if num_queries > 1 else "multivalue" if num_values > 1
                  else "multikey" if num_keys > 1 else "single"),
@@ -321,15 +404,14 @@ def niah_prompt(
         ],
         "needles": records,
         "targets": [record["value_name"] for record in records if record["target"]],
-        "keys": keys,
-        "queries": [keys[i] for i in queried],
-        "answers": answers,
+        "keys": draw.keys,
+        "queries": [draw.keys[i] for i in draw.queried],
+        "answers": draw.answers,
         "haystack": haystack_kind,
-        "haystack_repeated": haystack_kind == "text" and units_used > len(units),
+        "haystack_repeated": haystack_repeated,
         "seed": seed,
-        "type_needle_v": type_v,
-    })
-    return best
+        "type_needle_v": layout.wording.type_v,
+    }
 
 
 def niah_single(tokenizer: Any, length: int, depth: float = 0.5, **kwargs: Any) -> Prompt:

@@ -189,27 +189,11 @@ class PromptBuilder:
         spans = {name: _token_span(table, a, b) for name, (a, b) in char_spans.items()}
         if appended:
             query = spans["answer"]
-            for name, (start, end) in spans.items():
-                if name != "answer" and start < query[1] and query[0] < end:
-                    raise InputError(
-                        f"span {name!r} shares tokens with the answer {query}: the tokenizer merges them; "
-                        "separate the answer from the prompt (answer_separator)"
-                    )
+            _check_apart_from_answer(spans, query)
         else:
-            text_end = max(index for index, (a, b) in enumerate(offsets) if b > a) + 1
-            if not 1 <= last_k < text_end:
-                raise InputError(f"last_k={last_k} must be in 1..{text_end - 1} for a {text_end}-token prompt")
-            query = (text_end - last_k, text_end)
+            query = _last_rows(offsets, last_k)
             if trim_from is not None and trim_from in spans:
-                start, end = spans[trim_from]
-                if end > query[0]:
-                    if query[0] <= start:
-                        raise InputError(
-                            f"last_k={last_k} swallows the whole span {trim_from!r}; use a smaller last_k"
-                        )
-                    spans[trim_from] = (start, query[0])
-                    char_start = char_spans[trim_from][0]
-                    char_spans[trim_from] = (char_start, max(char_start + 1, offsets[query[0] - 1][1]))
+                _trim_before(query, trim_from, spans, char_spans, offsets, last_k)
         return Prompt(
             text=text,
             ids=np.asarray(ids, dtype=np.int64),
@@ -219,3 +203,34 @@ class PromptBuilder:
             answer=answer,
             meta=dict(meta or {}),
         )
+
+
+def _check_apart_from_answer(spans: dict[str, Span], query: Span) -> None:
+    """No span but the answer's may share a token with the answer ``query``."""
+    for name, (start, end) in spans.items():
+        if name != "answer" and start < query[1] and query[0] < end:
+            raise InputError(
+                f"span {name!r} shares tokens with the answer {query}: the tokenizer merges them; "
+                "separate the answer from the prompt (answer_separator)"
+            )
+
+
+def _last_rows(offsets: Sequence[Span], last_k: int) -> Span:
+    """The token span of the last ``last_k`` tokens that cover text (special tokens at the end aside)."""
+    text_end = max(index for index, (a, b) in enumerate(offsets) if b > a) + 1
+    if not 1 <= last_k < text_end:
+        raise InputError(f"last_k={last_k} must be in 1..{text_end - 1} for a {text_end}-token prompt")
+    return (text_end - last_k, text_end)
+
+
+def _trim_before(query: Span, name: str, spans: dict[str, Span], char_spans: dict[str, Span],
+                 offsets: Sequence[Span], last_k: int) -> None:
+    """Cut span ``name`` (tokens and characters, in place) so that it ends where ``query`` starts."""
+    start, end = spans[name]
+    if end <= query[0]:
+        return
+    if query[0] <= start:
+        raise InputError(f"last_k={last_k} swallows the whole span {name!r}; use a smaller last_k")
+    spans[name] = (start, query[0])
+    char_start = char_spans[name][0]
+    char_spans[name] = (char_start, max(char_start + 1, offsets[query[0] - 1][1]))

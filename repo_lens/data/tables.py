@@ -46,43 +46,12 @@ def table_prompt(
         >>> p.span_text("cell_1_0"), p.span_text("header_1")
         ('Rome', 'pop')
     """
-    if style not in STYLES:
-        raise InputError(f"unknown table style {style!r}; use one of {STYLES}")
-    header = [str(cell) for cell in header]
-    if not header or any(not cell.strip() for cell in header):
-        raise InputError("the header must be a non-empty list of non-empty column names")
-    for index, row in enumerate(rows):
-        if isinstance(row, str) or len(row) != len(header):
-            raise InputError(f"row {index} has {len(row)} cells for {len(header)} columns; give one cell per column")
+    header = _checked_table(header, rows, style)
     b = PromptBuilder()
     if instruction:
         b.add(instruction, "instruction")
         b.add("\n")
-    if style == "markdown":
-        b.add("| ", "table")
-        for col, name in enumerate(header):
-            b.add(name, "table", f"header_{col}")
-            b.add(" | " if col < len(header) - 1 else " |", "table")
-        b.add("\n" + "|---" * len(header) + "|", "table")
-        for row_index, row in enumerate(rows):
-            b.add("\n", "table")
-            b.add("| ", "table", f"row_{row_index}")
-            for col, cell in enumerate(row):
-                b.add(_cell_text(cell, row_index, col), "table", f"row_{row_index}", f"cell_{row_index}_{col}")
-                b.add(" | " if col < len(header) - 1 else " |", "table", f"row_{row_index}")
-    else:
-        if not rows:
-            raise InputError('style="pairs" needs at least one row (the header is written in each row)')
-        for row_index, row in enumerate(rows):
-            if row_index:
-                b.add("\n", "table")
-            for col, cell in enumerate(row):
-                label = [f"header_{col}"] if row_index == 0 else []
-                b.add(header[col], "table", f"row_{row_index}", *label)
-                b.add(": ", "table", f"row_{row_index}")
-                b.add(_cell_text(cell, row_index, col), "table", f"row_{row_index}", f"cell_{row_index}_{col}")
-                if col < len(header) - 1:
-                    b.add(" | ", "table", f"row_{row_index}")
+    (_add_markdown if style == "markdown" else _add_pairs)(b, header, rows)
     if question:
         b.add("\n")
         b.add(question, "question", "query")
@@ -91,6 +60,50 @@ def table_prompt(
         meta={"task": "table", "style": style, "n_rows": len(rows), "n_cols": len(header)},
         add_special_tokens=add_special_tokens,
     )
+
+
+def _checked_table(header: Sequence[str], rows: Sequence[Sequence[Any]], style: str) -> list[str]:
+    """The header as strings, once the style, the header and every row's width are valid."""
+    if style not in STYLES:
+        raise InputError(f"unknown table style {style!r}; use one of {STYLES}")
+    header = [str(cell) for cell in header]
+    if not header or any(not cell.strip() for cell in header):
+        raise InputError("the header must be a non-empty list of non-empty column names")
+    for index, row in enumerate(rows):
+        if isinstance(row, str) or len(row) != len(header):
+            raise InputError(f"row {index} has {len(row)} cells for {len(header)} columns; give one cell per column")
+    if style == "pairs" and not rows:
+        raise InputError('style="pairs" needs at least one row (the header is written in each row)')
+    return header
+
+
+def _add_markdown(b: PromptBuilder, header: list[str], rows: Sequence[Sequence[Any]]) -> None:
+    """``| a | b |`` header, ``|---|---|`` rule, one ``| x | y |`` line per row."""
+    b.add("| ", "table")
+    for col, name in enumerate(header):
+        b.add(name, "table", f"header_{col}")
+        b.add(" | " if col < len(header) - 1 else " |", "table")
+    b.add("\n" + "|---" * len(header) + "|", "table")
+    for row_index, row in enumerate(rows):
+        b.add("\n", "table")
+        b.add("| ", "table", f"row_{row_index}")
+        for col, cell in enumerate(row):
+            b.add(_cell_text(cell, row_index, col), "table", f"row_{row_index}", f"cell_{row_index}_{col}")
+            b.add(" | " if col < len(header) - 1 else " |", "table", f"row_{row_index}")
+
+
+def _add_pairs(b: PromptBuilder, header: list[str], rows: Sequence[Sequence[Any]]) -> None:
+    """One ``a: x | b: y`` line per row; the first row's labels are the header spans."""
+    for row_index, row in enumerate(rows):
+        if row_index:
+            b.add("\n", "table")
+        for col, cell in enumerate(row):
+            label = [f"header_{col}"] if row_index == 0 else []
+            b.add(header[col], "table", f"row_{row_index}", *label)
+            b.add(": ", "table", f"row_{row_index}")
+            b.add(_cell_text(cell, row_index, col), "table", f"row_{row_index}", f"cell_{row_index}_{col}")
+            if col < len(header) - 1:
+                b.add(" | ", "table", f"row_{row_index}")
 
 
 def _cell_text(cell: Any, row: int, col: int) -> str:

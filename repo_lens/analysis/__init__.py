@@ -20,7 +20,12 @@ from repo_lens.analysis.entities import (
     entity_prompts,
     token_at_char,
 )
-from repo_lens.analysis.increments import CategoryIncrements, increments_by_category, position_increments
+from repo_lens.analysis.increments import (
+    CategoryIncrements,
+    increments_by_category,
+    position_increments,
+    trace_increments,
+)
 from repo_lens.analysis.lookback import LookbackCorrelation, attention_lookback, lookback_correlation
 from repo_lens.analysis.position_stats import (
     PATTERN_LABELS,
@@ -70,4 +75,5 @@ __all__ = [
     "select_heads",
     "subword_categories",
     "token_at_char",
+    "trace_increments",
 ]

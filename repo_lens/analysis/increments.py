@@ -10,6 +10,7 @@ import numpy as np
 from repo_lens.analysis._checks import as_float_array, check_same_length, refuse_bool
 from repo_lens.analysis.categories import BYTE_CATEGORIES, SUBWORD_CATEGORIES
 from repo_lens.errors import InputError
+from repo_lens.model.registry import mechanism_traits
 
 
 def position_increments(positions: np.ndarray, origin: float = 0.0) -> np.ndarray:
@@ -39,6 +40,52 @@ def position_increments(positions: np.ndarray, origin: float = 0.0) -> np.ndarra
     if np.isinf(origin):
         raise InputError(f"origin must be finite or NaN; got {origin}")
     return np.diff(z, axis=-1, prepend=origin)
+
+
+def trace_increments(trace) -> np.ndarray:
+    """The increment of every layer, head and token of ``trace``: (L, H, T) float64.
+
+    This is the one definition the word-boundary AUC (in the app and in ``analyze --study
+    boundaries``), the increment tables and the figures use. Per layer:
+
+    - where the layer's mechanism sums increments into its positions and the trace stores them
+      (``trace.extras["increments"]``, written by :meth:`repo_lens.Lens.trace`), the increment of
+      token t is what the mechanism adds at token t: δ_t of learned increments, −log f_t of FoX,
+      the last token's gate on t for CoPE, ω_t of GRAPE-M, the head's slope for ALiBi.
+      For an inclusive sum (z_t = Σ_{s≤t} δ_s) that is z_t − z_{t−1}; for an exclusive one
+      (GRAPE-M, ALiBi: z_t = Σ_{s<t} ω_s) it is the step to the next token, z_{t+1} − z_t, so it
+      is *not* the difference of consecutive positions. ``trace.meta["increments"]["definition"]``
+      says which each layer's mechanism is. The stored values are also exact, where differences of
+      a long float32 running sum lose digits.
+    - elsewhere (RoPE, NoPE, RePo layers, traces without stored increments), the difference of
+      consecutive positions z_t − z_{t−1}, NaN at the first token (it has no predecessor).
+
+    ``trace``: a :class:`repo_lens.Trace` (anything with ``positions`` (L, H, T), ``layer_kinds`` and
+    ``extras``).
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens import Trace
+        >>> z = np.array([[[0, 1, 2, 3]], [[0.0, 0.5, 1.5, 1.75]]], dtype=np.float32)
+        >>> t = Trace(tokens=list("abcd"), token_ids=[97, 98, 99, 100], positions=z, layer_kinds=["rope", "repo"])
+        >>> trace_increments(t)
+        array([[[ nan, 1.  , 1.  , 1.  ]],
+        <BLANKLINE>
+               [[ nan, 0.5 , 1.  , 0.25]]])
+    """
+    positions = np.asarray(trace.positions, dtype=np.float64)
+    increments = position_increments(positions, origin=np.nan)
+    stored = (getattr(trace, "extras", None) or {}).get("increments")
+    if stored is None:
+        return increments
+    stored = np.asarray(stored, dtype=np.float64)
+    if stored.shape != positions.shape:
+        raise InputError(f"extras['increments'] has shape {stored.shape} but positions {positions.shape}; "
+                         "a trace stores one increment per layer, head and token")
+    for layer, kind in enumerate(trace.layer_kinds):
+        if mechanism_traits(kind).increments is not None:
+            increments[layer] = stored[layer]
+    return increments
 
 
 def _category_order(present: np.ndarray) -> tuple[str, ...]:

@@ -5,9 +5,9 @@
 - :func:`entity_table`: increment at the space inside real vs reversed two-word entities, per
   layer, with the two-sided Wilcoxon signed-rank p.
 
-Increments are the ones the mechanism sums (``trace.extras["increments"]``, e.g. δ of an LPI
-layer) and, for other mechanisms, differences of consecutive positions — so RoPE, NoPE and RePo
-models go through the same tables. Values are averaged over heads (LPI layers have one δ per token).
+Increments are :func:`repo_lens.analysis.trace_increments`: the ones the mechanism sums (e.g. δ of
+an LPI layer) and, for other mechanisms, differences of consecutive positions — so RoPE, NoPE and
+RePo models go through the same tables. Values are averaged over heads (LPI layers have one δ per token).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from repo_lens.analysis import (
     entity_grouping_test,
     entity_prompts,
     increments_by_category,
+    trace_increments,
 )
 from repo_lens.analysis.entities import ENTITY_PAIRS, token_at_char
 from repo_lens.data import encode_with_offsets
-from repo_lens.studies.items import boundary_items, trace_increments
+from repo_lens.studies.items import boundary_items
 
 
 def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from repo_lens.analysis import (
     cjk_boundary_labels,
     jieba_words,
     pattern_fractions,
-    position_increments,
     range_stats,
+    trace_increments,
 )
 from repo_lens.data import Prompt, encode_with_offsets, niah_single
 from repo_lens.model.registry import learned_layers
@@ -151,14 +151,6 @@ def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2, ba
     computes = batched_computes(texts, batch_size, lambda group: [
         record_of(trace) for trace in trace_many(lens, group, batch_size=batch_size, truncate=True)])
     return [(f"text_{index:05d}", compute) for index, compute in enumerate(computes)]
-
-
-def trace_increments(trace) -> np.ndarray:
-    """(L, H, T) increments of a trace: the learned ones when stored, else position differences
-    (the first token's increment is NaN there: it has no predecessor)."""
-    if "increments" in trace.extras:
-        return np.asarray(trace.extras["increments"], dtype=np.float64)
-    return position_increments(trace.positions, origin=np.nan)
 
 
 def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:

@@ -19,6 +19,7 @@ from repo_lens.analysis import (
     is_cjk_char,
     position_increments,
     subword_categories,
+    trace_increments,
 )
 from repo_lens.errors import InputError
 
@@ -61,6 +62,39 @@ def test_increments_bad_input():
         position_increments(np.array([0.0, np.nan]))
     with pytest.raises(InputError, match="rank 0"):
         position_increments(np.float64(3.0))
+
+
+# ---------------------------------------------------------------- trace_increments
+
+def _trace(positions, kinds, increments=None):
+    from repo_lens import Trace
+
+    positions = np.asarray(positions, dtype=np.float32)
+    extras = {} if increments is None else {"increments": np.asarray(increments, dtype=np.float32)}
+    n = positions.shape[-1]
+    return Trace(tokens=["x"] * n, token_ids=np.arange(n), positions=positions, layer_kinds=kinds, extras=extras)
+
+
+def test_trace_increments_use_what_each_mechanism_sums():
+    omega = np.array([0.5, 2.0, 1.0, 3.0])
+    exclusive = np.cumsum(omega) - omega  # GRAPE-M: z_t = sum of omega_s for s < t
+    delta = np.array([1.0, 0.25, 4.0, 0.5])
+    positions = np.stack([np.arange(4.0), exclusive, np.cumsum(delta), [3.0, 1.0, 2.0, 2.5]])[:, None]
+    stored = np.stack([np.diff(positions[0], prepend=0.0), omega[None], delta[None], np.zeros((1, 4))])
+    trace = _trace(positions, ["rope", "grape-m", "lpi", "repo"], stored)
+    increments = trace_increments(trace)
+    assert increments.shape == (4, 1, 4) and increments.dtype == np.float64
+    np.testing.assert_array_equal(increments[0, 0], [np.nan, 1.0, 1.0, 1.0])  # RoPE: differences, none at t = 0
+    np.testing.assert_array_equal(increments[1, 0], omega)  # exclusive sum: the stored ω, not z_t − z_{t−1}
+    assert not np.allclose(increments[1, 0, 1:], np.diff(exclusive))
+    np.testing.assert_array_equal(increments[2, 0], delta)  # inclusive sum: δ, which is z_t − z_{t−1}
+    np.testing.assert_array_equal(increments[3, 0], [np.nan, -2.0, 1.0, 0.5])  # RePo: differences
+
+
+def test_trace_increments_without_stored_increments_are_position_differences():
+    positions = np.array([[[0.0, 2.0, 3.0]], [[1.0, 1.0, 0.0]]])
+    np.testing.assert_array_equal(trace_increments(_trace(positions, ["lpi", "nope"])),
+                                  position_increments(positions, origin=np.nan))
 
 
 # ---------------------------------------------------------------- byte_categories

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from repo_lens.analysis import byte_categories
+from repo_lens.analysis import byte_categories, trace_increments
 from repo_lens.lens import Lens
 from repo_lens.model import LensModel, ModelConfig
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.studies.increment_tables import boundary_table, category_table, entity_table
-from repo_lens.studies.items import trace_increments
 
 
 def byte_lens(kind: str, seed: int = 0) -> Lens:

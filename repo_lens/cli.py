@@ -42,7 +42,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from repo_lens.studies.report import layer_summary
 
     text = _read_text(args)
-    lens = repo_lens.load(args.model, device=args.device, dtype=args.dtype)
+    lens = repo_lens.load(args.model, device=args.device, dtype=args.dtype, revision=args.revision)
     trace = lens.trace(text, truncate=args.truncate, allow_beyond_context=args.beyond_context)
     print(f"model: {trace.meta.get('name')}  ({trace.meta.get('format')}, {trace.meta.get('dtype')}, "
           f"{trace.meta.get('device')})")
@@ -150,10 +150,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from repo_lens.studies.distributed import load_placement, ranks_from_env
     from repo_lens.studies.runs import run_items, write_summary
 
-    settings = {"model": args.model, "study": args.study}
+    settings = {"model": args.model, "study": args.study, **({"revision": args.revision} if args.revision else {})}
     texts = _texts_for(args) if args.study == "positions" else None  # a bad --file fails before the model loads
     ranks = ranks_from_env()  # torchrun / accelerate launch: this rank's share, on its own device(s)
-    lens = repo_lens.load(args.model, **load_placement(args.device, args.device_map, ranks, args.gpus_per_rank))
+    lens = repo_lens.load(args.model, revision=args.revision,
+                          **load_placement(args.device, args.device_map, ranks, args.gpus_per_rank))
     if args.study == "niah":
         args.context_flags = {"allow_beyond_context": "--beyond-context"}
         lengths, depths, seeds = args.lengths, args.depths, args.seeds
@@ -206,6 +207,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_model_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--model", required=True, type=model_name,
+                         help="checkpoint directory, zoo:NAME or Hugging Face Hub id org/name")
+    command.add_argument("--revision", default=None,
+                         help="with a Hub id: branch, tag or commit hash (default: main); a gated or private "
+                              "repository reads the token in HF_TOKEN or the saved Hugging Face login")
+
+
 def _add_device_map_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--device-map", choices=["auto", "balanced", "sequential"], default=None,
                          help="spread a model too big for one GPU over this rank's GPUs (docs/big_checkpoints.md)")
@@ -221,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     trace = commands.add_parser("trace", help="trace a text and print per-layer position statistics")
-    trace.add_argument("--model", required=True, type=model_name, help="checkpoint directory or zoo:NAME")
+    _add_model_arguments(trace)
     trace.add_argument("--text", type=command_line_text, help="text to trace")
     trace.add_argument("--file", help="UTF-8 text file to trace")
     trace.add_argument("--device", default="auto", help="auto (CUDA + bf16 when present), cpu, cuda, cuda:N")
@@ -261,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(handler=cmd_train)
 
     analyze = commands.add_parser("analyze", help="run an analysis over a prompt set (resumable; JSON + CSV)")
-    analyze.add_argument("--model", required=True, type=model_name, help="checkpoint directory or zoo:NAME")
+    _add_model_arguments(analyze)
     analyze.add_argument("--study", required=True, choices=["niah", "positions", "boundaries"],
                          help="niah: attention mass sweep; positions: ranges + chunk patterns; "
                               "boundaries: Chinese word-boundary AUC (People's Daily, gold + jieba)")

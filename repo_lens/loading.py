@@ -1,6 +1,7 @@
-"""The one ``load()``: a zoo name, a checkpoint directory or a GGUF file becomes a :class:`Lens`.
+"""The one ``load()``: a zoo name, a checkpoint directory, a GGUF file or a Hub id becomes a :class:`Lens`.
 
-Sources are resolved here (``zoo:NAME`` through :mod:`repo_lens.zoo`), loaded by the loaders in
+Sources are resolved here (``zoo:NAME`` through :mod:`repo_lens.zoo`, ``org/name`` through
+:mod:`repo_lens.model.loaders.hub`), loaded by the loaders in
 :mod:`repo_lens.model.loaders` (which return a plain model + tokenizer + meta) and wrapped in a
 ``Lens``. ``repo_lens.load`` is this function.
 """
@@ -11,19 +12,28 @@ import os
 from pathlib import Path
 from typing import Any
 
-from repo_lens.errors import InputError
+from repo_lens.errors import CheckpointError, InputError
 from repo_lens.lens import Lens
 from repo_lens.model.loaders import checkpoint_files as _checkpoint_files
 from repo_lens.model.loaders import load_checkpoint
 from repo_lens.model.loaders.device_map import load_dispatched
-from repo_lens.zoo import resolve_source
+from repo_lens.model.loaders.hub import HubSnapshot, download_snapshot, is_hub_id
+from repo_lens.zoo import parse_zoo_name, resolve_source
 
 
 def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, device_map: Any = None,
-         max_memory: dict | None = None) -> Lens:
+         max_memory: dict | None = None, *, revision: str | None = None, token: str | bool | None = None,
+         local_files_only: bool | None = None) -> Lens:
     """Load ``source`` into a :class:`Lens`: ``"zoo:NAME"`` (a shipped or installed zoo model), a
     checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens' own
-    format) or a Llama-family ``.gguf`` file.
+    format), a Llama-family ``.gguf`` file, or a Hugging Face Hub id ``"org/name"``.
+
+    A string names a local path when that path exists, else ``"org/name"`` is a Hub repository: only the
+    files the load reads (config.json, safetensors weights or shards, tokenizer files) are fetched into
+    the standard Hub cache, at ``revision`` (a branch, a tag or a commit hash; default the latest on
+    ``main``), with ``token`` for gated or private repositories. ``local_files_only=True`` or
+    ``HF_HUB_OFFLINE=1`` reads the cache only. ``lens.meta["hub"]`` (and every trace's meta) records the
+    repository, the revision asked for and the commit it resolved to.
 
     ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32. ``device_map`` ("auto",
     "balanced", or a dict) spreads a big model over several GPUs with accelerate, whole blocks per
@@ -36,8 +46,11 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         >>> load("zoo:no-such-model")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         repo_lens.errors.InputError: unknown zoo model 'no-such-model'; available: bytes-cope, ...
+        >>> lens = load("SakanaAI/RePo-OLMo2-1B-stage2-L5", revision="main")  # doctest: +SKIP
+        >>> lens.meta["hub"]  # doctest: +SKIP
+        {'repo_id': 'SakanaAI/RePo-OLMo2-1B-stage2-L5', 'revision': 'main', 'commit': '...'}
     """
-    path = _source_path(source)
+    path, hub = _resolve(source, revision, token, local_files_only)
     if max_memory is not None and not isinstance(max_memory, dict):
         raise InputError(f"max_memory must be a dict such as {{0: '20GiB', 'cpu': '64GiB'}}, not "
                          f"{type(max_memory).__name__}")
@@ -45,26 +58,76 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         loaded = load_dispatched(path, device_map=device_map, dtype=dtype, max_memory=max_memory)
     else:
         loaded = load_checkpoint(path, device=device, dtype=dtype)
-    return Lens(loaded.model, loaded.tokenizer, loaded.meta)
+    meta = dict(loaded.meta)
+    if hub is not None:
+        meta.update(name=hub.repo_id, hub=hub.meta())
+    return Lens(loaded.model, loaded.tokenizer, meta)
 
 
-def checkpoint_files(source: str | os.PathLike) -> list[Path]:
+def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
+                     local_files_only: bool | None = None) -> list[Path]:
     """Every file ``load(source)`` opens (config.json, weights or shard index + shards, tokenizer files;
     for a .gguf, the file), unresolved, so a caller can check each real path before loading (the app
     checks them against its roots). Broken configs or shard indices raise CheckpointError as ``load`` does.
+    A Hub id is fetched first (as ``load`` would); its files lie in the Hub cache's snapshot folder.
 
     Example:
         >>> [path.name for path in checkpoint_files("zoo:bytes-repo")]
         ['config.json', 'model.safetensors']
     """
-    return _checkpoint_files(_source_path(source))
+    return _checkpoint_files(_resolve(source, revision, token, local_files_only)[0])
+
+
+def source_kind(source: str | os.PathLike) -> str:
+    """How :func:`load` reads ``source``: ``"zoo"``, ``"path"`` (an existing path, or a string that is
+    not a Hub id) or ``"hub"`` (an ``"org/name"`` that is not an existing local path).
+
+    Example:
+        >>> [source_kind(text) for text in ("zoo:bytes-repo", "SakanaAI/RePo-OLMo2-1B-stage2-L5", "/no/such/dir")]
+        ['zoo', 'hub', 'path']
+    """
+    _check_source_type(source)
+    if parse_zoo_name(source) is not None:
+        return "zoo"
+    if isinstance(source, str) and is_hub_id(source) and not _exists(Path(source).expanduser()):
+        return "hub"
+    return "path"
+
+
+def _resolve(source: Any, revision: str | None, token: str | bool | None,
+             local_files_only: bool | None) -> tuple[Path, HubSnapshot | None]:
+    """The local path to load for ``source``, and for a Hub id where its snapshot came from."""
+    kind = source_kind(source)
+    if kind == "hub":
+        hub = download_snapshot(os.fspath(source), revision=revision, token=token, local_files_only=local_files_only)
+        return hub.path, hub
+    if revision is not None:
+        raise InputError(f"revision={revision!r} applies only to a Hugging Face Hub id 'org/name'; "
+                         f"{os.fspath(source)!r:.200} is a {'zoo model' if kind == 'zoo' else 'local path'}")
+    path = _source_path(source)
+    if kind == "path" and not _exists(path):
+        raise CheckpointError(f"{path} does not exist; pass a checkpoint directory or .gguf file, 'zoo:NAME' or a "
+                              "Hugging Face Hub id 'org/name'")
+    return path, None
+
+
+def _check_source_type(source: Any) -> None:
+    if not isinstance(source, (str, os.PathLike)) or isinstance(os.fspath(source), bytes):
+        raise InputError(f"source must be 'zoo:NAME', a path or a Hub id 'org/name' (str or os.PathLike), not "
+                         f"{type(source).__name__}")
+    if not os.fspath(source) or "\x00" in os.fspath(source):
+        raise InputError(f"source {os.fspath(source)!r} is empty or holds a NUL character; pass 'zoo:NAME', a path "
+                         "or a Hub id 'org/name'")
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except (OSError, RuntimeError):  # a name too long, a symlink loop, '~user' of no user: a path to report
+        return True
 
 
 def _source_path(source: Any) -> Path:
-    if not isinstance(source, (str, os.PathLike)) or isinstance(os.fspath(source), bytes):
-        raise InputError(f"source must be 'zoo:NAME' or a path (str or os.PathLike), not {type(source).__name__}")
-    if not os.fspath(source) or "\x00" in os.fspath(source):
-        raise InputError(f"source {os.fspath(source)!r} is empty or holds a NUL character; pass 'zoo:NAME' or a path")
     try:
         path = resolve_source(source)
         path.stat()

@@ -86,7 +86,8 @@ def read_json_file(path: Path, what: str, max_bytes: int = JSON_MAX_BYTES,
 
 def inside(directory: Path, name: Any, listed_in: Path) -> Path:
     """``directory / name`` for a file name read from ``listed_in`` (a shard index), refused unless it is
-    a relative name whose real path (symlinks resolved) lies inside ``directory``.
+    a relative name whose real path (symlinks resolved) lies inside ``directory`` (or, for a snapshot of the
+    Hugging Face cache, inside its repository's ``blobs`` folder, where the cache keeps every file).
 
     Example:
         >>> index = Path("/ckpt/model.safetensors.index.json")
@@ -103,7 +104,23 @@ def inside(directory: Path, name: Any, listed_in: Path) -> Path:
                               f"{directory}; expected a relative file name inside it")
     path = directory / relative
     real, root = Path(os.path.realpath(path)), Path(os.path.realpath(directory))
-    if not real.is_relative_to(root):
+    blobs = hub_blobs(root)
+    if not real.is_relative_to(root) and not (blobs is not None and real.is_relative_to(blobs)):
         raise CheckpointError(f"{listed_in} names {name!r}, a symlink to {real}, which is outside the checkpoint "
                               f"directory {directory}; put the file itself inside the directory")
     return path
+
+
+def hub_blobs(directory: Path) -> Path | None:
+    """For a snapshot folder of the Hugging Face cache (``models--ORG--NAME/snapshots/COMMIT``), the
+    repository's ``blobs`` folder, which every file of the snapshot links into; None for any other folder.
+
+    Example:
+        >>> hub_blobs(Path("/cache/models--org--name/snapshots/0123abcd")).as_posix()
+        '/cache/models--org--name/blobs'
+        >>> hub_blobs(Path("/ckpt")) is None
+        True
+    """
+    if directory.parent.name == "snapshots" and directory.parent.parent.name.startswith("models--"):
+        return directory.parent.parent / "blobs"
+    return None

@@ -57,10 +57,10 @@ def test_slopes_are_the_papers_geometric_sequence():
 
 def test_attention_pattern_matches_the_alibi_equation():
     model = make_model()
-    _, cache = model.run_with_cache(ids_for(), names_filter=lambda name: name.endswith(("hook_q", "hook_k",
+    _, cache = model.run_with_cache(ids_for(), names_filter=lambda name: name.endswith(("hook_rot_q", "hook_rot_k",
                                                                                           "hook_pattern")))
     for layer in (1, 2):
-        q, k = cache[f"blocks.{layer}.attn.hook_q"][0], cache[f"blocks.{layer}.attn.hook_k"][0]
+        q, k = (cache[f"blocks.{layer}.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
         for head, slope in enumerate(SLOPES_4):
             torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double(),
                                        alibi_pattern(q[head], k[head], slope), atol=1e-5, rtol=1e-4)
@@ -68,9 +68,9 @@ def test_attention_pattern_matches_the_alibi_equation():
 
 def test_for_six_heads_the_interleaved_slopes_are_used():
     model = make_model(layers=("alibi",), n_heads=6)
-    _, cache = model.run_with_cache(ids_for(), names_filter=lambda name: name.endswith(("hook_q", "hook_k",
+    _, cache = model.run_with_cache(ids_for(), names_filter=lambda name: name.endswith(("hook_rot_q", "hook_rot_k",
                                                                                           "hook_pattern")))
-    q, k = cache["blocks.0.attn.hook_q"][0], cache["blocks.0.attn.hook_k"][0]
+    q, k = (cache[f"blocks.0.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))  # [head, pos, d]
     for head, slope in enumerate([1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]):
         torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"][0, head].double(),
                                    alibi_pattern(q[head], k[head], slope), atol=1e-5, rtol=1e-4)
@@ -149,11 +149,11 @@ def test_attention_mass_equals_the_full_pattern_computation():
     ids = ids_for(seed=5, length=40)
     spans, query = {"needle": (5, 12), "question": (28, 34)}, (34, 40)
     mass = attention_mass(model, ids[0].tolist(), spans, query)
-    _, cache = model.run_with_cache(ids, names_filter=lambda name: name.endswith(("hook_q", "hook_k")))
+    _, cache = model.run_with_cache(ids, names_filter=lambda name: name.endswith(("hook_rot_q", "hook_rot_k")))
     slopes = {0: SLOPES_4, 1: [0.0] * 4, 2: SLOPES_4}  # the RoPE layer's hooked q, k are already rotated
     rest = [key for key in range(query[0]) if not any(a <= key < b for a, b in spans.values())]
     for layer in range(3):
-        q, k = cache[f"blocks.{layer}.attn.hook_q"][0], cache[f"blocks.{layer}.attn.hook_k"][0]
+        q, k = (cache[f"blocks.{layer}.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
         for head in range(4):
             rows = alibi_pattern(q[head], k[head], slopes[layer][head])[query[0]:query[1]].numpy()
             for name, (a, b) in spans.items():

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
 import repo_lens
+from repo_lens.model import LensModel, ModelConfig
+from repo_lens.model.registry import mechanism_kinds
 
+ROOT = Path(__file__).resolve().parents[1]
 IDS = torch.tensor([[1, 5, 9, 12, 7, 3, 20, 8, 2, 6]])
 
 DOCUMENTED_SHAPES = {  # hook name -> shape for batch 1, T = 10 on the tiny RePo checkpoint (4 heads, d_head 16)
     "hook_embed": (1, 10, 64),
     "blocks.2.hook_resid_pre": (1, 10, 64),
     "blocks.2.attn.hook_pos": (1, 4, 10),
-    "blocks.2.attn.hook_q": (1, 4, 10, 16),
-    "blocks.2.attn.hook_k": (1, 4, 10, 16),
-    "blocks.2.attn.hook_v": (1, 4, 10, 16),
+    "blocks.2.attn.hook_q": (1, 10, 4, 16),
+    "blocks.2.attn.hook_k": (1, 10, 4, 16),
+    "blocks.2.attn.hook_v": (1, 10, 4, 16),
+    "blocks.2.attn.hook_rot_q": (1, 10, 4, 16),
+    "blocks.2.attn.hook_rot_k": (1, 10, 4, 16),
     "blocks.2.attn.hook_pattern": (1, 4, 10, 10),
     "blocks.2.attn.hook_z": (1, 10, 4, 16),
     "blocks.2.hook_attn_out": (1, 10, 64),
@@ -35,6 +43,48 @@ def test_hook_names_and_shapes(lens):
     for name, shape in DOCUMENTED_SHAPES.items():
         assert tuple(cache[name].shape) == shape, name
     assert set(lens.model.hook_dict) >= set(DOCUMENTED_SHAPES)
+
+
+def readme_hook_table() -> dict[str, tuple[str, ...]]:
+    """README's "Hook points" table: name (``{l}`` for the layer) -> the dimension names of its shape."""
+    section = (ROOT / "README.md").read_text().split("## Hook points\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| \[([^\]]+)\] \|", section, flags=re.MULTILINE)
+    assert rows, "README has no hook table"
+    return {name: tuple(part.strip() for part in shape.split(",")) for name, shape in rows}
+
+
+def test_readme_hook_table_is_every_hook_with_its_shape():
+    """Every hook of a model of each registered mechanism (OLMo-2 blocks with GQA, so q_norm, k_norm and
+    repeated keys all take part) is in README's table, every row of the table is one of them, and a
+    run_with_cache gives each the documented shape; every dimension size differs from the others."""
+    sizes = {"batch": 3, "pos": 6, "query_pos": 6, "key_pos": 6, "head": 4, "kv_head": 2, "d_head": 8,
+             "d_model": 32}
+    table = readme_hook_table()
+    seen = set()
+    for kind in mechanism_kinds():
+        torch.manual_seed(0)
+        cfg = ModelConfig(family="olmo2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                          d_mlp=64, layer_mechanisms=["rope", kind])
+        model = LensModel(cfg).eval()
+        with torch.no_grad():
+            _, cache = model.run_with_cache(torch.randint(0, 64, (sizes["batch"], sizes["pos"])))
+        assert set(cache.keys()) == set(model.hook_dict), kind  # every hook fires (hook_pattern when hooked)
+        for name, value in cache.items():
+            documented = re.sub(r"^blocks\.\d+\.", "blocks.{l}.", name)
+            assert documented in table, f"{name} ({kind}) is not in README's hook table"
+            expected = tuple(sizes[dim] for dim in table[documented])
+            assert tuple(value.shape) == expected, f"{name} ({kind}): {tuple(value.shape)}, README {table[documented]}"
+            seen.add(documented)
+    assert seen == set(table), f"README lists hooks no model has: {sorted(set(table) - seen)}"
+
+
+def test_every_hook_point_is_declared_with_its_shape():
+    """Each ``HookPoint()`` attribute in the model carries its shape in a trailing comment."""
+    declarations = [(path.name, line.strip()) for path in sorted((ROOT / "repo_lens" / "model").rglob("*.py"))
+                    for line in path.read_text().splitlines() if "= HookPoint()" in line]
+    assert len(declarations) >= 10
+    for file, line in declarations:
+        assert re.search(r"= HookPoint\(\)  # \[[a-z_]+(, [a-z_]+)*\]", line), f"{file}: {line}"
 
 
 def test_hooks_attached_but_unused_leave_logits_bit_identical(lens):

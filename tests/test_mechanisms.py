@@ -28,7 +28,7 @@ def make_model(kind: str, layers=("rope", None, None), seed: int = 0, std: float
     return model
 
 
-def run(model: LensModel, ids: torch.Tensor, names=("hook_pos", "hook_delta", "hook_q", "hook_k", "hook_pattern",
+def run(model: LensModel, ids: torch.Tensor, names=("hook_pos", "hook_delta", "hook_rot_q", "hook_rot_k", "hook_pattern",
                                                      "hook_resid_pre", "hook_embed")):
     logits, cache = model.run_with_cache(ids, names_filter=lambda name: name.endswith(names))
     return logits, cache
@@ -108,7 +108,7 @@ def test_additive_mechanisms_match_their_equations(kind):
     _, cache = run(model, ids_for())
     for layer in (1, 2):
         mechanism = model.blocks[layer].attn.positions
-        q, k = cache[f"blocks.{layer}.attn.hook_q"][0], cache[f"blocks.{layer}.attn.hook_k"][0]
+        q, k = (cache[f"blocks.{layer}.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
         for head in range(4):
             if kind == "fox":
                 gate = mechanism.forget_gate
@@ -128,7 +128,7 @@ def test_cope_clamps_positions_at_p_max():
     model = make_model("cope", std=0.5, cope_max_position=3)
     _, cache = run(model, ids_for())
     mechanism = model.blocks[2].attn.positions
-    q, k = cache["blocks.2.attn.hook_q"][0], cache["blocks.2.attn.hook_k"][0]
+    q, k = (cache[f"blocks.2.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))  # [head, pos, d]
     expected = ref.pattern(q[1], k[1], ref.cope_bias(q[1], mechanism.position_embeddings, 3))
     torch.testing.assert_close(cache["blocks.2.attn.hook_pattern"][0, 1].double(), expected, atol=1e-5, rtol=1e-4)
 
@@ -141,8 +141,8 @@ def test_cope_with_all_gates_one_uses_token_relative_positions():
     hooks = [(f"blocks.{layer}.attn.positions.hook_gates", lambda g, hook: torch.ones_like(g)) for layer in (1, 2)]
     seen = {}
     hooks.append(("blocks.1.attn.hook_pattern", lambda p, hook: seen.setdefault("pattern", p)))
-    hooks.append(("blocks.1.attn.hook_q", lambda x, hook: seen.setdefault("q", x)))
-    hooks.append(("blocks.1.attn.hook_k", lambda x, hook: seen.setdefault("k", x)))
+    hooks.append(("blocks.1.attn.hook_rot_q", lambda x, hook: seen.update(q=x.transpose(1, 2))))
+    hooks.append(("blocks.1.attn.hook_rot_k", lambda x, hook: seen.update(k=x.transpose(1, 2))))
     with torch.no_grad():
         model.run_with_hooks(ids, fwd_hooks=hooks)
     embeddings = model.blocks[1].attn.positions.position_embeddings.detach().double()

@@ -139,7 +139,8 @@ def test_attention_mass_is_the_same_from_both_lenses(lenses):
 # ------------------------------------------------------------ no private names across modules
 
 @pytest.mark.parametrize("module", ["hf/analysis.py", "hf/model.py", "lens.py", "protocol.py", "inputs.py",
-                                    "capture.py", "trace.py", "analysis/attention_mass.py"])
+                                    "capture.py", "trace.py", "analysis/attention_mass.py",
+                                    "analysis/mass_rows.py"])
 def test_lens_modules_import_no_private_names(module):
     tree = ast.parse((PACKAGE / module).read_text())
     private = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)

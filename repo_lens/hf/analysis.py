@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from repo_lens.analysis.attention_mass import (AttentionMass, checked_inputs, key_groups, mass_from_group_sums,
-                                               validate_layers)
+from repo_lens.analysis.mass_rows import (AttentionMass, checked_inputs, key_groups, mass_from_group_sums,
+                                          validate_layers)
 from repo_lens.capture import forward_lock
 from repo_lens.errors import InputError
 from repo_lens.hf import model as _model
@@ -60,8 +60,6 @@ def attention_mass_hf(model: Any, ids: Any, spans: Mapping[str, tuple[int, int]]
         warnings.warn(memory_message(hf_lens.n_heads, n_tokens, model_dtype), ResourceWarning, stacklevel=2)
 
     groups = key_groups(named, (q_start, q_end))
-    group_index = groups.index.to(hf_lens.device)
-
     sums: dict[int, Any] = {}
     input_ids = torch.as_tensor(array, device=hf_lens.device).unsqueeze(0)
     with forward_lock(hf_lens.hf_model), torch.inference_mode(), hf_lens.nn.trace(input_ids) as tracer:
@@ -72,10 +70,8 @@ def attention_mass_hf(model: Any, ids: Any, spans: Mapping[str, tuple[int, int]]
                     f"layer {layer} returned no attention weights; the model must run eager attention "
                     "(load it with attn_implementation='eager' or through repo_lens.hf.load_hf)"
                 )
-            rows = weights[0, :, q_start:q_end, :q_end].float()  # [head, R, keys]: the query rows only
-            reduced = torch.zeros(rows.shape[0], rows.shape[1], groups.count, dtype=torch.float32, device=rows.device)
-            reduced.index_add_(-1, group_index.to(rows.device), rows)
-            sums[layer] = reduced.mean(dim=1).cpu().save()  # [head, groups]
+            rows = weights[0, :, q_start:q_end, :q_end]  # [head, R, keys]: the query rows only
+            sums[layer] = groups.sum_rows(rows).mean(dim=1).cpu().save()  # [head, groups]
         tracer.stop()
     stacked = torch.stack([sums[layer] for layer in chosen]).numpy()  # [L, H, groups]
     kinds = layer_kinds(hf_lens)

@@ -94,9 +94,9 @@ class _QueryKeyPositions(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.hook_delta = HookPoint()  # [batch, head, key_pos] (the last query's view)
-        # [batch, head, query_pos, key_pos]: every query's increments over the keys (hook_delta is the
-        # last row); a read-out, so a right-padded batch can take each sequence's own last query.
-        self.hook_query_delta = HookPoint()
+        # every query's increments over the keys (hook_delta is the last row); a read-out, so a
+        # right-padded batch can take each sequence's own last query
+        self.hook_query_delta = HookPoint()  # [batch, head, query_pos, key_pos]
 
     def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:

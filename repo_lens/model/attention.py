@@ -22,8 +22,14 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tens
 
 class Attention(nn.Module):
     """Multi-head (or grouped-query) attention. OLMo-2 adds RMSNorm over the whole q and k
-    projections before the heads are split. Keys are repeated to one per query head before
-    rotation, because learned positions differ between the query heads of a group."""
+    projections. Keys are repeated to one per query head before rotation, because learned
+    positions differ between the query heads of a group.
+
+    Hooks follow TransformerLens where they mean the same thing: ``hook_q`` / ``hook_k`` /
+    ``hook_v`` are the projections split into heads (before OLMo-2's q_norm / k_norm and the
+    rotation; GQA keys and values per key head), ``hook_rot_q`` / ``hook_rot_k`` the queries and
+    keys that enter q·k (after the norm and the rotation; keys one per query head). Each hook sees
+    a view, so a hook that is not attached costs nothing and leaves the output bit-identical."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -47,17 +53,32 @@ class Attention(nn.Module):
         self.rope = RopeSettings(self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
 
         self.hook_pos = HookPoint()  # [batch, head, pos]
-        self.hook_q = HookPoint()  # [batch, head, pos, d_head] (after rotation)
-        self.hook_k = HookPoint()  # [batch, head, pos, d_head] (after rotation; GQA keys repeated per query head)
-        self.hook_v = HookPoint()  # [batch, head, pos, d_head]
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head] (q_proj's output: before q_norm and rotation)
+        self.hook_k = HookPoint()  # [batch, pos, kv_head, d_head] (k_proj's output: before k_norm and rotation)
+        self.hook_v = HookPoint()  # [batch, pos, kv_head, d_head] (v_proj's output)
+        self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (the queries q·k uses: normed, rotated)
+        self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head] (the keys q·k uses: one per query head)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
-    def _split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
-        batch, pos, _ = x.shape
-        x = x.view(batch, pos, n_heads, self.d_head).transpose(1, 2)
-        if n_heads != self.n_heads:
-            x = x.repeat_interleave(self.n_heads // n_heads, dim=1)
+    def _project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v [batch, head, pos, d_head] of the block input ``h``, through hook_q / hook_k /
+        hook_v (views of the projections) and OLMo-2's q_norm / k_norm; GQA keys and values are
+        repeated to one per query head after their hooks."""
+        batch, pos, _ = h.shape
+        q = self.hook_q(self.q_proj(h).view(batch, pos, self.n_heads, self.d_head))
+        k = self.hook_k(self.k_proj(h).view(batch, pos, self.n_kv_heads, self.d_head))
+        v = self.hook_v(self.v_proj(h).view(batch, pos, self.n_kv_heads, self.d_head))
+        if self.qk_norm:  # RMSNorm over the whole projection, across the heads
+            q = self.q_norm(q.reshape(batch, pos, -1)).view(batch, pos, self.n_heads, self.d_head)
+            k = self.k_norm(k.reshape(batch, pos, -1)).view(batch, pos, self.n_kv_heads, self.d_head)
+        return self._by_head(q), self._by_head(k), self._by_head(v)
+
+    def _by_head(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, pos, n, d_head] -> [batch, head, pos, d_head], repeating GQA key heads per query head."""
+        x = x.transpose(1, 2)
+        if x.shape[1] != self.n_heads:
+            x = x.repeat_interleave(self.n_heads // x.shape[1], dim=1)
         return x
 
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
@@ -65,18 +86,15 @@ class Attention(nn.Module):
         batch, pos, _ = h.shape
         mechanism = self.positions
         state = cache.position_states[self.layer] if cache is not None else None
-        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = (self._split_heads(q, self.n_heads), self._split_heads(k, self.n_kv_heads),
-                   self._split_heads(v, self.n_kv_heads))
+        q, k, v = self._project(h)
         if mechanism.role != "contextual":
             positions = self.hook_pos(mechanism(h, offset, state=state, shared=shared))
         if mechanism.role == "rotary":
             inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
             cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        # [batch, pos, head, d_head] views for the hooks, as q·k uses them (rotated or, in layers that do not rotate, not)
+        q, k = self.hook_rot_q(q.transpose(1, 2)).transpose(1, 2), self.hook_rot_k(k.transpose(1, 2)).transpose(1, 2)
         if cache is not None:
             k, v = cache.append(self.layer, k, v)
         n_keys = k.shape[2]

@@ -9,8 +9,12 @@ import pytest
 import torch
 
 from repo_lens.analysis.attention_mass import AttentionMass, _RowReducer, attention_mass
+from repo_lens.analysis.mass_rows import key_groups
 from repo_lens.errors import InputError
 from repo_lens.model import LensModel, ModelConfig
+
+# the module itself (repo_lens.analysis re-exports the function under the same name)
+MASS = importlib.import_module("repo_lens.analysis.attention_mass")
 
 
 def make_model(family: str = "olmo2", kinds=("rope", "nope", "repo"), n_kv_heads=None, seed: int = 0,
@@ -89,6 +93,36 @@ def test_matches_full_attention(family, kinds, n_kv_heads):
     np.testing.assert_allclose(mass.self_mass, reference["self"], atol=1e-5, rtol=0)
     assert mass.span_lengths == {"needle": 7, "early": 3, "query": 14, "rest": 84 - 24}
     assert mass.layer_kinds == list(kinds)
+
+
+@pytest.mark.parametrize("family,kinds,n_kv_heads", CASES)
+def test_masses_do_not_depend_on_the_order_hooks_fire_in(family, kinds, n_kv_heads):
+    """The hooks of one pass, handed a real forward's tensors in reverse order (each layer's keys before
+    its queries and bias inputs, the last layer first) or shuffled, give the numbers of attention_mass."""
+    model = make_model(family, kinds, n_kv_heads)
+    ids = random_ids(90)
+    prompt = (ids, {"needle": (20, 27), "query": (70, 84)}, (84, 90))
+    expected = attention_mass(model, *prompt)
+    row_biases = MASS._row_biases(model, None)
+    names = [name for name, _ in MASS._MassPass(model, [prompt], row_biases).hooks()]
+    assert {f"blocks.{layer}.attn.hook_rot_{x}" for layer in range(len(kinds)) for x in "qk"} <= set(names)
+    _, cache = model.run_with_cache(torch.as_tensor(ids)[None], names_filter=names)
+    shuffled = list(np.random.default_rng(0).permutation(len(names)))
+    for order in (list(range(len(names)))[::-1], shuffled):
+        one_pass = MASS._MassPass(model, [prompt], row_biases)
+        hooks = one_pass.hooks()
+        with torch.inference_mode():  # as in the forward pass
+            for step, index in enumerate(order):
+                name, hook = hooks[index]
+                if step < len(order) - 1:
+                    hook(cache[name], hook=None)
+                else:  # the pass stops at the last tensor any layer needs, not at the last layer's keys
+                    with pytest.raises(MASS._StopForward):
+                        hook(cache[name], hook=None)
+        [mass] = one_pass.masses(list(kinds))
+        for name in expected.per_token:
+            np.testing.assert_allclose(mass.by_layer_head[name], expected.by_layer_head[name], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(mass.self_mass, expected.self_mass, atol=1e-6, rtol=0)
 
 
 def test_lens_like_object_tensor_ids_and_layer_subset():
@@ -269,7 +303,8 @@ def test_row_chunks_bound_memory(monkeypatch):
 
 
 def test_row_reducer_shapes():
-    reducer = _RowReducer(torch.tensor([0, 0, 1, 2, 2]), n_groups=2, query=(3, 5), d_head=4)
+    reducer = _RowReducer(key_groups({"a": (0, 2)}, (3, 5)), d_head=4)  # keys: a, a, rest, own, own
+    assert reducer.groups.index.tolist() == [0, 0, 1, 2, 2]
     out = reducer(torch.zeros(3, 2, 4), torch.zeros(3, 7, 4))
     assert out.shape == (3, 2, 3)
     np.testing.assert_allclose(out[0].numpy(), [[2 / 4, 1 / 4, 1 / 4], [2 / 5, 1 / 5, 2 / 5]], atol=1e-6)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repo_lens.analysis.attention_mass import REST, key_groups, mass_from_group_sums
+from repo_lens.analysis.mass_rows import REST, key_groups, mass_from_group_sums
 
 
 def test_key_groups_by_hand():

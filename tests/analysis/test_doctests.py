@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = [f"repo_lens.analysis.{name}" for name in
-           ("boundaries", "categories", "entities", "increments", "lookback", "position_stats", "selection")]
+           ("boundaries", "categories", "entities", "increments", "lookback", "mass_rows", "position_stats",
+            "selection")]
 MODULES += [f"repo_lens.studies.{name}" for name in ("runs", "report", "items", "reproductions", "distributed",
                                                      "reproductions.attention", "reproductions.retrieval")]
 MODULES += ["repo_lens.train.mixture"]

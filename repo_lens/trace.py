@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import operator
 import os
@@ -89,6 +90,82 @@ class Trace:
         """Positions (T,) of one head (negative indices count from the end); a clear error names
         the valid ranges (:func:`repo_lens.validation.check_index`)."""
         return self.positions[check_index(layer, self.n_layers, "layer"), check_index(head, self.n_heads, "head")]
+
+    def layer_ranges(self) -> dict[str, np.ndarray]:
+        """Per layer, arrays of shape (n_layers,): ``min`` and ``max`` of the positions over every
+        head and token, and the smallest, mean and largest per-head range d = max z − min z
+        (``range_min``, ``range_mean``, ``range_max``; RePo Fig. 2). NaN positions are left out;
+        a trace without tokens gives NaN.
+
+        Example:
+            >>> t = Trace(tokens=list("abc"), token_ids=[97, 98, 99], layer_kinds=["rope", "nope"],
+            ...           positions=np.array([[[0, 1, 2], [0, 1, 2]], [[5, 5, 5], [0, 0, 0]]], dtype=np.float32))
+            >>> {name: values.tolist() for name, values in t.layer_ranges().items()}
+            {'min': [0.0, 0.0], 'max': [2.0, 5.0], 'range_min': [2.0, 0.0], 'range_mean': [2.0, 0.0], 'range_max': [2.0, 0.0]}
+        """
+        if len(self) == 0:
+            empty = np.full(self.n_layers, np.nan)
+            return {name: empty.copy() for name in ("min", "max", "range_min", "range_mean", "range_max")}
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a head of NaN only: NaN, flagged in meta already
+            lows, highs = np.nanmin(self.positions, axis=2), np.nanmax(self.positions, axis=2)
+        ranges = highs - lows
+        return {"min": lows.min(axis=1), "max": highs.max(axis=1), "range_min": ranges.min(axis=1),
+                "range_mean": ranges.mean(axis=1), "range_max": ranges.max(axis=1)}
+
+    def __repr__(self) -> str:
+        """One line: model, tokens (with the first of them), layers × heads and layer kinds.
+
+        Example:
+            >>> Trace(tokens=list("hi!"), token_ids=[104, 105, 33], layer_kinds=["rope", "repo", "repo"],
+            ...       positions=np.zeros((3, 2, 3), dtype=np.float32), meta={"name": "tiny"})
+            Trace('tiny', 3 tokens 'hi!', 3 layers × 2 heads: rope, repo ×2)
+        """
+        return (f"Trace({self._model_name()!r}, {len(self)} tokens {_preview(self.tokens, 40)!r}, "
+                f"{self.n_layers} layers × {self.n_heads} heads: {_kind_runs(self.layer_kinds)})")
+
+    def _repr_html_(self) -> str:
+        """The summary a notebook shows: model, tokens and a preview, layers × heads, layer kinds, and
+        per layer the kind and the position range (as :meth:`layer_ranges`); warnings from ``meta``."""
+        ranges = self.layer_ranges()
+        rows = "".join(
+            f"<tr><td>{layer}</td><td>{html.escape(kind)}</td><td>{ranges['min'][layer]:.4g}</td>"
+            f"<td>{ranges['max'][layer]:.4g}</td><td>{ranges['range_min'][layer]:.4g}</td>"
+            f"<td>{ranges['range_mean'][layer]:.4g}</td><td>{ranges['range_max'][layer]:.4g}</td></tr>"
+            for layer, kind in enumerate(self.layer_kinds))
+        spans = ", ".join(f"{html.escape(name)} {start}–{end}" for name, (start, end) in self.spans.items())
+        notes = [f"spans (token index, end exclusive): {spans}"] if spans else []
+        notes += [html.escape(str(message)) for message in self.meta.get("warnings", [])]
+        cell = 'style="text-align:right;padding:1px 8px"'
+        return (
+            '<div class="repo-lens-trace">'
+            f"<p><b>Trace</b> of <code>{html.escape(self._model_name())}</code>: {len(self)} tokens, "
+            f"{self.n_layers} layers × {self.n_heads} heads ({html.escape(_kind_runs(self.layer_kinds))})<br>"
+            f'<code style="white-space:pre-wrap">{html.escape(_preview(self.tokens, 160))}</code></p>'
+            f"<table><thead><tr><th {cell}>layer</th><th {cell}>kind</th><th {cell}>min z</th><th {cell}>max z</th>"
+            f"<th {cell}>range d: min</th><th {cell}>mean</th><th {cell}>max over heads</th></tr></thead>"
+            f"<tbody>{rows.replace('<td>', f'<td {cell}>')}</tbody></table>"
+            + "".join(f"<p><small>{note}</small></p>" for note in notes) + "</div>"
+        )
+
+    def plot(self, kind: str = "spaced", **options: Any) -> Any:
+        """A plotly figure of this trace: ``"spaced"`` (tokens laid out by position, one row per layer),
+        ``"scatter"`` (index against position for one ``layer``), ``"ranges"`` (range per layer and
+        head) or ``"patterns"`` (constant / mono / hybrid chunk shares); ``options`` go to the figure
+        builder (:func:`repo_lens.plots.trace_figure`). In a notebook the figure shows itself.
+
+        Example:
+            >>> t = Trace(tokens=list("hi!"), token_ids=[104, 105, 33], layer_kinds=["rope"],
+            ...           positions=np.array([[[0.0, 1.0, 2.0]]], dtype=np.float32))
+            >>> t.plot("ranges").data[0].z.tolist()
+            [[2.0]]
+        """
+        from repo_lens.plots.notebook import trace_figure  # plotly loads when a figure is asked for
+
+        return trace_figure(self, kind, **options)
+
+    def _model_name(self) -> str:
+        return str(self.meta.get("name") or self.meta.get("source") or "unnamed model")
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically as one .safetensors file (arrays) with the rest as JSON in its header."""
@@ -182,6 +259,23 @@ def _checked_span(name: str, span: Any, n_tokens: int) -> tuple[int, int]:
         raise InputError(f"span {name!r} is ({start}, {end}); a span needs 0 <= start <= end <= {n_tokens} "
                          "(the trace's tokens, end exclusive)")
     return start, end
+
+
+def _preview(tokens: list[str], limit: int) -> str:
+    """The tokens joined, cut to ``limit`` characters with an ellipsis."""
+    text = "".join(tokens)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _kind_runs(kinds: list[str]) -> str:
+    """Layer kinds with repeats counted: ``rope ×2, repo ×4``."""
+    runs: list[list[Any]] = []
+    for kind in kinds:
+        if runs and runs[-1][0] == kind:
+            runs[-1][1] += 1
+        else:
+            runs.append([kind, 1])
+    return ", ".join(kind if count == 1 else f"{kind} ×{count}" for kind, count in runs)
 
 
 def flag_nonfinite(positions: np.ndarray, meta: dict[str, Any], stacklevel: int = 3) -> None:

@@ -16,6 +16,7 @@ from repo_lens.plots.boundaries import boundary_auc_figure
 from repo_lens.plots.export import FORMATS, ExportError, export, export_unavailable, figure_bytes, start_export_server
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
 from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
+from repo_lens.plots.notebook import STATIC_RENDERER, TRACE_FIGURE_KINDS, notebook_setup, trace_figure
 from repo_lens.plots.paper import PAPER_LAYOUTS, paper_figure
 from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
@@ -28,6 +29,8 @@ __all__ = [
     "OKABE_ITO",
     "PAPER_LAYOUTS",
     "PATTERN_COLORS",
+    "STATIC_RENDERER",
+    "TRACE_FIGURE_KINDS",
     "ExportError",
     "attention_mass_figure",
     "attention_mass_layers_figure",
@@ -40,6 +43,7 @@ __all__ = [
     "iqr_outliers",
     "layer_head_heatmap",
     "layer_series_figure",
+    "notebook_setup",
     "paper_figure",
     "pattern_fractions_figure",
     "pattern_strip_figure",
@@ -48,4 +52,5 @@ __all__ = [
     "sample_indices",
     "spaced_tokens_figure",
     "start_export_server",
+    "trace_figure",
 ]

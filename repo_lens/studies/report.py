@@ -23,11 +23,10 @@ def layer_summary(trace: Trace, per_head: bool = False) -> str:
     layer  kind        min       max  range min  range mean  range max
         0  rope      0.000     2.000      2.000       2.000      2.000
     """
-    positions = trace.positions
-    with np.errstate(invalid="ignore"):
-        lows, highs = np.nanmin(positions, axis=2), np.nanmax(positions, axis=2)
-    ranges = highs - lows
     if per_head:
+        with np.errstate(invalid="ignore"):
+            lows, highs = np.nanmin(trace.positions, axis=2), np.nanmax(trace.positions, axis=2)
+        ranges = highs - lows
         lines = [f"{'layer':>5}  {'head':>4}  {'kind':<5} {'min':>9} {'max':>9} {'range':>9}"]
         for layer, kind in enumerate(trace.layer_kinds):
             for head in range(trace.n_heads):
@@ -35,10 +34,12 @@ def layer_summary(trace: Trace, per_head: bool = False) -> str:
                              f"{highs[layer, head]:>9.3f} {ranges[layer, head]:>9.3f}")
         return "\n".join(lines)
     lines = [f"{'layer':>5}  {'kind':<5} {'min':>9} {'max':>9} {'range min':>10} {'range mean':>11} {'range max':>10}"]
+    per_layer = trace.layer_ranges()
     for layer, kind in enumerate(trace.layer_kinds):
         lines.append(
-            f"{layer:>5}  {kind:<5} {lows[layer].min():>9.3f} {highs[layer].max():>9.3f} "
-            f"{ranges[layer].min():>10.3f} {ranges[layer].mean():>11.3f} {ranges[layer].max():>10.3f}"
+            f"{layer:>5}  {kind:<5} {per_layer['min'][layer]:>9.3f} {per_layer['max'][layer]:>9.3f} "
+            f"{per_layer['range_min'][layer]:>10.3f} {per_layer['range_mean'][layer]:>11.3f} "
+            f"{per_layer['range_max'][layer]:>10.3f}"
         )
     return "\n".join(lines)
 

@@ -1,0 +1,152 @@
+"""A Trace shows itself in a notebook (short repr, HTML summary, Trace.plot), and figures in Jupyter
+carry a static PNG beside the interactive view (repo_lens.plots.notebook_setup)."""
+
+from __future__ import annotations
+
+import base64
+import doctest
+import importlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+import repo_lens
+from repo_lens.errors import InputError
+from repo_lens.model.byte_tokenizer import ByteTokenizer
+from repo_lens.model.tiny import tiny_model
+from repo_lens.plots import STATIC_RENDERER, TRACE_FIGURE_KINDS, export_unavailable, notebook_setup
+from repo_lens.trace import Trace
+
+TEXT = "Positions are learned, not counted. 位置是学出来的。"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    lens = repo_lens.Lens(tiny_model("repo"), ByteTokenizer(), {"name": "tiny-repo"})
+    return lens.trace(TEXT)
+
+
+@pytest.fixture
+def renderer():
+    """Restore plotly's renderer after a test changes it."""
+    before = pio.renderers.default
+    yield
+    pio.renderers.default = before
+
+
+def test_repr_is_one_short_line_with_model_size_and_kinds(trace):
+    text = repr(trace)
+    assert "\n" not in text and len(text) < 160
+    assert text.startswith("Trace('tiny-repo', ")
+    assert f"{len(trace)} tokens 'Positions␣are" in text
+    assert f"{trace.n_layers} layers × {trace.n_heads} heads" in text
+    kinds = trace.layer_kinds
+    assert text.endswith(f"{kinds[0]} ×{kinds.count(kinds[0])}, {kinds[-1]} ×{kinds.count(kinds[-1])})")
+
+
+def test_repr_stays_short_for_a_long_trace():
+    long = Trace(tokens=["x"] * 5000, token_ids=np.zeros(5000, dtype=np.int64), layer_kinds=["rope"] * 16,
+                 positions=np.zeros((16, 16, 5000), dtype=np.float32))
+    assert len(repr(long)) < 160 and "5000 tokens 'xxx" in repr(long) and "…'" in repr(long)
+    assert "unnamed model" in repr(long) and "rope ×16" in repr(long)
+
+
+def test_html_summary_has_model_tokens_shape_and_a_row_per_layer(trace):
+    page = trace._repr_html_()
+    assert "tiny-repo" in page and f"{len(trace)} tokens" in page
+    assert f"{trace.n_layers} layers × {trace.n_heads} heads" in page
+    rows = re.findall(r"<tr><td[^>]*>(\d+)</td><td[^>]*>(\w+)</td>", page)
+    assert rows == [(str(layer), kind) for layer, kind in enumerate(trace.layer_kinds)]
+    ranges = trace.layer_ranges()
+    first = re.search(r"<tr><td[^>]*>0</td>(.*?)</tr>", page).group(1)
+    cells = [float(value) for value in re.findall(r">([-\d.e+]+)</td>", first)]
+    np.testing.assert_allclose(cells, [ranges[name][0] for name in
+                                       ("min", "max", "range_min", "range_mean", "range_max")], rtol=1e-3)
+
+
+def test_html_escapes_tokens_and_shows_spans_and_warnings():
+    t = Trace(tokens=["<b>", "&", "x"], token_ids=[1, 2, 3], layer_kinds=["rope"],
+              positions=np.array([[[0.0, 1.0, 2.0]]], dtype=np.float32), spans={"needle": (1, 2)},
+              meta={"name": "<script>", "warnings": ["positions <NaN>"]})
+    page = t._repr_html_()
+    assert "<b>&amp;" not in page and "&lt;b&gt;&amp;x" in page and "&lt;script&gt;" in page
+    assert "needle 1–2" in page and "positions &lt;NaN&gt;" in page
+
+
+def test_layer_ranges_match_the_positions(trace):
+    ranges = trace.layer_ranges()
+    per_head = trace.positions.max(axis=2) - trace.positions.min(axis=2)
+    np.testing.assert_allclose(ranges["range_mean"], per_head.mean(axis=1))
+    np.testing.assert_allclose(ranges["min"], trace.positions.min(axis=(1, 2)))
+    rope = trace.layer_kinds.index("rope")
+    assert ranges["range_max"][rope] == len(trace) - 1  # RoPE: 0..T-1 in every head
+
+
+@pytest.mark.parametrize("kind", TRACE_FIGURE_KINDS)
+def test_plot_draws_every_kind(trace, kind):
+    fig = trace.plot(kind)
+    assert isinstance(fig, go.Figure) and fig.data
+
+
+def test_plot_passes_options_and_refuses_unknown_kinds(trace):
+    last = trace.plot("scatter", head="all")
+    assert len([d for d in last.data if d.name and d.name.startswith("h")]) >= trace.n_heads
+    with pytest.raises(InputError, match="unknown figure kind 'heatmap'.*'spaced', 'scatter'"):
+        trace.plot("heatmap")
+    with pytest.raises(InputError, match="takes no options"):
+        trace.plot("ranges", layer=1)
+
+
+def test_importing_trace_does_not_import_plotly():
+    code = "import repo_lens.trace, sys; print('plotly' in sys.modules, 'repo_lens.plots' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_notebook_setup_keeps_the_interactive_renderer(renderer):
+    pio.renderers.default = "plotly_mimetype"
+    assert notebook_setup(static_images=False) == "plotly_mimetype"
+    pio.renderers.default = "vscode+png"
+    assert notebook_setup(static_images=False) == "vscode"
+    pio.renderers.default = None
+    assert notebook_setup(static_images=False) == "plotly_mimetype"
+
+
+@pytest.mark.skipif(export_unavailable() is not None, reason="needs Chromium (make browser)")
+def test_figures_carry_an_interactive_view_and_a_png(renderer):
+    pio.renderers.default = "plotly_mimetype"
+    assert notebook_setup() == f"plotly_mimetype+{STATIC_RENDERER}"
+    assert notebook_setup() == f"plotly_mimetype+{STATIC_RENDERER}"  # idempotent
+    bundle = go.Figure(go.Bar(y=[1, 3, 2]))._repr_mimebundle_()
+    assert "application/vnd.plotly.v1+json" in bundle
+    assert base64.b64decode(bundle["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_chromium_figures_stay_interactive_with_a_warning(renderer, monkeypatch):
+    monkeypatch.setattr("repo_lens.plots.notebook.export_unavailable", lambda: "no Chromium on PATH")
+    pio.renderers.default = "plotly_mimetype"
+    with pytest.warns(UserWarning, match="interactive only.*no Chromium"):
+        assert notebook_setup() == "plotly_mimetype"
+
+
+def test_a_failed_png_leaves_the_interactive_view(monkeypatch):
+    from repo_lens.plots import ExportError
+    from repo_lens.plots.notebook import StaticPngRenderer
+
+    def fail(*args, **kwargs):
+        raise ExportError("the Chromium renderer stopped")
+
+    monkeypatch.setattr("repo_lens.plots.notebook.figure_bytes", fail)
+    with pytest.warns(UserWarning, match="no static image.*stopped"):
+        assert StaticPngRenderer().to_mimebundle(go.Figure().to_dict()) == {}
+
+
+@pytest.mark.parametrize("module", ["repo_lens.trace", "repo_lens.plots.notebook"])
+def test_docstring_examples(module):
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -60,6 +60,9 @@ def trace_increments(trace) -> np.ndarray:
     - elsewhere (RoPE, NoPE, RePo layers, traces without stored increments), the difference of
       consecutive positions z_t − z_{t−1}, NaN at the first token (it has no predecessor).
 
+    Non-finite positions are not refused (a trace may hold them; its ``meta`` flags them): they
+    give non-finite increments, which the analyzers that need finite values refuse by name.
+
     ``trace``: a :class:`repo_lens.Trace` (anything with ``positions`` (L, H, T), ``layer_kinds`` and
     ``extras``).
 
@@ -74,7 +77,9 @@ def trace_increments(trace) -> np.ndarray:
                [[ nan, 0.5 , 1.  , 0.25]]])
     """
     positions = np.asarray(trace.positions, dtype=np.float64)
-    increments = position_increments(positions, origin=np.nan)
+    if positions.ndim != 3:
+        raise InputError(f"positions has shape {positions.shape}; a trace holds (n_layers, n_heads, T)")
+    increments = np.diff(positions, axis=-1, prepend=np.nan)  # NaN or infinite positions give such increments
     stored = (getattr(trace, "extras", None) or {}).get("increments")
     if stored is None:
         return increments

@@ -99,8 +99,8 @@ def _example_masses(n_layers: int, n_heads: int) -> dict[str, Any]:
 
 
 def _category_means(trace: Any) -> list[dict[str, float]]:
-    from repo_lens.analysis import byte_categories, increments_by_category, position_increments
+    from repo_lens.analysis import byte_categories, increments_by_category, trace_increments
 
-    table = increments_by_category(position_increments(np.asarray(trace.positions)), byte_categories(trace.token_ids))
+    table = increments_by_category(trace_increments(trace), byte_categories(trace.token_ids))
     means = np.nanmean(table.mean, axis=1)  # (layers, categories), mean over heads
     return [{label: float(means[layer, i]) for i, label in enumerate(table.labels)} for layer in range(len(means))]

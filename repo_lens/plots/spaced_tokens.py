@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import html
+import math
+import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.plots.heatmaps import PATTERN_NAMES, pattern_codes
 from repo_lens.plots.labels import label_width_px, place_labels
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
@@ -24,9 +29,11 @@ from repo_lens.plots.style import (
     select_head,
     styled,
 )
-from repo_lens.validation import check_int
+from repo_lens.validation import check_int, check_positive_number
 
-PATTERN_NAMES = ("constant", "mono", "hybrid")
+if TYPE_CHECKING:
+    from repo_lens.plots.paper import PaperTarget
+
 # beyond this many shown tokens each row draws one tick mark per COLUMN_PX pixels
 COLUMN_DEDUP_MIN_TOKENS = 100
 COLUMN_PX = 2
@@ -34,6 +41,9 @@ COLUMN_PX = 2
 # separate marker elements cost the browser far more to draw (and to draw again, which Streamlit does)
 TICK_HALF_HEIGHT = 0.06
 STRIP_SQUARE_PX = 6  # the chunk strip: a band this many pixels high and at least this wide per token
+HOVER = ("token %{customdata[0]}: %{text}<br>position %{customdata[1]:.3f}"
+         "<br>increment %{customdata[2]:.3f}<extra>%{fullData.name}</extra>")
+MERGED_NOTE = " (+{n} more tokens here: zoom in to separate them)"  # a mark's hover when it stands for others
 
 
 def spaced_tokens_figure(
@@ -79,8 +89,10 @@ def spaced_tokens_figure(
     ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them first,
     and draws the connectors (the trace named "connectors") for those tokens only; otherwise connectors
     follow at most ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns``
-    (L, n_chunks), from :func:`repo_lens.analysis.chunk_patterns` for this head, adds a strip under each
-    row coloured by the chunk class of each token (a shape per class, named in the legend).
+    (L, n_chunks), from :func:`repo_lens.analysis.chunk_patterns` for this head (labels or their codes
+    0, 1, 2), adds a strip under each row coloured by the chunk class of each token (a shape per class,
+    named in the legend); ``chunk_size`` is the chunks' length in tokens. For a paper,
+    :func:`repo_lens.plots.export` with a ``layout`` places the labels again for the paper's width.
 
     Example:
         >>> import numpy as np
@@ -91,6 +103,91 @@ def spaced_tokens_figure(
         >>> [d.name for d in fig.data if d.name], fig.data[-1].x.tolist()
         (['connectors', 'L0 rope', 'L1 repo'], [0.0, 0.25, 2.5, 2.75])
     """
+    _check_drawing_options(max_tokens=max_tokens, label_limit=label_limit, width=width, font_size=font_size,
+                           max_connectors=max_connectors)
+    chosen = _choose_tokens(trace, head=head, layers=layers, scale=scale, window=window, max_tokens=max_tokens,
+                            highlight=highlight)
+    rows = _rows(trace, chosen, head, patterns, chunk_size)
+    axis_range = _axis_range(chosen.xs, x_range)
+    fig = go.Figure()
+    _lay_out(fig, title=title, head=head, scale=scale, rows=chosen.rows, kinds=chosen.kinds, width=width,
+             axis_range=axis_range, patterns=patterns is not None)
+    look = RowLook.screen(width - fig.layout.margin.l - fig.layout.margin.r, font_size)
+    placed = _place_rows(rows, axis_range, look, label_limit)
+    if connect and len(rows) > 1:
+        slots = chosen.first if chosen.marked.size else _connected(len(chosen.shown), len(rows), max_connectors)
+        fig.add_trace(_connectors(chosen.xs, slots, strong=bool(chosen.marked.size)))
+    _draw_rows(fig, rows, placed, look, axis_range)
+    if chosen.marked.size:
+        fig.add_trace(_highlight_marks(chosen.xs, chosen.first, chosen.shown, rows[0].display))
+    start, end = chosen.window
+    fig.layout.meta = {"kind": "spaced_tokens", "head": head, "scale": scale, "window": [start, end],
+                       "sampled": bool(len(chosen.shown) < end - start), "x_range": list(axis_range),
+                       "labelled": [int(p.sum()) for p in placed], "highlight": chosen.marked.tolist(), "width": width,
+                       "label_limit": label_limit}
+    return fig
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """The tokens and layers a spaced-token figure shows, and their x in each row."""
+
+    rows: list[int]  # the layers shown, top to bottom
+    kinds: list[str] | None
+    window: tuple[int, int]
+    shown: np.ndarray  # token indices
+    marked: np.ndarray  # highlighted token indices
+    first: np.ndarray  # slots (into shown) of the highlighted tokens
+    xs: np.ndarray  # (rows, shown) x of each shown token in each row
+    z: np.ndarray  # (L, T) positions of the head (or the mean of heads)
+
+
+@dataclass
+class Row:
+    """One layer's row: x, text and hover data of its tokens (one per slot), and its look."""
+
+    layer: int
+    name: str
+    color: str
+    x: np.ndarray
+    display: np.ndarray  # the label of each token (HTML-escaped)
+    custom: np.ndarray  # (n, 3 or 4) float32: token index, position, increment[, chunk class code or -1]
+    first: np.ndarray  # slots labelled first (the highlighted tokens)
+    hover: np.ndarray | None = None  # hover texts, where they differ from display
+
+
+@dataclass(frozen=True)
+class RowLook:
+    """How rows are drawn: plot width (px), label font (px), tick half-height, label and strip offsets
+    (rows; the y axis runs down), strip thickness and the column width of one mark (px)."""
+
+    plot_width: float
+    font_size: float
+    tick_half: float = 0.06
+    label_dy: float = 0.0
+    label_position: str = "top center"
+    strip_dy: float = 0.34
+    strip_px: float = 6.0
+    column_px: float = 2.0
+    tick_width: float = 1.0
+    label_inside: bool = False  # keep every label inside the plot area (papers: nothing runs into the margin)
+
+    @classmethod
+    def screen(cls, plot_width: float, font_size: float) -> RowLook:
+        return cls(float(plot_width), float(font_size), tick_half=TICK_HALF_HEIGHT, strip_px=STRIP_SQUARE_PX,
+                   column_px=COLUMN_PX)
+
+
+def _check_drawing_options(**options: Any) -> None:
+    """Refuse drawing options that are not whole numbers in range (font_size: a number > 0)."""
+    minimum = {"max_tokens": 2, "label_limit": 0, "width": 100, "max_connectors": 0}
+    for name, low in minimum.items():
+        check_int(options[name], name, minimum=low)
+    check_positive_number(options["font_size"], "font_size")
+
+
+def _choose_tokens(trace: Any, *, head: Any, layers: Sequence[int] | None, scale: str,
+                   window: tuple[int, int] | None, max_tokens: int, highlight: tuple[int, int] | None) -> _Chosen:
     positions, tokens, kinds = positions_of(trace)
     if scale not in ("row", "shared"):
         raise InputError(f"scale must be 'row' or 'shared', got {scale!r}")
@@ -104,70 +201,103 @@ def spaced_tokens_figure(
     marked = _highlighted(highlight, start, end)
     if marked.size:
         shown = np.union1d(shown, marked)
-    display = np.asarray(escape_tokens([tokens[t] for t in shown]), dtype=str)  # not object: plotly deep-copies those
-
     xs = np.empty((len(rows), len(shown)))
     for r, layer in enumerate(rows):
         xs[r] = _scaled(z[layer, shown], z[layer, start:end], scale)
-    axis_range = _axis_range(xs, x_range)
+    return _Chosen(rows, kinds, (start, end), shown, marked, np.flatnonzero(np.isin(shown, marked)), xs, z)
 
-    fig = go.Figure()
-    _lay_out(fig, title=title, head=head, scale=scale, rows=rows, kinds=kinds, width=width, axis_range=axis_range,
-             patterns=patterns is not None)
-    plot_width = width - fig.layout.margin.l - fig.layout.margin.r
-    units_per_px = (axis_range[1] - axis_range[0]) / plot_width
-    widths = np.array([label_width_px(tokens[t], font_size) for t in shown.tolist()])
-    first = np.flatnonzero(np.isin(shown, marked))
-    placed = np.stack([place_labels(xs[r], widths, axis_range, plot_width, first=first, limit=label_limit)
-                       for r in range(len(rows))])
-    every_label = bool(placed.all())
 
-    if connect and len(rows) > 1:
-        fig.add_trace(_connectors(xs, first if marked.size else _connected(len(shown), len(rows), max_connectors),
-                                  strong=bool(marked.size)))
-    if patterns is not None:
-        for shape in _pattern_strip(np.asarray(patterns), rows, shown, xs, chunk_size, n_layers, units_per_px):
+def _rows(trace: Any, chosen: _Chosen, head: Any, patterns: Any, chunk_size: Any) -> list[Row]:
+    tokens = list(trace.tokens)
+    shown = chosen.shown
+    display = np.asarray(escape_tokens([tokens[t] for t in shown]), dtype=str)  # not object: plotly deep-copies those
+    classes = None if patterns is None else _chunk_classes(patterns, chunk_size, chosen)
+    increments = select_head(_increments(trace), head)
+    out = []
+    for r, layer in enumerate(chosen.rows):
+        columns = [shown, chosen.z[layer, shown], increments[layer, shown]]
+        if classes is not None:
+            columns.append(classes[r])
+        out.append(Row(layer, layer_label(layer, chosen.kinds), kind_color(chosen.kinds[layer] if chosen.kinds else "", layer),
+                       chosen.xs[r], display, np.column_stack(columns).astype(np.float32), chosen.first))
+    return out
+
+
+def _chunk_classes(patterns: Any, chunk_size: Any, chosen: _Chosen) -> np.ndarray:
+    """(rows, shown) class code (0 constant, 1 mono, 2 hybrid) of each shown token's chunk, -1 past the last chunk."""
+    n_layers = chosen.z.shape[0]
+    codes = pattern_codes(patterns, f"patterns (n_layers={n_layers}, n_chunks) for the shown head")
+    if codes.shape[0] != n_layers:
+        raise InputError(f"patterns must be (n_layers={n_layers}, n_chunks) for the shown head, got shape "
+                         f"{codes.shape}; pass chunk_patterns(positions)[:, head]")
+    size = check_int(chunk_size, "chunk_size (tokens per chunk)", minimum=1)
+    chunk = chosen.shown // size
+    inside = chunk < codes.shape[1]
+    out = np.full((len(chosen.rows), len(chosen.shown)), -1, dtype=np.int64)
+    out[:, inside] = codes[np.asarray(chosen.rows)][:, chunk[inside]]
+    return out
+
+
+def _place_rows(rows: list[Row], axis_range: tuple[float, float], look: RowLook, label_limit: int) -> list[np.ndarray]:
+    """Per row, the mask of the labels drawn (:func:`repo_lens.plots.labels.place_labels`)."""
+    out = []
+    for row in rows:
+        widths = np.array([label_width_px(html.unescape(text), look.font_size) for text in row.display.tolist()])
+        out.append(place_labels(row.x, widths, axis_range, look.plot_width, first=row.first, limit=label_limit,
+                                inside=look.label_inside))
+    return out
+
+
+def _draw_rows(fig: go.Figure, rows: list[Row], placed: list[np.ndarray], look: RowLook,
+               axis_range: tuple[float, float]) -> None:
+    """Each row as one text trace when every label fits, else as marks (ticks, hover markers, the labels
+    that fit); the chunk strip first, under them."""
+    units_per_px = (axis_range[1] - axis_range[0]) / look.plot_width
+    if any(row.custom.shape[1] > 3 for row in rows):
+        for shape in _strip_shapes(rows, look, units_per_px):
             fig.add_shape(**shape)
-    increments = np.diff(z, axis=1, prepend=np.nan)
+    every_label = all(mask.all() for mask in placed)
     row_dtype = np.int8 if len(rows) < 128 else np.int32
-    for r, layer in enumerate(rows):
-        color = kind_color(kinds[layer] if kinds else "", layer)
-        custom = np.column_stack([shown, z[layer, shown], increments[layer, shown]]).astype(np.float32)
-        hover = ("token %{customdata[0]}: %{text}<br>position %{customdata[1]:.3f}"
-                 "<br>increment %{customdata[2]:.3f}<extra>%{fullData.name}</extra>")
+    for r, (row, mask) in enumerate(zip(rows, placed)):
         if every_label:
             fig.add_trace(go.Scatter(
-                x=xs[r].astype(np.float32), y=np.full(len(shown), r, dtype=row_dtype), name=layer_label(layer, kinds),
-                mode="text", text=display, textfont=dict(color=color, size=font_size), customdata=custom,
-                meta={"layer": layer}, hovertemplate=hover, showlegend=False,
+                x=row.x.astype(np.float32), y=_row_y(len(row.x), r, row_dtype, look.label_dy), name=row.name,
+                mode="text", text=row.display, textfont=dict(color=row.color, size=look.font_size),
+                textposition=None if look.label_dy == 0 else look.label_position, customdata=row.custom,
+                meta={"layer": row.layer}, hovertemplate=HOVER, showlegend=False,
             ))
-            continue
-        drawn, text = np.arange(len(shown)), display
-        if len(shown) > COLUMN_DEDUP_MIN_TOKENS:
-            drawn, text = _one_mark_per_column(xs[r], display, np.isin(shown, marked), COLUMN_PX * units_per_px)
-        ticks = _ticks_path(xs[r, drawn], r, TICK_HALF_HEIGHT)
-        if ticks:  # empty when every shown position of the row is NaN or infinite
-            fig.add_shape(type="path", path=ticks, xref="x", yref="y", line=dict(color=color, width=1),
-                          layer="above", name=f"marks of layer {layer}")
-        # invisible markers carry each mark's hover text and click (plotly selects only points of traces with
-        # markers or text); maxdisplayed=1: the browser creates one marker element, not one per mark
-        fig.add_trace(go.Scatter(
-            x=xs[r, drawn].astype(np.float32), y=np.full(len(drawn), r, dtype=row_dtype), name=layer_label(layer, kinds),
-            mode="markers", marker=dict(color=color, size=7, opacity=0, maxdisplayed=1), text=text,
-            customdata=custom[drawn], meta={"layer": layer}, hovertemplate=hover, showlegend=False,
-        ))
-        fig.add_trace(go.Scatter(  # the labels that fit
-            x=xs[r, placed[r]].astype(np.float32), y=np.full(int(placed[r].sum()), r, dtype=row_dtype),
-            mode="text", text=display[placed[r]], textposition="top center",
-            textfont=dict(color=color, size=font_size), hoverinfo="skip", showlegend=False, name="",
-            meta={"labels_of_layer": layer},
-        ))
-    if marked.size:
-        fig.add_trace(_highlight_marks(xs, first, shown, display))
-    fig.layout.meta = {"kind": "spaced_tokens", "head": head, "scale": scale, "window": [start, end],
-                       "sampled": bool(len(shown) < end - start), "x_range": list(axis_range),
-                       "labelled": placed.sum(axis=1).tolist(), "highlight": marked.tolist(), "width": width}
-    return fig
+        else:
+            _draw_marks(fig, r, row, mask, look, units_per_px, row_dtype)
+
+
+def _row_y(n: int, r: int, dtype: type, dy: float) -> np.ndarray:
+    """The y of ``n`` points of row ``r``, ``dy`` rows off it (ints when on it: a smaller figure)."""
+    return np.full(n, r, dtype=dtype) if dy == 0 else np.full(n, r + dy, dtype=np.float32)
+
+
+def _draw_marks(fig: go.Figure, r: int, row: Row, placed: np.ndarray, look: RowLook, units_per_px: float,
+                row_dtype: type) -> None:
+    drawn, text = np.arange(len(row.x)), row.display if row.hover is None else row.hover
+    if len(row.x) > COLUMN_DEDUP_MIN_TOKENS:
+        drawn, text = _one_mark_per_column(row.x, text, np.isin(np.arange(len(row.x)), row.first),
+                                           look.column_px * units_per_px)
+    ticks = _ticks_path(row.x[drawn], r, look.tick_half)
+    if ticks:  # empty when every shown position of the row is NaN or infinite
+        fig.add_shape(type="path", path=ticks, xref="x", yref="y", line=dict(color=row.color, width=look.tick_width),
+                      layer="above", name=f"marks of layer {row.layer}")
+    # invisible markers carry each mark's hover text and click (plotly selects only points of traces with
+    # markers or text); maxdisplayed=1: the browser creates one marker element, not one per mark
+    fig.add_trace(go.Scatter(
+        x=row.x[drawn].astype(np.float32), y=np.full(len(drawn), r, dtype=row_dtype), name=row.name,
+        mode="markers", marker=dict(color=row.color, size=7, opacity=0, maxdisplayed=1), text=text,
+        customdata=row.custom[drawn], meta={"layer": row.layer}, hovertemplate=HOVER, showlegend=False,
+    ))
+    fig.add_trace(go.Scatter(  # the labels that fit
+        x=row.x[placed].astype(np.float32), y=_row_y(int(placed.sum()), r, row_dtype, look.label_dy),
+        mode="text", text=row.display[placed], textposition=look.label_position,
+        textfont=dict(color=row.color, size=look.font_size), hoverinfo="skip", showlegend=False, name="",
+        meta={"labels_of_layer": row.layer},
+    ))
 
 
 def _lay_out(fig: go.Figure, *, title: str | None, head: Any, scale: str, rows: list[int], kinds: Any, width: int,
@@ -221,6 +351,14 @@ def _connected(n_tokens: int, n_rows: int, max_segments: int) -> np.ndarray:
     """Evenly spaced token slots whose connectors make at most ``max_segments`` segments."""
     per_token = max(1, n_rows - 1)
     return sample_indices(n_tokens, max(2, max_segments // per_token))
+
+
+def _increments(trace: Any) -> np.ndarray:
+    """(L, H, T) increments for the hover: :func:`repo_lens.analysis.trace_increments` (imported when
+    drawn: the analyzers import torch)."""
+    from repo_lens.analysis.increments import trace_increments
+
+    return trace_increments(trace)
 
 
 def _window(window: tuple[int, int] | None, n_tokens: int) -> tuple[int, int]:
@@ -288,7 +426,7 @@ def _one_mark_per_column(x: np.ndarray, display: np.ndarray, keep: np.ndarray,
     text = display[drawn].astype(object)
     for slot, index in enumerate(drawn):
         if stands_for[index] > 1 and not keep[index]:
-            text[slot] = f"{text[slot]} (+{stands_for[index] - 1} more tokens here: zoom in to separate them)"
+            text[slot] = text[slot] + MERGED_NOTE.format(n=stands_for[index] - 1)
     return drawn, text.astype(str)
 
 
@@ -312,31 +450,22 @@ def _runs(x: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
     return x[np.r_[0, breaks]] - width / 2, x[np.r_[breaks - 1, len(x) - 1]] + width / 2
 
 
-def _pattern_strip(patterns: np.ndarray, rows: list[int], shown: np.ndarray, xs: np.ndarray, size: int,
-                   n_layers: int, units_per_px: float = 0.0) -> list[dict[str, Any]]:
+def _strip_shapes(rows: list[Row], look: RowLook, units_per_px: float) -> list[dict[str, Any]]:
     """One layout shape (a single SVG path, named in the legend) per chunk class: under each row, a band
-    STRIP_SQUARE_PX high over each token of that class, at least STRIP_SQUARE_PX wide (``units_per_px`` x units
-    per pixel), neighbouring tokens' bands merged into one segment: it looks like a square per token and
-    draws in a fraction of the time of thousands of marker elements."""
-    if patterns.ndim != 2 or patterns.shape[0] != n_layers:
-        raise InputError(
-            f"patterns must be (n_layers={n_layers}, n_chunks) for the shown head, got shape {patterns.shape}; "
-            "pass chunk_patterns(positions)[:, head]"
-        )
-    labels = np.asarray(PATTERN_NAMES)[patterns] if patterns.dtype.kind in "iu" else patterns.astype(str)
-    chunk = shown // size
-    inside = chunk < patterns.shape[1]
-    square = STRIP_SQUARE_PX * units_per_px if units_per_px > 0 else 0.0
+    ``look.strip_px`` high over each token of that class (``custom[:, 3]``), at least as wide
+    (``units_per_px`` x units per pixel), neighbouring tokens' bands merged into one segment: it looks like
+    a square per token and draws in a fraction of the time of thousands of marker elements."""
+    square = look.strip_px * units_per_px if units_per_px > 0 else 0.0
     out = []
-    for name in PATTERN_NAMES:
+    for code, name in enumerate(PATTERN_NAMES):
         path = []
-        for r, layer in enumerate(rows):
-            hit = inside.copy()
-            hit[inside] = labels[layer, chunk[inside]] == name
-            starts, ends = _runs(xs[r, hit], square)
-            y = f"{r + 0.34:.6g}"
+        for r, row in enumerate(rows):
+            if row.custom.shape[1] < 4:
+                continue
+            starts, ends = _runs(row.x[row.custom[:, 3] == code], square)
+            y = f"{r + look.strip_dy:.6g}"
             path += [f"M{a:.7g},{y}H{b:.7g}" for a, b in zip(starts.tolist(), ends.tolist())]
         if path:  # a class no shown token has gets no shape, and no legend entry
             out.append(dict(type="path", path="".join(path), xref="x", yref="y", layer="above", showlegend=True,
-                            line=dict(color=PATTERN_COLORS[name], width=STRIP_SQUARE_PX), name=f"{name} chunk"))
+                            line=dict(color=PATTERN_COLORS[name], width=look.strip_px), name=f"{name} chunk"))
     return out

@@ -100,6 +100,21 @@ def test_spaced_tokens_connectors_follow_each_token_across_layers():
     assert np.isnan(x[:, 3]).all()
 
 
+def test_spaced_tokens_hover_shows_the_trace_increments():
+    """The hover's increment is repo_lens.analysis.trace_increments: a GRAPE-M layer's stored ω (its
+    positions are an exclusive sum, so ω_t is not z_t − z_{t−1}), position differences elsewhere."""
+    omega = np.array([[0.5, 2.0, 1.0, 3.0], [1.0, 1.0, 0.25, 0.5]], dtype=np.float32)
+    z = np.stack([np.tile(np.arange(4, dtype=np.float32), (2, 1)), np.cumsum(omega, axis=-1) - omega])
+    increments = np.stack([np.diff(z[0], prepend=0.0), omega]).astype(np.float32)
+    trace = Trace(tokens=list("abcd"), token_ids=[97, 98, 99, 100], positions=z, layer_kinds=["rope", "grape-m"],
+                  extras={"increments": increments})
+    for head, expected in ((1, omega[1]), ("mean", omega.mean(axis=0))):
+        fig = spaced_tokens_figure(trace, head=head, scale="shared", connect=False)
+        rows = {d.meta["layer"]: np.asarray(d.customdata, dtype=float) for d in fig.data if d.customdata is not None}
+        np.testing.assert_allclose(rows[1][:, 2], expected, rtol=1e-6)
+        np.testing.assert_array_equal(rows[0][:, 2], [np.nan, 1.0, 1.0, 1.0])
+
+
 def test_spaced_tokens_pattern_strip_colours_tokens_by_their_chunk():
     trace = make_trace(n_tokens=40)
     codes = chunk_pattern_codes(trace.positions, size=8)[:, 0]

@@ -174,9 +174,28 @@ def capture_batch(model: LensModel, input_ids: torch.Tensor,
         raise ValueError(f"lengths {lengths} must give 1..{input_ids.shape[1]} real tokens for each of {batch} sequences")
     captured: dict[int, torch.Tensor] = {}
     deltas: dict[int, torch.Tensor] = {}
-    last = model.cfg.n_layers - 1
     last_rows = torch.as_tensor(lengths, device=input_ids.device) - 1
+    hooks = _batch_capture_hooks(model, last_rows, captured, deltas)
+    with forward_lock(model), model.hooks(fwd_hooks=hooks):
+        try:
+            model(input_ids)
+        except _AllPositionsCaptured:
+            pass
+    positions = torch.stack([captured[layer] for layer in range(model.cfg.n_layers)], dim=1).cpu().numpy()
+    increments = {layer: delta.cpu().numpy() for layer, delta in deltas.items()}
+    return [(np.ascontiguousarray(positions[b, :, :, :length]),
+             {layer: np.ascontiguousarray(delta[b, :, :length]) for layer, delta in increments.items()})
+            for b, length in enumerate(lengths)]
+
+
+def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: dict[int, torch.Tensor],
+                         deltas: dict[int, torch.Tensor]) -> list[tuple[str, Any]]:
+    """The hooks of :func:`capture_batch`: they fill ``captured`` (layer -> positions [B, H, T]) and
+    ``deltas`` (layer -> increments [B, H, T]) with detached fp32 copies, reading layers seen from the
+    last query at each sequence's ``last_rows``, and stop the forward after the last layer's positions."""
+    last = model.cfg.n_layers - 1
     from_last_query = query_increment_hook_names(model)
+    batch = int(last_rows.shape[0])
 
     def keep(layer: int):
         def hook(positions: torch.Tensor, hook) -> None:
@@ -205,13 +224,4 @@ def capture_batch(model: LensModel, input_ids: torch.Tensor,
     hooks = [(name, keep(layer)) for layer, name in enumerate(position_hook_names(model))]
     hooks += [(name, keep_delta(layer)) for layer, name in increment_hook_names(model).items()]
     hooks += [(name, keep_query_delta(layer)) for layer, name in from_last_query.items()]
-    with forward_lock(model), model.hooks(fwd_hooks=hooks):
-        try:
-            model(input_ids)
-        except _AllPositionsCaptured:
-            pass
-    positions = torch.stack([captured[layer] for layer in range(model.cfg.n_layers)], dim=1).cpu().numpy()
-    increments = {layer: delta.cpu().numpy() for layer, delta in deltas.items()}
-    return [(np.ascontiguousarray(positions[b, :, :, :length]),
-             {layer: np.ascontiguousarray(delta[b, :, :length]) for layer, delta in increments.items()})
-            for b, length in enumerate(lengths)]
+    return hooks

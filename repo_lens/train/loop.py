@@ -127,63 +127,85 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
         torch.set_num_threads(cfg.threads)
     model = build_model(cfg, task.vocab_size)
     optimizer = _optimizer(model, cfg)
-    step, history, wall = 0, [], 0.0
-    if (directory / STATE_DIR / "progress.json").exists():
-        try:
-            step, history, wall = _load_state(directory, model, optimizer)
-        # a damaged state, or one of another preset or mechanism
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as error:
-            raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({type(error).__name__}: "
-                                  f"{str(error)[:200]}); it is damaged or from another preset or mechanism: "
-                                  "delete it to start over, or choose another --out") from None
-    elif (directory / "model.safetensors").exists() and not (directory / "train_config.json").exists():
-        raise InputError(f"{directory} already holds a model but no {STATE_DIR}/ to resume from; training would "
-                         "overwrite it: choose a new or empty output directory")
+    step, history, wall = _resume(directory, model, optimizer)
     atomic_write_bytes(directory / "train_config.json", json.dumps(cfg.to_dict(), indent=2).encode())
     model.train()
     started = time.perf_counter() - wall
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task}/{cfg.mechanism}", disable=not progress)
     while step < cfg.steps:
-        lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group["lr_scale"]
-        inputs, targets, *weights = task.train_batch(step)  # a task may weigh each target (mixture.py)
-        logits = model(inputs)
-        if weights:
-            per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-            loss = (per_token * weights[0].flatten()).sum() / weights[0].sum()
-        else:
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
+        loss, lr = _train_step(cfg, task, model, optimizer, step)
         step += 1
         bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}")
+        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             model.eval()
             metrics = task.progress_metrics(model)
             model.train()
-            history.append({"step": step, "train_loss": loss.item(), **metrics})
+            history.append({"step": step, "train_loss": loss, **metrics})
             bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in history[-1].items() if k != "step"))
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             _save_state(directory, model, optimizer, step, history, time.perf_counter() - started)
     bar.close()
     wall = time.perf_counter() - started
+    final = _ship(cfg, task, model, directory, info, steps=step, wall=wall, history=history)
+    _save_state(directory, model, optimizer, step, history, wall)
+    return TrainResult(directory, step, wall, final, history)
+
+
+def _resume(directory: Path, model: LensModel, optimizer) -> tuple[int, list, float]:
+    """(step, history, wall seconds) of the training state saved in ``directory``, loaded into
+    ``model`` and ``optimizer``; (0, [], 0.0) for a fresh directory. Refuses a damaged state and a
+    directory that holds a model but no state."""
+    if (directory / STATE_DIR / "progress.json").exists():
+        try:
+            return _load_state(directory, model, optimizer)
+        # a damaged state, or one of another preset or mechanism
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as error:
+            raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({type(error).__name__}: "
+                                  f"{str(error)[:200]}); it is damaged or from another preset or mechanism: "
+                                  "delete it to start over, or choose another --out") from None
+    if (directory / "model.safetensors").exists() and not (directory / "train_config.json").exists():
+        raise InputError(f"{directory} already holds a model but no {STATE_DIR}/ to resume from; training would "
+                         "overwrite it: choose a new or empty output directory")
+    return 0, [], 0.0
+
+
+def _train_step(cfg: TrainConfig, task, model: LensModel, optimizer, step: int) -> tuple[float, float]:
+    """One optimizer step at ``step``: (the batch's loss, the learning rate)."""
+    lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group["lr_scale"]
+    inputs, targets, *weights = task.train_batch(step)  # a task may weigh each target (mixture.py)
+    logits = model(inputs)
+    if weights:
+        per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        loss = (per_token * weights[0].flatten()).sum() / weights[0].sum()
+    else:
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+    if not math.isfinite(loss.item()):
+        raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    optimizer.step()
+    return loss.item(), lr
+
+
+def _ship(cfg: TrainConfig, task, model: LensModel, directory: Path, info: dict[str, Any] | None, *,
+          steps: int, wall: float, history: list) -> dict[str, Any]:
+    """Round the weights to the shipped dtype, measure the final metrics on them and save the
+    checkpoint with its card (the run's steps, wall seconds and history, then ``info``); returns
+    the final metrics."""
     model.eval()
     ship_dtype = getattr(torch, cfg.ship_dtype)
     with torch.no_grad():  # measure what is shipped: weights rounded to the saved dtype
         for param in model.parameters():
             param.copy_(param.to(ship_dtype).float())
     final = task.final_metrics(model)
-    card = {"train_config": cfg.to_dict(), "steps": step, "wall_seconds": round(wall, 1),
+    card = {"train_config": cfg.to_dict(), "steps": steps, "wall_seconds": round(wall, 1),
             "parameters": sum(p.numel() for p in model.parameters()), "metrics": final, "history": history,
             **(info or {})}
     save_checkpoint(model, directory, tokenizer=task.tokenizer_kind, info=card, dtype=ship_dtype)
     if task.tokenizer_kind == "hf":
         task.save_tokenizer(directory)
-    _save_state(directory, model, optimizer, step, history, wall)
-    return TrainResult(directory, step, wall, final, history)
+    return final

@@ -47,15 +47,31 @@ def load_weights_strict(
 ) -> None:
     """Copy ``tensors`` into ``model`` (built on the meta device). Missing, surplus or misshapen
     weights raise a CheckpointError naming them in the checkpoint's own key names."""
+    renamed = _match_names(model, tensors, rename)
+    state = {target: tensors[source].to(device=device, dtype=dtype) for target, source in renamed.items()}
+    _check_finite(state, renamed, dtype)
+    tied = model.cfg.tie_word_embeddings
+    if tied and "unembed.weight" in state:
+        if not torch.equal(state["unembed.weight"], state["embed.weight"]):
+            raise CheckpointError("tie_word_embeddings is true but lm_head.weight differs from the embeddings")
+        del state["unembed.weight"]
+    model.load_state_dict(state, strict=False, assign=True)
+    if tied:
+        model.unembed.weight = model.embed.weight
+    for module in model.modules():
+        if hasattr(module, "inv_freq"):
+            module.inv_freq = module.inv_freq.to(device)
+
+
+def _match_names(model: LensModel, tensors: dict[str, torch.Tensor], rename) -> dict[str, str]:
+    """{model parameter: checkpoint name} covering every parameter of ``model`` once; any missing,
+    surplus, misshapen or wrongly typed weight raises one CheckpointError listing them all."""
     expected = dict(model.named_parameters())
     tied = model.cfg.tie_word_embeddings
     renamed: dict[str, str] = {}
     surplus: list[str] = []
     # weights the checkpoint's own model declares but never reads (ModelConfig.extra, from pe_config)
     unread = model.cfg.extra.get("unread_weights", {})
-    unread_shapes = [f"{name}: checkpoint {tuple(tensors[name].shape)} vs declared {tuple(shape)}"
-                     for name, shape in unread.items()
-                     if name in tensors and tuple(tensors[name].shape) != tuple(shape)]
     for name in tensors:
         if _IGNORED.search(name) or name in unread:
             continue
@@ -70,13 +86,30 @@ def load_weights_strict(
         problems.append(f"missing weights (the config needs them): {_describe(missing, rename)}")
     if surplus:
         problems.append(f"surplus weights (no layer of the config uses them): {sorted(surplus)}")
+    problems += _shape_and_dtype_problems(expected, tensors, renamed, unread)
+    if problems:
+        raise CheckpointError(
+            "checkpoint does not match its config, refusing to load it partially — "
+            + " | ".join(problems)
+            + f". Layer mechanisms from the config: {_mechanism_summary(model)}"
+        )
+    return renamed
+
+
+def _shape_and_dtype_problems(expected: dict[str, torch.nn.Parameter], tensors: dict[str, torch.Tensor],
+                              renamed: dict[str, str], unread: dict[str, list[int]]) -> list[str]:
+    """What is wrong with the matched weights' shapes (and the declared unread ones') and dtypes."""
+    problems = []
     shapes = [
         f"{renamed[target]}: checkpoint {tuple(tensors[renamed[target]].shape)} vs model {tuple(param.shape)}"
         for target, param in expected.items()
         if target in renamed and tensors[renamed[target]].shape != param.shape
     ]
-    if shapes or unread_shapes:
-        problems.append("shape mismatches: " + "; ".join(shapes + unread_shapes))
+    shapes += [f"{name}: checkpoint {tuple(tensors[name].shape)} vs declared {tuple(shape)}"
+               for name, shape in unread.items()
+               if name in tensors and tuple(tensors[name].shape) != tuple(shape)]
+    if shapes:
+        problems.append("shape mismatches: " + "; ".join(shapes))
     not_floats = [f"{name}: {str(tensors[name].dtype).replace('torch.', '')}" for name in renamed.values()
                   if not tensors[name].is_floating_point()]
     if not_floats:
@@ -87,24 +120,7 @@ def load_weights_strict(
         supported = ", ".join(str(kind).replace("torch.", "") for kind in WEIGHT_DTYPES)
         problems.append(f"weights in an unsupported floating dtype (never upcast silently): {unsupported[:5]}; "
                         f"store them as {supported} (dequantize float8 checkpoints first)")
-    if problems:
-        raise CheckpointError(
-            "checkpoint does not match its config, refusing to load it partially — "
-            + " | ".join(problems)
-            + f". Layer mechanisms from the config: {_mechanism_summary(model)}"
-        )
-    state = {target: tensors[source].to(device=device, dtype=dtype) for target, source in renamed.items()}
-    _check_finite(state, renamed, dtype)
-    if tied and "unembed.weight" in state:
-        if not torch.equal(state["unembed.weight"], state["embed.weight"]):
-            raise CheckpointError("tie_word_embeddings is true but lm_head.weight differs from the embeddings")
-        del state["unembed.weight"]
-    model.load_state_dict(state, strict=False, assign=True)
-    if tied:
-        model.unembed.weight = model.embed.weight
-    for module in model.modules():
-        if hasattr(module, "inv_freq"):
-            module.inv_freq = module.inv_freq.to(device)
+    return problems
 
 
 def _check_finite(state: dict[str, torch.Tensor], renamed: dict[str, str], dtype: torch.dtype) -> None:

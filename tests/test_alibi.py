@@ -70,7 +70,7 @@ def test_for_six_heads_the_interleaved_slopes_are_used():
     model = make_model(layers=("alibi",), n_heads=6)
     _, cache = model.run_with_cache(ids_for(), names_filter=lambda name: name.endswith(("hook_rot_q", "hook_rot_k",
                                                                                           "hook_pattern")))
-    q, k = (cache[f"blocks.0.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))  # [head, pos, d]
+    q, k = (cache[f"blocks.0.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
     for head, slope in enumerate([1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]):
         torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"][0, head].double(),
                                    alibi_pattern(q[head], k[head], slope), atol=1e-5, rtol=1e-4)

@@ -28,8 +28,8 @@ def make_model(kind: str, layers=("rope", None, None), seed: int = 0, std: float
     return model
 
 
-def run(model: LensModel, ids: torch.Tensor, names=("hook_pos", "hook_delta", "hook_rot_q", "hook_rot_k", "hook_pattern",
-                                                     "hook_resid_pre", "hook_embed")):
+def run(model: LensModel, ids: torch.Tensor, names=("hook_pos", "hook_delta", "hook_rot_q", "hook_rot_k",
+                                                     "hook_pattern", "hook_resid_pre", "hook_embed")):
     logits, cache = model.run_with_cache(ids, names_filter=lambda name: name.endswith(names))
     return logits, cache
 
@@ -128,7 +128,7 @@ def test_cope_clamps_positions_at_p_max():
     model = make_model("cope", std=0.5, cope_max_position=3)
     _, cache = run(model, ids_for())
     mechanism = model.blocks[2].attn.positions
-    q, k = (cache[f"blocks.2.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))  # [head, pos, d]
+    q, k = (cache[f"blocks.2.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
     expected = ref.pattern(q[1], k[1], ref.cope_bias(q[1], mechanism.position_embeddings, 3))
     torch.testing.assert_close(cache["blocks.2.attn.hook_pattern"][0, 1].double(), expected, atol=1e-5, rtol=1e-4)
 

@@ -106,7 +106,8 @@ def key_groups(spans: Mapping[str, tuple[int, int]], query: tuple[int, int]) -> 
     return KeyGroups(names=[*spans, REST], index=index, lengths=lengths, query=(q_start, q_end))
 
 
-def mass_from_group_sums(sums: Any, groups: KeyGroups, layers: Sequence[int], layer_kinds: Sequence[str]) -> AttentionMass:
+def mass_from_group_sums(sums: Any, groups: KeyGroups, layers: Sequence[int],
+                         layer_kinds: Sequence[str]) -> AttentionMass:
     """The :class:`AttentionMass` of attention probabilities summed per key group and averaged over
     the query rows: ``sums`` (len(layers), n_heads, groups.count), any lens.
 

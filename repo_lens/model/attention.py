@@ -93,7 +93,7 @@ class Attention(nn.Module):
             inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
             cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        # [batch, pos, head, d_head] views for the hooks, as q·k uses them (rotated or, in layers that do not rotate, not)
+        # hooks see [batch, pos, head, d_head] views of what q·k uses (rotated where the layer rotates)
         q, k = self.hook_rot_q(q.transpose(1, 2)).transpose(1, 2), self.hook_rot_k(k.transpose(1, 2)).transpose(1, 2)
         if cache is not None:
             k, v = cache.append(self.layer, k, v)

@@ -142,11 +142,9 @@ def _texts_for(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    import json
-
     import repo_lens
-    from repo_lens.studies import items as studies
     from repo_lens.run_lock import run_lock
+    from repo_lens.studies import items as studies
     from repo_lens.studies.distributed import load_placement, ranks_from_env
     from repo_lens.studies.runs import run_items, write_summary
 
@@ -184,9 +182,30 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             return 0
         summary = summarize(records)
         write_summary(args.out, summary)
-    print(f"{len(records)} items -> {args.out}/results.json, results.csv, summary.json")
-    print(json.dumps({k: v for k, v in summary.items() if not k.endswith("by_layer_head")}, indent=1)[:3000])
+    print(f"{len(records)} items -> {args.out}/results.json, results.csv, summary.json", file=sys.stderr)
+    print(summary_json(summary))
     return 0
+
+
+def summary_json(summary: dict) -> str:
+    """What ``analyze`` prints on stdout: the run's summary as one whole JSON document, one key a line,
+    leaving out the per-layer-and-head arrays (``*_by_layer_head``; summary.json has everything).
+
+    >>> import json
+    >>> text = summary_json({"auc_gold_by_layer_head": [[0.5, 0.6]], "auc_gold_by_layer": [0.55], "n_gaps_gold": 9})
+    >>> print(text)
+    {
+     "auc_gold_by_layer": [0.55],
+     "n_gaps_gold": 9
+    }
+    >>> json.loads(text)["n_gaps_gold"]
+    9
+    """
+    import json
+
+    rows = [f" {json.dumps(key)}: {json.dumps(value)}" for key, value in summary.items()
+            if not key.endswith("by_layer_head")]
+    return "{\n" + ",\n".join(rows) + "\n}" if rows else "{}"
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -224,11 +243,16 @@ def _add_device_map_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from repo_lens.model.registry import DEFAULT_KIND, mechanism_kinds
-
     parser = _Parser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in (_add_trace_command, _add_tiny_command, _add_train_command, _add_analyze_command,
+                        _add_reproduce_command, _add_zoo_command):  # the order of --help
+        add_command(commands)
+    return parser
 
+
+def _add_trace_command(commands: argparse._SubParsersAction) -> None:
+    """``trace``: a text's per-layer position statistics, or the trace saved."""
     trace = commands.add_parser("trace", help="trace a text and print per-layer position statistics")
     _add_model_arguments(trace)
     trace.add_argument("--text", type=command_line_text, help="text to trace")
@@ -244,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     trace.set_defaults(handler=cmd_trace,
                        context_flags={"truncate": "--truncate", "allow_beyond_context": "--beyond-context"})
 
+
+def _add_tiny_command(commands: argparse._SubParsersAction) -> None:
+    """``tiny``: a small random checkpoint."""
+    from repo_lens.model.registry import DEFAULT_KIND, mechanism_kinds
+
     tiny = commands.add_parser("tiny", help="write a small random byte-level checkpoint (for pipeline checks)")
     tiny.add_argument("directory", type=output_dir)
     tiny.add_argument("--mechanism", default=DEFAULT_KIND, choices=mechanism_kinds())
@@ -254,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=seed_value, default=0)
     tiny.add_argument("--force", action="store_true")
     tiny.set_defaults(handler=cmd_tiny)
+
+
+def _add_train_command(commands: argparse._SubParsersAction) -> None:
+    """``train``: a small model trained from a preset (resumable)."""
+    from repo_lens.model.registry import DEFAULT_KIND, mechanism_kinds
 
     train = commands.add_parser("train", help="train a small model (resumes if OUT has a train_state)")
     train.add_argument("--preset", required=True, help="bytes-small, bytes-1k, reversal, flipflop or tiny")
@@ -269,7 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=cmd_train)
 
-    analyze = commands.add_parser("analyze", help="run an analysis over a prompt set (resumable; JSON + CSV)")
+
+def _add_analyze_command(commands: argparse._SubParsersAction) -> None:
+    """``analyze``: a resumable study over a prompt set."""
+    analyze = commands.add_parser("analyze", help="run an analysis over a prompt set (resumable; writes JSON + CSV, "
+                                                 "prints the summary as JSON)")
     _add_model_arguments(analyze)
     analyze.add_argument("--study", required=True, choices=["niah", "positions", "boundaries"],
                          help="niah: attention mass sweep; positions: ranges + chunk patterns; "
@@ -294,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--quiet", action="store_true")
     analyze.set_defaults(handler=cmd_analyze)
 
+
+def _add_reproduce_command(commands: argparse._SubParsersAction) -> None:
+    """``reproduce``: the sources' tables and figures."""
     reproduce = commands.add_parser("reproduce", help="regenerate the sources' tables and figures (JSON + PDF/SVG)")
     reproduce.add_argument("names", nargs="*", help="results to regenerate (default: all); see --list")
     reproduce.add_argument("--out", default="build/reproduce", type=output_dir,
@@ -308,12 +349,14 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--quiet", action="store_true")
     reproduce.set_defaults(handler=cmd_reproduce)
 
+
+def _add_zoo_command(commands: argparse._SubParsersAction) -> None:
+    """``zoo``: the shipped models."""
     zoo = commands.add_parser("zoo", help="list the shipped models")
     zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")
     zoo.add_argument("--ship", nargs=3, metavar=("RUN_DIR", "NAME", "PRESET"),
                      help="(maintainers) copy a finished training run into the package's zoo")
     zoo.set_defaults(handler=cmd_zoo)
-    return parser
 
 
 class _Parser(argparse.ArgumentParser):

@@ -61,7 +61,7 @@ def test_resume_never_redoes_finished_items(tmp_path):
         run_items(tmp_path, [item("a")], {"kind": "other"}, progress=False)
 
 
-def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch):
+def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch, capsys):
     text_file = tmp_path / "text.txt"
     text_file.write_text("First paragraph of plain text, long enough for chunks.\n\nSecond one, also long enough.")
     out = tmp_path / "positions"
@@ -77,12 +77,35 @@ def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch)
                                   "中共中央/nt  总书记/n  、/w  国家/n  主席/n  江/nr  泽民/nr"])
     monkeypatch.setattr("repo_lens.data.peoples_daily", lambda *a, **k: sample)
     out = tmp_path / "boundaries"
+    capsys.readouterr()
     assert main(["analyze", "--model", str(byte_model_dir), "--study", "boundaries", "--samples", "2",
                  "--out", str(out), "--quiet", "--device", "cpu"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     # gaps between CJK characters: 迈向充满希望的新世纪 has 9, 中共中央总书记 6 and 国家主席江泽民 6
     assert summary["n_gaps_gold"] == 21
     assert summary["auc_gold_by_layer"][:2] == [0.5, 0.5]  # RoPE increments are all 1: chance
+    # stdout is one whole JSON document: the summary but for the per-head arrays (in summary.json)
+    printed = capsys.readouterr()
+    assert json.loads(printed.out) == {key: value for key, value in summary.items()
+                                       if not key.endswith("by_layer_head")}
+    assert "auc_gold_by_layer_head" in summary and f"2 items -> {out}/results.json" in printed.err
+
+
+def test_the_printed_summary_is_whole_json_however_long(tmp_path, capsys, monkeypatch):
+    import repo_lens.studies.items as studies
+
+    long_summary = {"layer_kinds": ["repo"] * 64, "range_mean_by_layer": [1 / 3] * 64,
+                    "pattern_by_layer": [[0.125] * 5] * 64, "pattern_by_layer_head": [[[0.5] * 5] * 16] * 64}
+    monkeypatch.setattr(studies, "summarize_positions", lambda records: long_summary)
+    directory = tmp_path / "model"
+    save_checkpoint(tiny_model("repo", seed=1), directory)
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("Some text to trace, long enough for a chunk or two of sixteen bytes.")
+    assert main(["analyze", "--model", str(directory), "--study", "positions", "--file", str(text_file),
+                 "--out", str(tmp_path / "out"), "--quiet", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert len(printed) > 3000  # the old output was cut at 3,000 characters, mid-JSON
+    assert json.loads(printed) == {key: value for key, value in long_summary.items() if key != "pattern_by_layer_head"}
 
 
 def test_niah_beyond_the_training_context_needs_the_flag(tmp_path, capsys):

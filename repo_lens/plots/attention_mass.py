@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.plots.style import LOG_AXIS, OKABE_ITO, SPAN_COLORS, styled
+from repo_lens.plots.style import LOG_AXIS, OKABE_ITO, SERIES_DASHES, SERIES_SYMBOLS, SPAN_COLORS, series_style, styled
 
 
 def _as_mapping(masses: Any) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: 
             raise InputError(f"{label!r} has no span {missing}; it has {sorted(mass.per_token)}")
         values = [float(mass.per_token[n]) for n in names]
         all_values += values
-        colors = [SPAN_COLORS.get(n, OKABE_ITO[4]) for n in names] if single else OKABE_ITO[index % len(OKABE_ITO)]
+        colors = [SPAN_COLORS.get(n, OKABE_ITO[4]) for n in names] if single else series_style(index)["color"]
         fig.add_trace(go.Bar(
             x=names, y=values, name=label, marker_color=colors,
             text=[f"{v:.3g}" if np.isfinite(v) else "n/a" for v in values], texttemplate="%{text}",
@@ -69,12 +69,13 @@ def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: 
     positive = all(np.isfinite(v) and v > 0 for v in all_values)
     wants_log = log_y or bool(log)
     fig.update_yaxes(title_text="mass per token", **(LOG_AXIS if wants_log and positive else {"type": "linear"}))
-    fig.update_layout(barmode="group", showlegend=not single)
+    fig.update_layout(barmode="group", showlegend=not single, meta={"kind": "attention_mass"})
     return fig
 
 
 def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None, *, log_y: bool = True) -> go.Figure:
-    """Attention mass per token by layer (mean over heads), one line per span (and dash per model), on a
+    """Attention mass per token by layer (mean over heads), one line per span (a colour and marker symbol
+    per span, a dash pattern per model), on a
     log axis labelled once per decade (needle and rest differ by orders of magnitude), or linear with ``log_y=False``.
 
     Example:
@@ -89,21 +90,22 @@ def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None
         ([0, 1], [0.05, 0.05])
     """
     results = _as_mapping(masses)
-    dashes = ("solid", "dash", "dot", "dashdot")
     fig = go.Figure()
     for index, (label, mass) in enumerate(results.items()):
         names = list(spans) if spans is not None else list(mass.by_layer_head)
-        for name in names:
+        for span_index, name in enumerate(names):
             by_layer = np.nanmean(np.asarray(mass.by_layer_head[name], dtype=np.float64), axis=1)
             kinds = list(getattr(mass, "layer_kinds", []) or [])
             fig.add_trace(go.Scatter(
                 x=list(mass.layers), y=by_layer, mode="lines+markers",
                 name=name if len(results) == 1 else f"{label}: {name}",
-                line=dict(color=SPAN_COLORS.get(name, OKABE_ITO[4]), dash=dashes[index % len(dashes)]),
+                line=dict(color=SPAN_COLORS.get(name, OKABE_ITO[4]), dash=SERIES_DASHES[index % len(SERIES_DASHES)]),
+                marker=dict(symbol=SERIES_SYMBOLS[span_index % len(SERIES_SYMBOLS)]),
                 customdata=kinds if len(kinds) == len(mass.layers) else None,
                 hovertemplate="layer %{x}: %{y:.4g}<extra>%{fullData.name}</extra>",
             ))
     styled(fig, "Attention mass per token by layer (mean over heads)", height=420)
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text="mass per token", **(LOG_AXIS if log_y else {"type": "linear"}))
+    fig.update_layout(meta={"kind": "attention_mass_layers"})
     return fig

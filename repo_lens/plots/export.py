@@ -8,9 +8,11 @@ that later exports reuse, so only the first one pays the browser start-up.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -29,6 +31,7 @@ FORMATS: dict[str, str] = {
 _lock = threading.Lock()
 _server_started = False
 _browser_found: dict[tuple[str | None, str | None], tuple[float, str | None]] = {}
+MIN_DPI, MAX_DPI = 50, 1200
 EXPORT_TIMEOUT_S = float(os.environ.get("REPO_LENS_EXPORT_TIMEOUT", "120"))
 """Seconds one static export may take (browser start included) before :class:`ExportError`."""
 
@@ -149,18 +152,20 @@ def _no_browser_message(error: Exception | str) -> str:
             "`make browser` (apt-get install chromium fonts-wqy-microhei) or export HTML instead")
 
 
-def _check_size(width: int | None, height: int | None, scale: float) -> None:
+def _check_size(width: int | None, height: int | None, scale: float | None) -> None:
     """Refuse a width or height that is not a whole number of pixels >= 1 (None: the figure's own), or
-    a scale that is not a finite number > 0."""
+    a scale that is not a finite number > 0 (None: the default)."""
     for name, pixels in (("width", width), ("height", height)):
         if pixels is not None:
             check_int(pixels, f"{name} (pixels; None keeps the figure's own)", minimum=1)
-    check_positive_number(scale, "scale")
+    if scale is not None:
+        check_positive_number(scale, "scale")
 
 
 def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: int | None = None,
-                 scale: float = 2.0) -> bytes:
-    """The figure as ``fmt`` ("png", "svg", "pdf" or "html") bytes.
+                 scale: float | None = 2.0) -> bytes:
+    """The figure as ``fmt`` ("png", "svg", "pdf" or "html") bytes; a PNG has ``scale`` device pixels per
+    CSS pixel (None: 2).
 
     Example:
         >>> import plotly.graph_objects as go
@@ -180,7 +185,7 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
         "format": fmt,
         "width": int(width or fig.layout.width or DEFAULT_WIDTH),
         "height": int(height or fig.layout.height or 500),
-        "scale": scale if fmt == "png" else 1,
+        "scale": (scale or 2.0) if fmt == "png" else 1,
     }
     data = _render(fig, opts, EXPORT_TIMEOUT_S)
     if not data:
@@ -188,14 +193,42 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
     return bytes(data)
 
 
+def png_with_dpi(data: bytes, dpi: float) -> bytes:
+    """``data`` (a PNG) with a pHYs chunk saying ``dpi`` pixels per inch, so programs that read it
+    (LaTeX ignores it and uses the width you give) show the image at its paper size.
+
+    Example:
+        >>> png = b"\\x89PNG\\r\\n\\x1a\\n" + struct.pack(">I", 13) + b"IHDR" + bytes(13) + bytes(4)
+        >>> png_with_dpi(png, 300)[33:41]
+        b'\\x00\\x00\\x00\\tpHYs'
+    """
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        return data
+    per_metre = round(dpi / 0.0254)
+    body = b"pHYs" + struct.pack(">IIB", per_metre, per_metre, 1)
+    chunk = struct.pack(">I", 9) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    end_of_header = 8 + 4 + 4 + 13 + 4  # signature, IHDR length, type, data, CRC
+    return data[:end_of_header] + chunk + data[end_of_header:]
+
+
 def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None, height: int | None = None,
-           scale: float = 2.0, layout: str | None = None) -> Path:
+           scale: float | None = None, layout: str | None = None, aspect: float | None = None,
+           font_pt: float | None = None, font: str | None = None, dpi: float | None = None) -> Path:
     """Write ``fig`` to ``path``, the format picked from the suffix (.png, .svg, .pdf, .html), atomically.
-    ``layout="one-column"`` / ``"two-column"`` sizes it for a paper first (:func:`paper_figure`).
+
+    For a paper, ``layout`` names a venue's width (``"icml-column"``, ``"icml-text"``, ``"neurips"``,
+    ``"iclr"``, ``"acl-column"``, ``"acl-text"``, ``"one-column"``, ``"two-column"``: see
+    :data:`repo_lens.plots.paper.PAPER_PRESETS`) or gives one with a unit (``"3.3in"``, ``"240pt"``,
+    ``"8.5cm"``); the figure is laid out again for it (:func:`paper_figure`) with ``font_pt``-point text
+    (default 8), ``font`` "sans" (default), "serif" (Times) or "cm" (Computer Modern), and height
+    ``aspect`` × width (default: what the figure's content needs). PDF and SVG are vector (the PDF
+    embeds its fonts); a PNG has ``dpi`` pixels per inch (default 300 with a layout; it says so in the
+    file), or ``scale`` pixels per figure pixel (default 2 without a layout). ``width`` / ``height``
+    (pixels) override the figure's own size.
 
     Example:
         >>> import plotly.graph_objects as go
-        >>> export(go.Figure(go.Bar(y=[1, 2])), "/tmp/bars.pdf")      # doctest: +SKIP
+        >>> export(go.Figure(go.Bar(y=[1, 2])), "/tmp/bars.pdf", layout="icml-column")      # doctest: +SKIP
         PosixPath('/tmp/bars.pdf')
     """
     path = Path(path)
@@ -203,10 +236,26 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
     if fmt not in FORMATS:
         raise InputError(f"cannot tell the format of {path.name!r}; end the name in .png, .svg, .pdf or .html")
     _check_size(width, height, scale)
+    if dpi is not None and scale is not None:
+        raise InputError(f"pass dpi ({dpi!r}) or scale ({scale!r}), not both: dpi sets a PNG's pixels per inch, "
+                         "scale its pixels per figure pixel")
+    if dpi is not None:
+        dpi = check_positive_number(dpi, "dpi")
+        if not MIN_DPI <= dpi <= MAX_DPI:
+            raise InputError(f"dpi {dpi:g} is out of range; pass {MIN_DPI} to {MAX_DPI} pixels per inch (300 for print)")
     if layout is not None:
-        from repo_lens.plots.paper import paper_figure
+        from repo_lens.plots.paper import DEFAULT_FONT_PT, PNG_DPI, paper_figure
 
-        fig = paper_figure(fig, layout)
+        fig = paper_figure(fig, layout, aspect=aspect, font_pt=DEFAULT_FONT_PT if font_pt is None else font_pt,
+                           font=font or "sans")
+        dpi = dpi or (None if scale is not None else PNG_DPI)
+    elif aspect is not None or font_pt is not None or font is not None:
+        raise InputError("aspect, font_pt and font size a figure for a paper: pass layout= too (a preset such as "
+                         "'icml-column', or a width such as '3.3in')")
+    if dpi is not None:
+        scale = dpi / 96  # kaleido's scale: device pixels per CSS pixel (96 per inch)
     data = figure_bytes(fig, fmt, width=width, height=height, scale=scale)
+    if fmt == "png" and dpi is not None:
+        data = png_with_dpi(data, dpi)
     atomic_write_bytes(path, data)
     return path

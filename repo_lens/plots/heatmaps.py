@@ -40,6 +40,29 @@ def layer_head_values(values: Any, name: str = "values") -> np.ndarray:
     return v
 
 
+def pattern_codes(patterns: Any, name: str = "patterns") -> np.ndarray:
+    """Chunk classes of one head, (n_layers, n_chunks), as int codes 0 constant, 1 mono, 2 hybrid, from
+    labels or codes; anything else (other labels, codes outside 0..2, floats, not 2-D) is an InputError.
+
+    >>> pattern_codes([["mono", "hybrid"]]).tolist(), pattern_codes(np.array([[0, 2]])).tolist()
+    ([[1, 2]], [[0, 2]])
+    """
+    p = np.asarray(patterns)
+    if p.ndim != 2 or p.size == 0:
+        raise InputError(f"{name} must be (n_layers, n_chunks) for one head, got shape {p.shape}")
+    if p.dtype.kind in "US":
+        lookup = {label: code for code, label in enumerate(PATTERN_NAMES)}
+        try:
+            return np.vectorize(lookup.__getitem__, otypes=[np.int64])(p)
+        except KeyError as error:
+            raise InputError(f"unknown pattern label {error} in {name}; labels are {PATTERN_NAMES}") from None
+    if p.dtype.kind in "iu" and p.min() >= 0 and p.max() < len(PATTERN_NAMES):
+        return p.astype(np.int64)
+    found = f"values {p.min()}..{p.max()}" if p.dtype.kind in "iu" else f"dtype {p.dtype}"
+    raise InputError(f"{name} must be labels {PATTERN_NAMES} or their int codes 0..{len(PATTERN_NAMES) - 1} "
+                     f"(chunk_patterns / chunk_pattern_codes); got {found}")
+
+
 def check_layer_kinds(layer_kinds: Any, n_layers: int) -> list[str] | None:
     """``layer_kinds`` as a list of one str per layer (None: unlabelled layers), else an InputError.
 
@@ -94,6 +117,7 @@ def layer_head_heatmap(
     fig.update_layout(margin_r=COLORBAR_MARGIN_PX)
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category", title_text="head")
+    fig.update_layout(meta={"kind": "layer_head_heatmap"})
     return fig
 
 
@@ -145,6 +169,7 @@ def pattern_fractions_figure(fractions: Any, layer_kinds: Sequence[str] | None =
     fig.update_layout(coloraxis=dict(colorscale=SEQUENTIAL, cmin=0.0, cmax=1.0, colorbar=dict(title=dict(text="share"))))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category")
+    fig.update_layout(meta={"kind": "pattern_fractions"})
     return fig
 
 
@@ -167,23 +192,9 @@ def pattern_strip_figure(
         >>> fig.data[0].z.tolist(), fig.data[0].x.tolist()
         ([[0, 2]], [1.5, 5.5])
     """
-    p = np.asarray(patterns)
-    if p.ndim != 2 or p.size == 0:
-        raise InputError(f"patterns must be (n_layers, n_chunks) for one head, got shape {p.shape}")
+    codes = pattern_codes(patterns)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise InputError(f"chunk_size must be a whole number of tokens >= 1, got {chunk_size!r}")
-    if p.dtype.kind in "US":
-        lookup = {name: code for code, name in enumerate(PATTERN_NAMES)}
-        try:
-            codes = np.vectorize(lookup.__getitem__, otypes=[np.int64])(p)
-        except KeyError as error:
-            raise InputError(f"unknown pattern label {error}; labels are {PATTERN_NAMES}") from None
-    elif p.dtype.kind in "iu" and p.min() >= 0 and p.max() < len(PATTERN_NAMES):
-        codes = p.astype(np.int64)
-    else:
-        found = f"values {p.min()}..{p.max()}" if p.dtype.kind in "iu" else f"dtype {p.dtype}"
-        raise InputError(f"patterns must be labels {PATTERN_NAMES} or their int codes 0..{len(PATTERN_NAMES) - 1} "
-                         f"(chunk_patterns / chunk_pattern_codes); got {found}")
     n_layers, n_chunks = codes.shape
     layer_kinds = check_layer_kinds(layer_kinds, n_layers)
     centers = np.arange(n_chunks) * chunk_size + (chunk_size - 1) / 2
@@ -205,4 +216,5 @@ def pattern_strip_figure(
     fig.update_layout(margin_r=right_legend_margin(PATTERN_NAMES))  # the colour bar's class names
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text="token index", range=[-0.5, n_chunks * chunk_size - 0.5])
+    fig.update_layout(meta={"kind": "pattern_strip"})
     return fig

@@ -10,7 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.plots.style import OKABE_ITO, styled
+from repo_lens.plots.style import series_style, styled
 
 
 def category_increments_figure(layers: Sequence[Mapping[str, float]], categories: Sequence[str] | None = None,
@@ -37,16 +37,18 @@ def category_increments_figure(layers: Sequence[Mapping[str, float]], categories
     fig = go.Figure()
     for layer, table in enumerate(layers):
         fig.add_bar(name=f"L{layer}", x=shown, y=[table.get(category, float("nan")) for category in shown],
-                    marker_color=OKABE_ITO[layer % len(OKABE_ITO)])
+                    marker_color=series_style(layer)["color"])
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888888", annotation_text="RoPE (δ = 1)")
-    fig.update_layout(barmode="group", yaxis_title="mean increment δ", xaxis_title="byte category")
+    fig.update_layout(barmode="group", yaxis_title="mean increment δ", xaxis_title="byte category",
+                      meta={"kind": "category_increments"})
     return styled(fig, title)
 
 
 def layer_series_figure(series: Mapping[str, Sequence[float]], y_title: str, title: str,
                         reference: float | None = None) -> go.Figure:
-    """Lines over layers, one per named series (e.g. AUC per layer per model or per segmentation).
-    A NaN value leaves a gap in its line; inf or a non-number is an InputError.
+    """Lines over layers, one per named series (e.g. AUC per layer per model or per segmentation), each
+    with its own colour, dash pattern and marker symbol (apart in greyscale too). A NaN value leaves a gap
+    in its line; inf or a non-number is an InputError.
 
     Example:
         >>> fig = layer_series_figure({"ours": [0.5, 0.6], "seeds/002": [0.5, 0.54]}, "AUC", "t", reference=0.5)
@@ -66,11 +68,13 @@ def layer_series_figure(series: Mapping[str, Sequence[float]], y_title: str, tit
         _plottable(reference, "reference", allow_nan=False)
     fig = go.Figure()
     for index, (name, values) in enumerate(series.items()):
+        look = series_style(index)  # colour, and a dash and marker that tell the lines apart in greyscale
         fig.add_scatter(name=name, x=[f"L{layer}" for layer in range(len(values))], y=list(values),
-                        mode="lines+markers", line_color=OKABE_ITO[index % len(OKABE_ITO)])
+                        mode="lines+markers", line=dict(color=look["color"], dash=look["dash"]),
+                        marker=dict(symbol=look["symbol"], size=7))
     if reference is not None:
         fig.add_hline(y=reference, line_dash="dot", line_color="#888888")
-    fig.update_layout(yaxis_title=y_title, xaxis_title="layer")
+    fig.update_layout(yaxis_title=y_title, xaxis_title="layer", meta={"kind": "layer_series"})
     return styled(fig, title)
 
 

@@ -37,9 +37,10 @@ def place_labels(
     first: Sequence[int] | np.ndarray = (),
     gap_px: float = LABEL_GAP_PX,
     limit: int | None = None,
+    inside: bool = False,
 ) -> np.ndarray:
     """Boolean mask of the labels to draw: each centred on its ``x``, none overlapping another (with
-    ``gap_px`` between), only points inside ``x_range``. Greedy from left to right, after the indices
+    ``gap_px`` between), only points inside ``x_range`` (with ``inside``, only labels wholly inside it). Greedy from left to right, after the indices
     in ``first`` (placed first, also left to right, so they win against their neighbours). At most
     ``limit`` labels. ``plot_width_px`` is the drawing area's width, which ``x_range`` spans.
 
@@ -60,6 +61,8 @@ def place_labels(
     centre = (x - low) * (plot_width_px / (high - low))
     left, right = centre - widths / 2, centre + widths / 2
     visible = np.isfinite(x) & (x >= low) & (x <= high)
+    if inside:
+        visible &= (left >= 0) & (right <= plot_width_px)
     chosen = np.zeros(x.shape, dtype=bool)
     priority = np.zeros(x.shape, dtype=bool)
     priority[np.asarray(first, dtype=np.int64)] = True

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from repo_lens.errors import InputError
 
 PT_PER_PX = 0.75
@@ -44,8 +46,14 @@ for (const svg of document.querySelectorAll('body > div > svg')) {
         || parseFloat(style.opacity) === 0 || parseFloat(style.fillOpacity) === 0) continue;
     let kind = text.getAttribute('class') || '';
     if (!kind && text.parentElement) kind = text.parentElement.getAttribute('class') || '';
+    // the text's own box (rotated text stays a rotated rectangle) in the SVG's pixels
+    const local = text.getBBox();
+    const toSvg = svg.getScreenCTM().inverse().multiply(text.getScreenCTM());
+    const corners = [[local.x, local.y], [local.x + local.width, local.y],
+                     [local.x + local.width, local.y + local.height], [local.x, local.y + local.height]]
+      .map(([x, y]) => { const p = new DOMPoint(x, y).matrixTransform(toSvg); return [p.x, p.y]; });
     boxes.push([content, kind, box.left - base.left, box.top - base.top, box.width, box.height,
-                parseFloat(style.fontSize)]);
+                parseFloat(style.fontSize), corners]);
   }
   let plot = 0;  // the plotting areas' width: plotly clips each subplot's data to one rect
   for (const rect of svg.querySelectorAll('clipPath.plotclip rect')) plot += parseFloat(rect.getAttribute('width'));
@@ -60,7 +68,8 @@ document.body.innerHTML = '<pre id="measured">' + JSON.stringify(out).replace(/&
 @dataclass(frozen=True)
 class TextBox:
     """One drawn text element: its text, plotly's class for it (``xtick``, ``legendtext``, ...), its
-    box in the SVG's pixels (left, top, width, height) and its font size in points."""
+    upright bounding box in the SVG's pixels (left, top, width, height), its font size in points and
+    the corners of its own box (a rotated rectangle for rotated text; None: the upright box)."""
 
     text: str
     kind: str
@@ -69,6 +78,13 @@ class TextBox:
     width: float
     height: float
     font_pt: float
+    corners: tuple[tuple[float, float], ...] | None = None
+
+    def polygon(self) -> np.ndarray:
+        if self.corners is not None:
+            return np.asarray(self.corners, dtype=np.float64)
+        return np.array([[self.left, self.top], [self.right, self.top], [self.right, self.bottom],
+                         [self.left, self.bottom]], dtype=np.float64)
 
     @property
     def right(self) -> float:
@@ -103,18 +119,45 @@ class SvgText:
 
 
 def overlapping_pairs(boxes: Sequence[TextBox], tolerance_px: float = OVERLAP_TOLERANCE_PX) -> list[tuple[TextBox, TextBox]]:
-    """Pairs of text boxes that overlap by more than ``tolerance_px`` both across and down."""
+    """Pairs of text boxes that overlap by more than ``tolerance_px``: their (possibly rotated) boxes,
+    each shrunk by ``tolerance_px`` / 2 on every side, still intersect."""
     ordered = sorted(boxes, key=lambda box: box.left)
+    polygons = {id(box): _shrunk(box.polygon(), tolerance_px / 2) for box in ordered}
     pairs = []
     for i, a in enumerate(ordered):
         for b in ordered[i + 1:]:
             if b.left >= a.right - tolerance_px:
                 break
-            across = min(a.right, b.right) - max(a.left, b.left)
-            down = min(a.bottom, b.bottom) - max(a.top, b.top)
-            if across > tolerance_px and down > tolerance_px:
+            if min(a.bottom, b.bottom) - max(a.top, b.top) > tolerance_px and _intersect(polygons[id(a)], polygons[id(b)]):
                 pairs.append((a, b))
     return pairs
+
+
+def _shrunk(corners: np.ndarray, by: float) -> np.ndarray:
+    """A rectangle's corners moved ``by`` pixels inwards along both of its sides (no less than to its centre)."""
+    centre = corners.mean(axis=0)
+    out = corners.copy()
+    for axis in (corners[1] - corners[0], corners[3] - corners[0]):
+        length = float(np.hypot(*axis))
+        if length > 0:
+            unit = axis / length
+            offset = (corners - centre) @ unit  # each corner's distance from the centre along this side
+            out -= np.outer(np.sign(offset) * np.minimum(np.abs(offset), by), unit)
+    return out
+
+
+def _intersect(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two convex polygons overlap (separating axis theorem; touching is not overlapping)."""
+    for polygon in (a, b):
+        for i in range(len(polygon)):
+            edge = polygon[(i + 1) % len(polygon)] - polygon[i]
+            normal = np.array([-edge[1], edge[0]])
+            if not normal.any():
+                continue
+            pa, pb = a @ normal, b @ normal
+            if pa.max() <= pb.min() or pb.max() <= pa.min():
+                return False
+    return True
 
 
 def measure_svgs(svgs: Sequence[bytes | str], *, browser: str | None = None,
@@ -145,7 +188,8 @@ def measure_svgs(svgs: Sequence[bytes | str], *, browser: str | None = None,
 
     measured = json.loads(html.unescape(found.group(1).decode("utf-8")))
     return [SvgText(float(item["width"]), float(item["height"]), float(item["plot"]),
-                    tuple(TextBox(text, kind, left, top, width, height, round(size * PT_PER_PX, 3))
-                          for text, kind, left, top, width, height, size in item["boxes"]))
+                    tuple(TextBox(text, kind, left, top, width, height, round(size * PT_PER_PX, 3),
+                                  tuple(tuple(point) for point in corners))
+                          for text, kind, left, top, width, height, size, corners in item["boxes"]))
             for item in measured]
 

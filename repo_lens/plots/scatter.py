@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import plotly.graph_objects as go
@@ -21,10 +21,14 @@ from repo_lens.plots.style import (
     positions_of,
     right_legend_margin,
     sample_indices,
+    series_style,
     styled,
     token_contexts,
 )
 from repo_lens.validation import check_int
+
+if TYPE_CHECKING:
+    from repo_lens.plots.paper import PaperTarget
 
 
 def iqr_bounds(values: np.ndarray, k: float = 1.5) -> tuple[float, float]:
@@ -101,87 +105,141 @@ def position_scatter_figure(
     layer = check_layer(layer, n_layers)
     if view not in ("focus", "global"):
         raise InputError(f"view must be 'focus' or 'global', got {view!r}")
+    spans = check_spans(highlight, n_tokens)
+    max_points = check_int(max_points, "max_points (points drawn per head)", minimum=2)
+    max_total_points = check_int(max_total_points, "max_total_points", minimum=2)
+    context = check_int(context, "context (tokens either side in the hover)", minimum=0)
+    check_int(width, "width (pixels)", minimum=100)
     heads, values = _head_values(positions[layer], head, n_heads)
     finite = np.isfinite(values)
     if not finite.any():
         raise InputError(f"every position of layer {layer} is NaN or infinite; nothing to plot")
-    max_total_points = check_int(max_total_points, "max_total_points", minimum=2)
     per_head = max(2, min(max_points, max_total_points // len(heads)))
     keeps = [_decimated(n_tokens, per_head, values[row]) for row in range(len(heads))]  # each head its own
     union = np.unique(np.concatenate(keeps))
     context_of = dict(zip(union.tolist(), token_contexts(tokens, union, context)))
+    bounds = iqr_bounds(values[finite], k) if view == "focus" else None
+    outside = finite & ((values < bounds[0]) | (values > bounds[1])) if bounds else np.zeros_like(finite)
     fig = go.Figure()
-    many = len(heads) > 1
-    if view == "focus":
-        low, high = iqr_bounds(values[finite], k)
-        outside = finite & ((values < low) | (values > high))
-    else:
-        outside = np.zeros_like(finite)
-    clipped_rows, clipped_idx = [], []
+    beyond = _add_heads(fig, heads, values, keeps, finite & ~outside, outside, context_of, n_tokens)
+    if bounds and outside.any():
+        _add_clipped(fig, heads, values, beyond, bounds, context_of)
+    hidden = int((~finite).sum())
+    head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
+    view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
+    sampled = " (decimated)" if per_head < n_tokens else ""
+    suffix = f" — {hidden} non-finite positions not shown" if hidden else ""
+    _scatter_layout(fig, title or f"Position vs token index — {layer_label(layer, kinds)}, {head_text} ({view_text})"
+                    f"{sampled}{suffix}", legend=len(heads) > 1 or bool(outside.any()), width=width,
+                    n_tokens=n_tokens, spans=spans)
+    fig.layout.meta = {"kind": "scatter", "layer": layer, "head": head, "view": view, "n_outliers": int(outside.sum()),
+                       "n_tokens": n_tokens, "spans": {name: list(span) for name, span in spans.items()}}
+    return fig
+
+
+def check_spans(highlight: Any, n_tokens: int) -> dict[str, tuple[int, int]]:
+    """``highlight`` as {name: (start, end)} token spans of the trace, end exclusive (None: no spans),
+    else an InputError naming the span and the valid range.
+
+    >>> check_spans({"needle": (3, 5)}, 10)
+    {'needle': (3, 5)}
+    """
+    if highlight is None:
+        return {}
+    if not isinstance(highlight, Mapping):
+        raise InputError(f"highlight must map span names to (start, end) token spans, e.g. {{'needle': (40, 52)}}; "
+                         f"got {type(highlight).__name__}")
+    spans = {}
+    for name, span in highlight.items():
+        if not isinstance(name, str):
+            raise InputError(f"highlight span names must be str, got {name!r} ({type(name).__name__})")
+        if isinstance(span, (str, bytes)) or not isinstance(span, (Sequence, np.ndarray)) or len(span) != 2:
+            raise InputError(f"highlight span {name!r} must be (start, end), two token indices; got {span!r}")
+        start, end = (check_int(value, f"highlight span {name!r} {bound}") for value, bound in zip(span, ("start", "end")))
+        if not 0 <= start < end <= n_tokens:
+            raise InputError(f"highlight span {name!r} = ({start}, {end}) is outside the trace: spans must satisfy "
+                             f"0 <= start < end <= {n_tokens} (the trace's tokens, end exclusive)")
+        spans[name] = (start, end)
+    return spans
+
+
+def _add_heads(fig: go.Figure, heads: list[str], values: np.ndarray, keeps: list[np.ndarray], inside: np.ndarray,
+               outside: np.ndarray, context_of: dict[int, str], n_tokens: int) -> list[np.ndarray]:
+    """One marker trace per head (its kept points inside the fences); returns each head's kept points outside them."""
+    beyond = []
     for row, label in enumerate(heads):
         keep = keeps[row]
-        idx = keep[finite[row, keep] & ~outside[row, keep]]
+        idx = keep[inside[row, keep]]
+        look = series_style(row)
         fig.add_trace(go.Scatter(
             x=idx, y=values[row, idx], mode="markers", name=label,
-            marker=dict(size=5 if n_tokens > 500 else 7, color=OKABE_ITO[row % len(OKABE_ITO)],
-                        opacity=0.75 if many else 0.9),
+            marker=dict(size=5 if n_tokens > 500 else 7, color=look["color"], symbol=look["symbol"],
+                        opacity=0.75 if len(heads) > 1 else 0.9),
             # str, not object: plotly deep-copies object arrays
             hovertext=np.asarray([context_of[i] for i in idx.tolist()], dtype=str),
             hovertemplate="t=%{x}  z=%{y:.3f}<br>%{hovertext}<extra>%{fullData.name}</extra>",
         ))
-        beyond = keep[outside[row, keep]]
-        clipped_rows.append(np.full(len(beyond), row))
-        clipped_idx.append(beyond)
-    if view == "focus" and outside.any():
-        rows, idx = np.concatenate(clipped_rows), np.concatenate(clipped_idx)
-        true = values[rows, idx]
-        clipped = np.clip(true, low, high)
-        labels = np.char.add(np.asarray(heads, dtype=str)[rows], ": ")
-        fig.add_trace(go.Scatter(
-            x=idx, y=clipped, mode="markers", name="clipped outliers",
-            marker=dict(symbol=np.where(true > high, "triangle-up", "triangle-down"), size=9,
-                        color="#D55E00", line=dict(width=0)),
-            customdata=true, hovertext=np.char.add(labels, np.asarray([context_of[i] for i in idx.tolist()], dtype=str)),
-            hovertemplate="t=%{x}  true z=%{customdata:.3f} (clipped)<br>%{hovertext}<extra></extra>",
-        ))
-        pad = 0.04 * (high - low or 1.0)
-        fig.update_yaxes(range=[low - pad, high + pad])
-    legend = many or bool(outside.any())
+        beyond.append(keep[outside[row, keep]])
+    return beyond
+
+
+def _add_clipped(fig: go.Figure, heads: list[str], values: np.ndarray, beyond: list[np.ndarray],
+                 bounds: tuple[float, float], context_of: dict[int, str]) -> None:
+    """The points outside the fences, clipped onto them as triangles (their true value in the hover)."""
+    low, high = bounds
+    rows = np.concatenate([np.full(len(idx), row) for row, idx in enumerate(beyond)])
+    idx = np.concatenate(beyond)
+    true = values[rows, idx]
+    labels = np.char.add(np.asarray(heads, dtype=str)[rows], ": ")
+    fig.add_trace(go.Scatter(
+        x=idx, y=np.clip(true, low, high), mode="markers", name="clipped outliers",
+        marker=dict(symbol=np.where(true > high, "triangle-up", "triangle-down"), size=9,
+                    color="#D55E00", line=dict(width=0)),
+        customdata=true, hovertext=np.char.add(labels, np.asarray([context_of[i] for i in idx.tolist()], dtype=str)),
+        hovertemplate="t=%{x}  true z=%{customdata:.3f} (clipped)<br>%{hovertext}<extra></extra>",
+    ))
+    pad = 0.04 * (high - low or 1.0)
+    fig.update_yaxes(range=[low - pad, high + pad])
+
+
+def _scatter_layout(fig: go.Figure, title: str, *, legend: bool, width: int, n_tokens: int,
+                    spans: dict[str, tuple[int, int]]) -> None:
     margin_right = right_legend_margin([trace_.name for trace_ in fig.data]) if legend else None
-    hidden = int((~finite).sum())
-    suffix = f" — {hidden} non-finite positions not shown" if hidden else ""
-    sampled = " (decimated)" if per_head < n_tokens else ""
-    head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
-    view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
     # tall enough that a legend of every head (and the clipped outliers) fits beside the plot without scrolling
     height = max(460, 140 + LEGEND_ENTRY_PX * len(fig.data)) if legend else 460
-    styled(fig, title or f"Position vs token index — {layer_label(layer, kinds)}, {head_text} ({view_text}){sampled}{suffix}",
-           height=height)
+    styled(fig, title, height=height)
     fig.update_layout(margin_l=SCATTER_MARGIN_LEFT_PX, **({"margin_r": margin_right} if legend else {}))
-    _shade_spans(fig, highlight or {}, n_tokens, width - fig.layout.margin.l - fig.layout.margin.r)
+    _shade_spans(fig, spans, n_tokens, width - fig.layout.margin.l - fig.layout.margin.r)
     fig.update_xaxes(title_text="token index", range=[-0.5, n_tokens - 0.5])
     fig.update_yaxes(title_text="position")
-    fig.update_layout(width=width, hovermode="closest", showlegend=legend,
-                      meta={"kind": "scatter", "layer": layer, "head": head, "view": view,
-                            "n_outliers": int(outside.sum())})
-    return fig
+    fig.update_layout(width=width, hovermode="closest", showlegend=legend)
 
 
 SPAN_LABEL_FONT = 12
 SPAN_LABEL_LINE_PX = 18
 SPAN_LABEL_PAD_PX = 4  # annotation box: borderpad 1 px either side, plus rounding
 SCATTER_MARGIN_LEFT_PX = 80  # y tick labels such as "−0.0012"
+SPAN_NOTE = "span: "  # the name of each span label's annotation, before the span's name
 
 
-def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, plot_width: int) -> None:
-    """A shaded band per span, its name at the band's top left (top right when it would run past the
-    plot); a name that would overlap another goes down a line (``yshift``), the highest free line first."""
-    px_per_token = plot_width / max(n_tokens, 1)  # the x axis spans -0.5 .. n_tokens - 0.5
-    lines: list[list[tuple[float, float]]] = []  # the (left, right) pixels of the names on each line
+def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens: int, plot_width: float) -> None:
+    """A shaded band per span, named by :func:`_span_notes`."""
     for name, (start, end) in sorted(spans.items(), key=lambda item: (item[1][0], item[0])):
         fig.add_vrect(x0=start - 0.5, x1=end - 0.5, fillcolor=SPAN_COLORS.get(name, OKABE_ITO[4]), opacity=0.15,
                       line_width=0)
-        label_px = label_width_px(name, SPAN_LABEL_FONT) + SPAN_LABEL_PAD_PX
+    for note in _span_notes(spans, n_tokens, plot_width, SPAN_LABEL_FONT, SPAN_LABEL_LINE_PX):
+        fig.add_annotation(**note)
+
+
+def _span_notes(spans: Mapping[str, Any], n_tokens: int, plot_width: float, font_size: float,
+                line_px: float) -> list[dict[str, Any]]:
+    """Each span's name at its band's top left (top right when it would run past the plot); a name that
+    would overlap another goes down a line (``yshift``), the highest free line first."""
+    px_per_token = plot_width / max(n_tokens, 1)  # the x axis spans -0.5 .. n_tokens - 0.5
+    lines: list[list[tuple[float, float]]] = []  # the (left, right) pixels of the names on each line
+    notes = []
+    for name, (start, end) in sorted(spans.items(), key=lambda item: (item[1][0], item[0])):
+        label_px = label_width_px(name, font_size) + SPAN_LABEL_PAD_PX
         at_right = start * px_per_token + label_px > plot_width
         left = end * px_per_token - label_px if at_right else start * px_per_token
         box = (left, left + label_px)
@@ -190,10 +248,26 @@ def _shade_spans(fig: go.Figure, spans: Mapping[str, tuple[int, int]], n_tokens:
         if line == len(lines):
             lines.append([])
         lines[line].append(box)
-        fig.add_annotation(x=(end if at_right else start) - 0.5, xref="x", xanchor="right" if at_right else "left",
-                           y=1, yref="paper", yanchor="top", yshift=-SPAN_LABEL_LINE_PX * line, text=name,
-                           showarrow=False, font=dict(size=SPAN_LABEL_FONT), bgcolor="rgba(255,255,255,0.7)",
-                           borderpad=SPAN_LABEL_PAD_PX // 4)
+        notes.append(dict(x=(end if at_right else start) - 0.5, xref="x", xanchor="right" if at_right else "left",
+                          y=1, yref="paper", yanchor="top", yshift=-line_px * line, text=name, name=SPAN_NOTE + name,
+                          showarrow=False, font=dict(size=font_size), bgcolor="rgba(255,255,255,0.7)",
+                          borderpad=SPAN_LABEL_PAD_PX // 4))
+    return notes
+
+
+def paper_layout(fig: go.Figure, target: PaperTarget) -> None:
+    """The generic paper re-layout (:mod:`repo_lens.plots.paper_layout`), then the span names placed
+    again for the paper's plot width and type size."""
+    from repo_lens.plots.paper_layout import LINE_EM, estimated_plot_width, relayout_plot
+
+    relayout_plot(fig, target)
+    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+    if not meta.get("spans"):
+        return
+    fig.layout.annotations = [note for note in fig.layout.annotations if not (note.name or "").startswith(SPAN_NOTE)]
+    for note in _span_notes(meta["spans"], int(meta["n_tokens"]), estimated_plot_width(fig, target), target.small_px,
+                            LINE_EM * target.small_px + 2):
+        fig.add_annotation(**note)
 
 
 def _decimated(n_tokens: int, budget: int, values: np.ndarray) -> np.ndarray:

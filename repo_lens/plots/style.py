@@ -28,6 +28,25 @@ OKABE_ITO: tuple[str, ...] = (
     "#F0E442",  # yellow
     "#000000",  # black
 )
+# several series (heads, models, layers) of one figure: Okabe–Ito without its yellow, which is hard to see on
+# white; with a marker symbol and (lines) a dash pattern per series as well, so they stay apart in greyscale
+SERIES_COLORS: tuple[str, ...] = tuple(color for color in OKABE_ITO if color != "#F0E442")
+SERIES_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up", "x", "triangle-down", "cross",
+                                   "star", "pentagon", "hexagon")
+SERIES_DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+BAR_PATTERNS: tuple[str, ...] = ("", "/", "\\", "x", ".", "-", "|", "+")  # fills of bar series in print
+
+
+def series_style(index: int) -> dict[str, Any]:
+    """Colour, marker symbol and dash of the ``index``-th series (colour and symbol together repeat after 70).
+
+    >>> series_style(0), series_style(8)["symbol"]
+    ({'color': '#0072B2', 'symbol': 'circle', 'dash': 'solid'}, 'pentagon')
+    """
+    return {"color": SERIES_COLORS[index % len(SERIES_COLORS)], "symbol": SERIES_SYMBOLS[index % len(SERIES_SYMBOLS)],
+            "dash": SERIES_DASHES[index % len(SERIES_DASHES)]}
+
+
 # position mechanisms, by their slot in the registry (kind_index): slot 0, the RoPE baseline, in grey,
 # then Okabe–Ito, then Paul Tol's muted colour-blind-safe colours for mechanisms added later
 KIND_PALETTE: tuple[str, ...] = (
@@ -45,6 +64,12 @@ LOG_AXIS: dict[str, Any] = {"type": "log", "dtick": 1, "exponentformat": "power"
 SEQUENTIAL = "Cividis"
 DIVERGING = "PuOr"
 FONT_FAMILY = "'DejaVu Sans', 'WenQuanYi Micro Hei', 'Noto Sans CJK SC', 'Microsoft YaHei', sans-serif"
+# Times (the ICML, NeurIPS, ICLR and ACL templates' body font: TeX's `times` package draws Nimbus Roman;
+# Liberation Serif has Times' metrics) and Computer Modern (LaTeX's default, as Latin Modern or CMU Serif),
+# each falling back to DejaVu Serif and to a CJK family
+SERIF_FAMILY = ("'Nimbus Roman', 'Nimbus Roman No9 L', 'TeX Gyre Termes', 'Times New Roman', 'Liberation Serif', "
+                "'DejaVu Serif', 'WenQuanYi Micro Hei', serif")
+CM_FAMILY = "'Latin Modern Roman', 'LM Roman 10', 'CMU Serif', 'DejaVu Serif', 'WenQuanYi Micro Hei', serif"
 MONO_FAMILY = "'DejaVu Sans Mono', 'WenQuanYi Micro Hei Mono', 'WenQuanYi Micro Hei', monospace"
 DEFAULT_WIDTH = 1100
 MARGIN_LEFT_PX = 70

@@ -27,6 +27,7 @@ from repo_lens.errors import InputError
 from repo_lens.protocol import check_batch_size
 from repo_lens.run_lock import run_lock
 from repo_lens.studies.distributed import ranks_from_env
+from repo_lens.studies.reproductions import common
 from repo_lens.studies.runs import run_items
 
 
@@ -75,9 +76,12 @@ DISTRIBUTED_RUN = "distributed_run"
 
 
 def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | None = None, quick: bool = False,
-              figures: bool = True, progress: bool = True, batch_size: int = 1) -> dict[str, dict[str, Any]]:
+              figures: bool = True, progress: bool = True, batch_size: int = 1,
+              figure_options: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Run the named studies (``["all"]`` for every one) into ``out/NAME/``; returns their documents.
     ``batch_size`` inputs go through each forward pass in the studies that batch (same numbers).
+    ``figure_options``: how the figures are exported (:func:`repo_lens.plots.export`'s ``layout``,
+    ``aspect``, ``font_pt`` and ``font``; default two-column, 8-point sans).
 
     Example:
         >>> sorted(STUDIES)[:3]
@@ -88,6 +92,12 @@ def reproduce(names: Sequence[str], out: str | Path, models: Sequence[str] | Non
     if unknown:
         raise InputError(f"unknown result {unknown}; choose from: all, {', '.join(STUDIES)}")
     batch_size = check_batch_size(batch_size)
+    with common.figure_options(figure_options):  # checked before any study runs
+        return _reproduce(chosen, Path(out), models, quick, figures, progress, batch_size)
+
+
+def _reproduce(chosen: list[str], out: Path, models: Sequence[str] | None, quick: bool, figures: bool, progress: bool,
+               batch_size: int) -> dict[str, dict[str, Any]]:
     run = partial(_run_study, out=Path(out), models=models, quick=quick, figures=figures, progress=progress,
                   batch_size=batch_size)
     with run_lock(out):  # one writer per output directory; a second `reproduce` into it is refused

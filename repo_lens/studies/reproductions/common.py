@@ -3,17 +3,41 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import json
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from repo_lens.atomic import atomic_write_bytes
+from repo_lens.errors import InputError
 
 FIGURE_FORMATS = (".pdf", ".svg")
+DEFAULT_FIGURE_LAYOUT = "two-column"
+_figure_options: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("figure_options", default={})
+
+
+@contextlib.contextmanager
+def figure_options(options: Mapping[str, Any] | None) -> Iterator[None]:
+    """Export the studies' figures run inside with these :func:`repo_lens.plots.export` options (``layout``,
+    ``aspect``, ``font_pt``, ``font``; None values are left out), checked first."""
+    chosen = {key: value for key, value in (options or {}).items() if value is not None}
+    unknown = set(chosen) - {"layout", "aspect", "font_pt", "font"}
+    if unknown:
+        raise InputError(f"unknown figure options {sorted(unknown)}; use layout, aspect, font_pt and font")
+    from repo_lens.plots.paper import paper_target
+
+    paper_target(chosen.get("layout", DEFAULT_FIGURE_LAYOUT), aspect=chosen.get("aspect"),
+                 font_pt=chosen.get("font_pt", 8.0), font=chosen.get("font", "sans"))
+    token = _figure_options.set(chosen)
+    try:
+        yield
+    finally:
+        _figure_options.reset(token)
 
 
 def parser(description: str, default_models: Sequence[str]) -> argparse.ArgumentParser:
@@ -24,15 +48,33 @@ def parser(description: str, default_models: Sequence[str]) -> argparse.Argument
     arguments.add_argument("--quick", action="store_true", help="fewer texts / prompts (what `reproduce all` uses)")
     arguments.add_argument("--no-figures", action="store_true", help="skip the PDF/SVG export (needs Chromium)")
     arguments.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_figure_arguments(arguments)
     return arguments
+
+
+def add_figure_arguments(arguments: argparse.ArgumentParser) -> None:
+    """--layout, --aspect, --font-pt and --font: the size and type of the exported figures."""
+    arguments.add_argument("--layout", default=None,
+                           help=f"figure width: a venue preset (icml-column, icml-text, neurips, iclr, acl-column, "
+                                f"acl-text, one-column, two-column) or a width such as 3.3in, 240pt, 8.5cm "
+                                f"(default {DEFAULT_FIGURE_LAYOUT})")
+    arguments.add_argument("--aspect", type=float, default=None, help="figure height / width (default: what each figure needs)")
+    arguments.add_argument("--font-pt", type=float, default=None, help="axis-title size in points (default 8)")
+    arguments.add_argument("--font", choices=["sans", "serif", "cm"], default=None,
+                           help="sans (default), serif (Times) or cm (Computer Modern)")
+
+
+def figure_options_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {"layout": args.layout, "aspect": args.aspect, "font_pt": args.font_pt, "font": args.font}
 
 
 def script_main(run: Callable[..., dict], description: str, default_models: Sequence[str],
                 argv: Sequence[str] | None = None) -> int:
     """``python analyses/NAME.py --out DIR [--model M ...] [--quick]``: run, write, print the table."""
     args = parser(description, default_models).parse_args(argv)
-    result = run(Path(args.out), args.model or list(default_models), quick=args.quick,
-                 figures=not args.no_figures, progress=not args.quiet)
+    with figure_options(figure_options_of(args)):
+        result = run(Path(args.out), args.model or list(default_models), quick=args.quick,
+                     figures=not args.no_figures, progress=not args.quiet)
     print(result.get("markdown", ""))
     return 0
 
@@ -73,16 +115,18 @@ def write_text(out: Path, name: str, text: str) -> Path:
     return out / name
 
 
-def write_figures(out: Path, figures: dict[str, Any], layout: str = "two-column") -> tuple[list[str], dict[str, str]]:
-    """Each figure as vector PDF and SVG sized for a paper; returns the file names written and,
-    for each file that could not be rendered, the reason (the :class:`ExportError` message)."""
+def write_figures(out: Path, figures: dict[str, Any], layout: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """Each figure as vector PDF and SVG sized for a paper (``layout``, else the :func:`figure_options`
+    in force, else two-column); returns the file names written and, for each file that could not be
+    rendered, the reason (the :class:`ExportError` message)."""
     from repo_lens.plots import ExportError, export
 
+    options = {"layout": DEFAULT_FIGURE_LAYOUT, **_figure_options.get(), **({"layout": layout} if layout else {})}
     names, not_rendered = [], {}
     for stem, figure in figures.items():
         for suffix in FIGURE_FORMATS:
             try:
-                names.append(export(figure, out / f"{stem}{suffix}", layout=layout).name)
+                names.append(export(figure, out / f"{stem}{suffix}", **options).name)
             except ExportError as error:
                 not_rendered[f"{stem}{suffix}"] = str(error)
     return names, not_rendered

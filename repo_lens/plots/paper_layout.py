@@ -1,0 +1,310 @@
+"""Laying a figure out again for a paper size (:func:`repo_lens.plots.paper_figure`).
+
+Every figure gets the paper's width, font family and sizes (axis titles at the base size; tick labels,
+legends and colour bars a point smaller; text in the plot, such as heatmap values, bar values and
+span names, 1.5 points smaller; nothing under 5 pt). Legends go above the plot in rows and colour
+bars are slim, so the plotting area keeps most of the width. Heatmap values stay only where they fit
+their cells and category axes label every k-th category when all would not fit. Bars of several
+series get a fill pattern and lines a dash pattern and marker symbol, so they stay apart in greyscale.
+The height suits the content (rows of a heatmap or of a spaced-token figure; about 0.6 × the plot
+width for bars, lines and scatters) unless an aspect is given. A builder's figure may re-lay itself
+out further, chosen by its ``layout.meta["kind"]`` (the spaced-token figure places its labels again).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from repo_lens.plots.labels import label_width_px
+from repo_lens.plots.paper import PaperTarget
+from repo_lens.plots.style import BAR_PATTERNS
+
+LINE_EM = 1.25  # a line of text, in font sizes
+LEGEND_SYMBOL_PX = 40.0  # a legend entry's symbol and the gap before its text (plotly: itemwidth 30 + 10)
+LEGEND_GAP_PX = 12.0  # between two entries of a horizontal legend
+LEGEND_PAD_PX = 8  # above and below a legend's rows
+COLORBAR_THICKNESS_PX = 8
+PLOT_ASPECT = 0.6  # plot height / plot width of bars, lines and scatters
+PLOT_HEIGHT_PX = (100, 320)  # the plotting area's height: at least (a heatmap of few rows too), at most
+HEATMAP_ROW_EM = 1.35  # a heatmap row, in tick-label sizes (cells holding values: 1.3 × their font + 2 px)
+EDGE_PX = 4
+
+
+def relayout(fig: go.Figure, target: PaperTarget) -> None:
+    """Lay ``fig`` out for ``target`` in place: the shared look, then its builder's re-layout or the generic one."""
+    fig.update_layout(width=target.width_px, title_text="", template="plotly_white",
+                      font=dict(family=target.family, size=target.text_px, color="#000000"),
+                      hoverlabel=dict(font_family=target.family))
+    kind = fig.layout.meta.get("kind") if isinstance(fig.layout.meta, dict) else None
+    _kind_relayouts().get(kind, relayout_plot)(fig, target)
+
+
+def _kind_relayouts() -> dict[str, Callable[[go.Figure, PaperTarget], None]]:
+    from repo_lens.plots import scatter, spaced_tokens
+
+    return {"spaced_tokens": spaced_tokens.paper_layout, "scatter": scatter.paper_layout}
+
+
+def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
+    """The generic re-layout: axes, legend, colour bars, traces, annotations, margins and height."""
+    plot_width = estimated_plot_width(fig, target)
+    heatmap_rows = _heatmaps(fig, target, plot_width)
+    _axes(fig, target)
+    top = _legend(fig, target) + _colorbars(fig, target) + _annotations(fig, target, plot_width)
+    top += _traces(fig, target, plot_width)
+    ticks = _category_ticks(fig, target, plot_width)
+    bottom = ticks + LINE_EM * (target.text_px if _has_x_title(fig) else 0) + 8
+    if target.height_px is not None:
+        height = target.height_px
+    elif heatmap_rows:
+        height = max(PLOT_HEIGHT_PX[0], heatmap_rows * _heatmap_row_px(fig, target)) + top + bottom
+    else:
+        low, high = PLOT_HEIGHT_PX
+        height = min(high, max(low, PLOT_ASPECT * plot_width)) + top + bottom
+    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + EDGE_PX,
+                                                            b=EDGE_PX, pad=0, autoexpand=True))
+
+
+def estimated_plot_width(fig: go.Figure, target: PaperTarget) -> float:
+    """The plotting area's width at ``target``: the figure's width less the y tick labels and title at
+    the left and a colour bar at the right (plotly's automatic margins make room for what is there)."""
+    labels = [str(label) for trace in fig.data if getattr(trace, "orientation", None) != "h"
+              for label in (_category_labels(trace, "y") or [])]
+    widest = max((label_width_px(label, target.tick_px) for label in labels), default=4 * 0.65 * target.tick_px)
+    left = widest + 6 + (LINE_EM * target.text_px + 4 if _has_y_title(fig) else 0)
+    right = EDGE_PX + (COLORBAR_THICKNESS_PX + 8 + label_width_px("0.00", target.tick_px) if _colorbar_traces(fig) else 0)
+    return max(40.0, target.width_px - left - right)
+
+
+def legend_height(names: Sequence[str], target: PaperTarget, width: float | None = None) -> float:
+    """Pixels a horizontal legend of ``names`` takes above the plot. Plotly puts the entries in one row
+    when they fit, else in a grid whose columns are as wide as the widest entry; a row is
+    max(1.3 × the font, 16) + 3 px high."""
+    width = width or target.width_px - 2 * EDGE_PX
+    entries = [LEGEND_SYMBOL_PX + label_width_px(_plain(name), target.tick_px) + LEGEND_GAP_PX for name in names]
+    if not entries:
+        return 0.0
+    per_row = len(entries) if sum(entries) <= width else max(1, int(width // max(entries)))
+    return math.ceil(len(entries) / per_row) * (max(16.0, 1.3 * target.tick_px) + 3) + LEGEND_PAD_PX
+
+
+def _legend(fig: go.Figure, target: PaperTarget) -> float:
+    names = _legend_names(fig)
+    if not names:
+        fig.update_layout(showlegend=False)
+        return 0.0
+    fig.update_layout(showlegend=True, legend=dict(
+        orientation="h", x=0, xanchor="left", y=1.0, yanchor="top", yref="container", xref="paper",
+        font=dict(size=target.tick_px), itemwidth=30, itemsizing="trace", tracegroupgap=0,
+        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text=""))
+    return legend_height(names, target)
+
+
+def _legend_names(fig: go.Figure) -> list[str]:
+    if fig.layout.showlegend is False:
+        return []
+    shown = [trace.name for trace in fig.data if trace.name and trace.showlegend is not False]
+    shapes = [shape.name for shape in fig.layout.shapes if shape.showlegend and shape.name]
+    if fig.layout.showlegend is None and len(shown) < 2 and not shapes:  # plotly draws no legend for one trace
+        return []
+    return list(dict.fromkeys(shown)) + shapes
+
+
+def _axes(fig: go.Figure, target: PaperTarget) -> None:
+    common = dict(tickfont=dict(size=target.tick_px), title_font=dict(size=target.text_px), title_standoff=4,
+                  ticklen=3, automargin=True)
+    fig.update_xaxes(**common)
+    fig.update_yaxes(**common)
+
+
+def _colorbars(fig: go.Figure, target: PaperTarget) -> float:
+    """Slim colour bars at the right, as tall as the plot; returns 0 (they take width, not height)."""
+    bar = dict(thickness=COLORBAR_THICKNESS_PX, len=1.0, lenmode="fraction", y=0.5, yanchor="middle", x=1.0,
+               xanchor="left", xpad=6, ypad=0, outlinewidth=0, tickfont=dict(size=target.tick_px),
+               title=dict(font=dict(size=target.tick_px), side="right"))
+    for trace in _colorbar_traces(fig):
+        trace.update(colorbar=bar)
+    fig.update_coloraxes(colorbar=bar)
+    return 0.0
+
+
+def _colorbar_traces(fig: go.Figure) -> list[Any]:
+    with_bars = [trace for trace in fig.data if hasattr(trace, "colorbar") and trace.showscale is not False
+                 and getattr(trace, "coloraxis", None) is None]
+    return with_bars + [trace for trace in fig.data if getattr(trace, "coloraxis", None)]
+
+
+def _heatmaps(fig: go.Figure, target: PaperTarget, plot_width: float) -> int:
+    """Values kept in the cells only where they fit, category x axes thinned; returns the rows of the tallest heatmap."""
+    heatmaps = [trace for trace in fig.data if isinstance(trace, go.Heatmap)]
+    if not heatmaps:
+        return 0
+    panels = len({trace.xaxis for trace in heatmaps})
+    cell = plot_width / panels / max(np.shape(heatmaps[0].z)[-1], 1) - (heatmaps[0].xgap or 0)
+    row_px = _heatmap_row_px(fig, target)
+    for trace in heatmaps:
+        if trace.texttemplate:
+            fits = (cell >= label_width_px(_widest_value(trace), target.small_px) + 2
+                    and row_px >= LINE_EM * target.small_px + 2)
+            trace.update(texttemplate=trace.texttemplate if fits else "", textfont=dict(size=target.small_px))
+        categories = _category_labels(trace, "x")
+        if categories:
+            ticks = _spread_ticks(categories, cell, max(label_width_px(str(label), target.tick_px) for label in categories),
+                                  inside=panels > 1)
+            axis = fig.layout["xaxis" + (trace.xaxis or "x")[1:]]
+            axis.update(tickmode="array", tickvals=ticks, ticktext=ticks, tickangle=0)
+    return max(np.shape(trace.z)[0] for trace in heatmaps)
+
+
+def _category_ticks(fig: go.Figure, target: PaperTarget, plot_width: float) -> float:
+    """Labels of category x axes (other than heatmaps') that fit: across when they fit their category,
+    else every k-th one for ordered categories (layers of a line) and upright for bar groups; returns
+    the height the x tick labels take."""
+    height = LINE_EM * target.tick_px
+    for trace in fig.data:
+        categories = _category_labels(trace, "x")
+        if isinstance(trace, go.Heatmap) or not categories:
+            continue
+        cell = plot_width / len(categories)
+        widest = max(label_width_px(_plain(str(label)), target.tick_px) for label in categories) + 4
+        axis = fig.layout["xaxis" + (trace.xaxis or "x")[1:]]
+        if widest <= cell:
+            axis.update(tickangle=0)
+        elif isinstance(trace, go.Bar):  # every group keeps its name
+            axis.update(tickangle=-90)
+            height = max(height, widest)
+        else:
+            step = math.ceil(widest / cell)
+            axis.update(tickangle=0, tickmode="array", tickvals=categories[::step], ticktext=categories[::step])
+    return height
+
+
+def _spread_ticks(categories: list[Any], cell: float, widest: float, *, inside: bool) -> list[Any]:
+    """Every k-th category, k so that labels ``widest`` px wide keep a gap between them; with ``inside``
+    (a panel beside another) only labels that stay within the panel's edges."""
+    gap = 6.0
+    step = max(1, math.ceil((widest + gap) / max(cell, 1.0)))
+    room = [i for i in range(len(categories))
+            if not inside or min(i + 0.5, len(categories) - i - 0.5) * cell >= widest / 2 + gap / 2]
+    return [categories[i] for i in room[::step]] if room else []
+
+
+def _heatmap_row_px(fig: go.Figure, target: PaperTarget) -> float:
+    values = any(isinstance(trace, go.Heatmap) and trace.texttemplate for trace in fig.data)
+    return max(HEATMAP_ROW_EM * target.tick_px, LINE_EM * target.small_px + 2 if values else 0.0)
+
+
+def _widest_value(trace: go.Heatmap) -> str:
+    """The longest text the heatmap's ``%{z:FORMAT}`` template writes."""
+    found = re.search(r"%\{z:([^}]*)\}", trace.texttemplate or "")
+    values = np.asarray(trace.z, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return ""
+    spec = found.group(1) if found else ".3g"
+    try:
+        return max((format(float(value), spec) for value in (values.min(), values.max())), key=len)
+    except ValueError:  # a d3 format Python does not know
+        return max((f"{float(value):.3g}" for value in (values.min(), values.max())), key=len)
+
+
+def _traces(fig: go.Figure, target: PaperTarget, plot_width: float) -> float:
+    """Sizes of marks, lines and text in the plot; returns the height bar values above the plot may take."""
+    bars = [trace for trace in fig.data if isinstance(trace, go.Bar)]
+    above = 0.0
+    for index, trace in enumerate(bars):
+        trace.update(marker_line_width=0, textfont_size=target.small_px, constraintext="none")
+        if len(bars) > 1:
+            trace.update(marker_pattern=dict(shape=BAR_PATTERNS[index % len(BAR_PATTERNS)], fillmode="overlay",
+                                             fgcolor="#ffffff", size=5, solidity=0.35))
+        above = max(above, _fit_bar_text(fig, trace, target, plot_width, len(bars)))
+    for trace in fig.data:
+        if isinstance(trace, go.Scatter):
+            mode = trace.mode or "lines+markers"
+            if "markers" in mode and trace.marker.size is not None and np.ndim(trace.marker.size) == 0:
+                trace.marker.size = max(3.0, 0.55 * float(trace.marker.size))
+            elif "markers" in mode and trace.marker.size is None:
+                trace.marker.size = 4
+            if "lines" in mode:
+                trace.line.width = min(float(trace.line.width or 2.0), 1.25)
+            if "text" in mode:
+                trace.textfont.size = target.small_px
+    for shape in fig.layout.shapes:
+        if shape.line is not None and (shape.line.width or 0) > 1:
+            shape.line.width = 1
+    return above
+
+
+def _fit_bar_text(fig: go.Figure, trace: go.Bar, target: PaperTarget, plot_width: float, series: int) -> float:
+    """Bar values read across when they fit the bar, up the bar when only that fits, else not at all;
+    returns how far values written above the tallest bar may reach above the plot."""
+    texts = [str(text) for text in (trace.text if trace.text is not None else [])]
+    if not texts:
+        return 0.0
+    groups = max(len(trace.x) if trace.x is not None else len(texts), 1)
+    bar = plot_width / groups * (1 - (fig.layout.bargap if fig.layout.bargap is not None else 0.2)) / max(series, 1)
+    widest = max(label_width_px(_plain(text), target.small_px) for text in texts)
+    outside = trace.textposition in ("outside", "auto", None)
+    if widest + 2 <= bar:
+        trace.update(textangle=0)
+        return LINE_EM * target.small_px + 2 if outside else 0.0
+    if LINE_EM * target.small_px <= bar:
+        trace.update(textangle=-90)
+        return widest + 4 if outside else 0.0
+    trace.update(texttemplate="", text=None)
+    return 0.0
+
+
+def _annotations(fig: go.Figure, target: PaperTarget, plot_width: float) -> float:
+    """Annotation text at the small size, subplot titles at the tick size wrapped to their panel's width;
+    returns the height the subplot titles take above the plot."""
+    panels = len({(note.x, note.y) for note in fig.layout.annotations if _is_subplot_title(note)}) or 1
+    top = 0.0
+    for note in fig.layout.annotations:
+        if _is_subplot_title(note):
+            text = _wrap(_plain(note.text or ""), plot_width / panels - 4, target.tick_px)
+            note.update(text=text, font=dict(size=target.tick_px))
+            top = max(top, (text.count("<br>") + 1) * LINE_EM * target.tick_px + 4)
+        else:
+            note.update(font=dict(size=target.small_px))
+    return top
+
+
+def _is_subplot_title(note: Any) -> bool:
+    return note.xref == "paper" and note.yref == "paper" and note.yanchor == "bottom" and (note.y or 0) >= 1
+
+
+def _wrap(text: str, width: float, font_px: float) -> str:
+    """``text`` broken into lines at spaces (``<br>``) so each fits ``width`` pixels where it can."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and label_width_px(lines[-1] + " " + word, font_px) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", str(text))
+
+
+def _category_labels(trace: Any, axis: str) -> list[Any] | None:
+    values = getattr(trace, axis, None)
+    if values is None or not len(values) or not isinstance(values[0], str):
+        return None
+    return list(values)
+
+
+def _has_x_title(fig: go.Figure) -> bool:
+    return any(axis.title.text for axis in fig.select_xaxes())
+
+
+def _has_y_title(fig: go.Figure) -> bool:
+    return any(axis.title.text for axis in fig.select_yaxes())

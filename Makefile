@@ -56,9 +56,10 @@ zoo: setup
 reproduce: setup browser
 	$(BIN)/repo-lens reproduce all --out build/reproduce
 
-# The Streamlit app on 127.0.0.1 (default model zoo:bytes1k-repo; REPO_LENS_APP_ROOTS allows local checkpoints).
+# The Streamlit app on 127.0.0.1 (default model zoo:bytes1k-repo; REPO_LENS_APP_ROOTS allows local checkpoints);
+# ARGS go to `streamlit run`, e.g. make app ARGS="--server.port 8502".
 app: setup browser
-	$(BIN)/streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.headless true
+	$(BIN)/repo-lens app $(ARGS)
 
 # Chromium (figure export, the browser tests), its driver and a CJK font, from Debian, when missing; only
 # those and what they depend on (--no-install-recommends), nothing upgraded that is already installed.

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "repo_lens" / "app" / "streamlit_app.py"  # the script `repo-lens app` serves
 TEXT = ("Marie Curie was born in Warsaw and later moved to Paris, where she studied physics and chemistry. "
         "The needle is hidden in the haystack; nobody knows where. ")
 
@@ -64,12 +65,12 @@ def main() -> None:
     lens = repo_lens.load(checkpoint)
     assert len(lens.trace(text, progress=False)) == args.tokens
 
-    scatter = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=600)
+    scatter = AppTest.from_file(str(APP), default_timeout=600)
     scatter.session_state["view"] = "Scatter"
     scatter.run()
     scatter.text_area(key="text_Free text").input(text).run()
     assert not scatter.exception and f"{args.tokens:,} tokens" in scatter.markdown[0].value
-    spaced = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=600)
+    spaced = AppTest.from_file(str(APP), default_timeout=600)
     spaced.run()
     spaced.text_area(key="text_Free text").input(text).run()  # cached: same model, same text
 

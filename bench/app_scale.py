@@ -34,7 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "app"))  # browser_helpers: the browser tests' way of driving the app
-APP = ROOT / "app" / "streamlit_app.py"  # --app points elsewhere (e.g. a copy of an older app/)
+APP = ROOT / "repo_lens" / "app" / "streamlit_app.py"  # what `repo-lens app` serves; --app points elsewhere
+# (e.g. the app/streamlit_app.py of an older checkout)
 N_TOKENS = 4096
 TEXT = ("Marie Curie was born in Warsaw and later moved to Paris, where she studied physics and chemistry. "
         "The needle is hidden in the haystack; nobody knows where. ")

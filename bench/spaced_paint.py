@@ -72,9 +72,7 @@ def _without(fig: go.Figure, *, labels: bool = False, ticks: bool = False, strip
 
 
 def variants(trace) -> dict[str, go.Figure]:
-    sys.path.insert(0, str(ROOT / "app"))
-    from lens_app.views import _head_patterns
-
+    from repo_lens.app.views import _head_patterns
     from repo_lens.plots import spaced_tokens_figure
 
     out = {}

@@ -226,6 +226,36 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+APP_SCRIPT = Path(__file__).resolve().with_name("app") / "streamlit_app.py"  # the script `repo-lens app` serves
+APP_FLAGS = ("--server.address", "127.0.0.1", "--server.headless", "true")  # local only; no browser started
+
+
+def app_command(extra: list[str]) -> list[str]:
+    """The ``streamlit run`` command ``repo-lens app`` runs: the app on 127.0.0.1, then ``extra``
+    (further ``streamlit run`` options, e.g. ``--server.port 8502``; a leading ``--`` is dropped).
+
+    >>> command = app_command(["--", "--server.port", "8502"])
+    >>> command[1:4], " ".join(command[5:])
+    (['-m', 'streamlit', 'run'], '--server.address 127.0.0.1 --server.headless true --server.port 8502')
+    """
+    extra = extra[1:] if extra[:1] == ["--"] else extra
+    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *APP_FLAGS, *extra]
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("streamlit") is None:
+        raise RepoLensError('the app needs Streamlit, which is not installed; install it with: '
+                            'pip install "repo_lens[app]"')
+    command = app_command(args.extra)
+    if os.name == "posix":
+        os.execv(command[0], command)  # the server takes this process' place, so Ctrl-C and signals reach it
+    import subprocess
+
+    return subprocess.call(command)
+
+
 def _add_model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--model", required=True, type=model_name,
                          help="checkpoint directory, zoo:NAME or Hugging Face Hub id org/name")
@@ -246,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="repo-lens", description="Look at the positions language models learn.")
     commands = parser.add_subparsers(dest="command", required=True)
     for add_command in (_add_trace_command, _add_tiny_command, _add_train_command, _add_analyze_command,
-                        _add_reproduce_command, _add_zoo_command):  # the order of --help
+                        _add_reproduce_command, _add_app_command, _add_zoo_command):  # the order of --help
         add_command(commands)
     return parser
 
@@ -350,6 +380,14 @@ def _add_reproduce_command(commands: argparse._SubParsersAction) -> None:
     reproduce.set_defaults(handler=cmd_reproduce)
 
 
+def _add_app_command(commands: argparse._SubParsersAction) -> None:
+    """``app``: the Streamlit app."""
+    app = commands.add_parser("app", help="serve the Streamlit app on 127.0.0.1:8501 (needs repo_lens[app])",
+                              description="Serve the Streamlit app on 127.0.0.1. Further arguments go to "
+                                          "`streamlit run`, e.g. repo-lens app --server.port 8502.")
+    app.set_defaults(handler=cmd_app, passthrough=True)
+
+
 def _add_zoo_command(commands: argparse._SubParsersAction) -> None:
     """``zoo``: the shipped models."""
     zoo = commands.add_parser("zoo", help="list the shipped models")
@@ -391,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = None
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "passthrough", False):  # only `app` hands unknown arguments on (to streamlit)
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.extra = extra
         return args.handler(args)
     except (RepoLensError, OSError, UnicodeError) as error:
         print(f"repo-lens: error: {_one_line(_error_line(error, args))}", file=sys.stderr)

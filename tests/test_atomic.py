@@ -22,8 +22,7 @@ from repo_lens import atomic as atomic_module
 from repo_lens.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from repo_lens.trace import Trace
 
-PACKAGE = Path(repo_lens.__file__).resolve().parent
-APP = PACKAGE.parent / "app"
+PACKAGE = Path(repo_lens.__file__).resolve().parent  # the app included (repo_lens/app/)
 
 
 def test_bytes_text_and_callback_forms(tmp_path):
@@ -104,20 +103,19 @@ def test_a_failed_trace_save_keeps_the_old_trace(tmp_path, monkeypatch):
 # Other uses of rename / temp files, and why they are no file write of their own.
 NOT_WRITES = {
     "data/brown.py": "moves a fully unpacked staging directory into place (a directory, not a file)",
-    "lens_app/results.py": "a private temp copy of an uploaded trace, read back and deleted",
+    "app/results.py": "a private temp copy of an uploaded trace, read back and deleted",
 }
 WRITE_PATTERN = re.compile(r"os\.replace\(|os\.rename\(|mkstemp\(|\.replace\([^)]*tmp|\.rename\(|\.tmp\b")
 
 
 def test_no_module_writes_files_by_hand():
     offenders = []
-    for root in (PACKAGE, APP):
-        for path in root.rglob("*.py"):
-            relative = path.relative_to(root).as_posix()
-            if relative == "atomic.py" or relative in NOT_WRITES:
-                continue
-            if WRITE_PATTERN.search(path.read_text()):
-                offenders.append(relative)
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative == "atomic.py" or relative in NOT_WRITES:
+            continue
+        if WRITE_PATTERN.search(path.read_text()):
+            offenders.append(relative)
     assert offenders == []
 
 

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-APP_DIR = Path(__file__).resolve().parents[2] / "app"
-if str(APP_DIR) not in sys.path:  # the app's helper package, lens_app, as the app itself imports it
-    sys.path.insert(0, str(APP_DIR))
-APP = APP_DIR / "streamlit_app.py"
+from repo_lens.cli import APP_SCRIPT
+
+APP = APP_SCRIPT  # the script `repo-lens app` serves
 CONTEXT = 1024
 SHORT_CONTEXT = 256
 

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app" / "streamlit_app.py"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -49,14 +48,18 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def app_server(env: dict[str, str], log: Path, app: Path = APP) -> Iterator[str]:
-    """A `streamlit run` of ``app`` on a free local port with ``env`` added; yields its URL."""
+def app_server(env: dict[str, str], log: Path, app: Path | None = None) -> Iterator[str]:
+    """The app served on a free local port with ``env`` added; yields its URL. ``app`` None: started as
+    users start it, ``repo-lens app``; else a `streamlit run` of that script (e.g. an older copy)."""
     port = free_port()
+    if app is None:
+        command = [sys.executable, "-m", "repo_lens.cli", "app", "--server.port", str(port)]
+    else:
+        command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
+                   "--server.port", str(port), "--server.headless", "true"]
     with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
-             "--server.port", str(port), "--server.headless", "true"],
-            cwd=app.parents[1], env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, stdout=out,
+                                   stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90

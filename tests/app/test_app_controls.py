@@ -23,7 +23,7 @@ from app_helpers import (  # noqa: F401  (fixtures)
     figures,
     messages,
 )
-from lens_app.documents import FREE_TEXT
+from repo_lens.app.documents import FREE_TEXT
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -149,7 +149,7 @@ def test_beyond_the_context_offers_longer_niah_prompts_traced_and_measured_whole
 
 
 def test_reversal_offers_only_word_counts_whose_prompt_fits_the_context(app, app_env):
-    from lens_app.documents import REVERSAL_MAX_WORDS
+    from repo_lens.app.documents import REVERSAL_MAX_WORDS
     from repo_lens.data import reversal_prompt
     from repo_lens.model.byte_tokenizer import ByteTokenizer
 
@@ -208,7 +208,7 @@ def test_an_unreadable_trace_upload_names_the_users_file_not_a_server_path(app):
 
 
 def test_gguf_header_reader_against_a_hand_written_file(tmp_path):
-    from lens_app.models import _gguf_info
+    from repo_lens.app.models import _gguf_info
 
     def string(text: str) -> bytes:
         return struct.pack("<Q", len(text)) + text.encode()

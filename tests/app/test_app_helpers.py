@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import repo_lens
-from app_helpers import APP_DIR, checkpoint_root  # noqa: F401  (fixture; also puts app/ on sys.path)
-from lens_app import config
-from lens_app.documents import PRESET_TEXT, PRESETS, build_document, document_of_trace, encode_text, trace_document
-from lens_app.results import boundary_result, load_trace_bytes, niah_mass, positions_csv, trace_bytes
+from app_helpers import APP, checkpoint_root  # noqa: F401  (fixture)
+from repo_lens.app import config
+from repo_lens.app.documents import PRESET_TEXT, PRESETS, build_document, document_of_trace, encode_text, trace_document
+from repo_lens.app.results import boundary_result, load_trace_bytes, niah_mass, positions_csv, trace_bytes
 from repo_lens import InputError, TraceFileError
 
 
@@ -34,6 +37,29 @@ def test_checkpoints_only_under_the_roots(checkpoint_root, tmp_path):
     found = config.discover_checkpoints(roots)
     assert str((checkpoint_root / "tiny-repo").resolve()) in found
     assert not any("not-a-checkpoint" in path for path in found)
+
+
+def test_each_checkpoint_is_listed_once_by_its_real_path(checkpoint_root, tmp_path):
+    """A symlink to a checkpoint (or to its folder) inside a root, or a root inside another, lists no second copy."""
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(checkpoint_root / "tiny-rope", root / "runs" / "tiny-rope")
+    (root / "latest").symlink_to(root / "runs" / "tiny-rope", target_is_directory=True)
+    (root / "all-runs").symlink_to(root / "runs", target_is_directory=True)
+    real = str((root / "runs" / "tiny-rope").resolve())
+    assert config.discover_checkpoints([root.resolve()]) == [real]
+    assert config.discover_checkpoints([root.resolve(), (root / "runs").resolve()]) == [real]
+    assert config.resolve_checkpoint(str(root / "latest"), [root.resolve()]) == Path(real)
+
+
+def test_a_path_no_file_system_can_hold_is_refused_by_name(checkpoint_root):
+    roots = [checkpoint_root.resolve()]
+    with pytest.raises(InputError, match="holds a NUL character") as error:
+        config.resolve_checkpoint(f"{checkpoint_root}/tiny-\x00rope", roots)
+    assert "embedded null byte" not in str(error.value)
+    with pytest.raises(InputError, match="File name too long"):
+        config.resolve_checkpoint(f"{checkpoint_root}/{'x' * 300}", roots)
 
 
 def test_default_model_prefers_the_environment_then_the_1k_repo_model(monkeypatch, checkpoint_root):
@@ -113,7 +139,7 @@ def test_boundary_result_and_attention_mass(lens):
 def test_model_list_has_the_zoo_the_installed_external_models_and_local_checkpoints(checkpoint_root):
     import importlib.metadata
 
-    from lens_app.models import model_info, model_sources
+    from repo_lens.app.models import model_info, model_sources
 
     sources = model_sources([checkpoint_root.resolve()])
     assert [s for s in sources if s.startswith("zoo:bytes")] == [f"zoo:{n}" for n in repo_lens.zoo.available_models()
@@ -130,26 +156,51 @@ def test_model_list_has_the_zoo_the_installed_external_models_and_local_checkpoi
 
 
 def test_the_app_uses_only_the_public_api():
-    import ast
-
+    """Besides its own modules (repo_lens.app.*), the app imports only the public API of repo_lens."""
     allowed = {"repo_lens", "repo_lens.analysis", "repo_lens.data", "repo_lens.model.registry", "repo_lens.plots",
                "repo_lens.validation", "repo_lens.zoo"}
     used = set()
-    for path in APP_DIR.rglob("*.py"):
+    for path in APP.parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("repo_lens"):
                 used.add(node.module)
             elif isinstance(node, ast.Import):
                 used.update(alias.name for alias in node.names if alias.name.startswith("repo_lens"))
+    used = {name for name in used if name != "repo_lens.app" and not name.startswith("repo_lens.app.")}
     assert used and used <= allowed, used - allowed
 
 
+def _session_state(node) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "session_state"
+
+
+def test_views_share_session_state_only_through_declared_keys_and_presets_by_name():
+    """Every key the app reads or writes in st.session_state is a constant of repo_lens.app.state (or a
+    name built from one), never a string literal; no code compares with a preset's text."""
+    offences = []
+    for path in sorted(APP.parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = None
+            if isinstance(node, ast.Subscript) and _session_state(node.value):
+                key = node.slice
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _session_state(node.func.value)
+                  and node.func.attr in ("get", "setdefault", "pop") and node.args):
+                key = node.args[0]
+            if isinstance(key, (ast.Constant, ast.JoinedStr)):
+                offences.append(f"{path.name}:{node.lineno}: session_state key {ast.unparse(key)}")
+            if isinstance(node, ast.Compare):
+                literals = [part for part in (node.left, *node.comparators)
+                            if isinstance(part, ast.Constant) and part.value in PRESETS]
+                offences += [f"{path.name}:{node.lineno}: compares with {part.value!r}" for part in literals]
+    assert not offences, "\n".join(offences)
+
+
 def test_every_getter_of_the_app_cache_is_cached():
-    """A re-render must not re-tokenize, re-trace or re-measure: each ``get_*`` of lens_app.cache is a
+    """A re-render must not re-tokenize, re-trace or re-measure: each ``get_*`` of repo_lens.app.cache is a
     Streamlit cache (it has ``clear``), one decorator each."""
     import inspect
 
-    from lens_app import cache
+    from repo_lens.app import cache
 
     getters = {name: value for name, value in vars(cache).items() if name.startswith("get_") and callable(value)}
     assert {"get_document", "get_traced", "get_max_reversal_words"} <= set(getters)

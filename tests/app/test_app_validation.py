@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app_helpers import APP_DIR  # noqa: F401  (puts app/ on sys.path)
-from lens_app.ui import clamp_head
 from repo_lens import InputError
+from repo_lens.app.ui import clamp_head
 
 N_HEADS = 4
 

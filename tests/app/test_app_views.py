@@ -24,7 +24,7 @@ def layer_rows(figure: dict) -> dict[str, dict]:
 
 
 def test_every_registered_view_renders_and_the_tabs_are_the_registry(app):
-    from lens_app.views import VIEWS
+    from repo_lens.app.views import VIEWS
 
     names = [view.name for view in VIEWS]
     assert len(set(names)) == len(names)
@@ -173,6 +173,8 @@ def test_compare_two_models_side_by_side(app, app_env):
     ("relative/dir", "relative path"),
     ("{root}/not-a-checkpoint", "not a checkpoint directory"),
     ("{root}/missing", "no directory"),
+    ("{root}/tiny-\x00rope", "holds a NUL character"),  # not Path.resolve's "embedded null byte"
+    ("{root}/" + "x" * 300, "cannot be read as a checkpoint directory (File name too long)"),
 ])
 def test_bad_checkpoint_paths_are_refused_with_a_message(app, app_env, path, message):
     at = app().run()
@@ -181,6 +183,22 @@ def test_bad_checkpoint_paths_are_refused_with_a_message(app, app_env, path, mes
     assert_clean(at)
     assert any(message in text for text in messages(at, "error")), messages(at, "error")
     assert not figures(at)
+
+
+def test_a_checkpoint_linked_inside_a_root_is_offered_once_under_its_real_path(app, app_env, tmp_path, monkeypatch):
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(app_env / "tiny-rope", root / "runs" / "tiny-rope")
+    (root / "latest").symlink_to(root / "runs" / "tiny-rope", target_is_directory=True)
+    real = (root / "runs" / "tiny-rope").resolve()
+    monkeypatch.setenv("REPO_LENS_APP_ROOTS", str(root))
+    monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", str(root / "latest"))  # by its link: shown by its real path
+    at = app().run()
+    assert_clean(at)
+    options = at.selectbox(key="model_a").options
+    assert len(options) == 2 and "Other directory…" in options  # the checkpoint once, and "Other directory…"
+    assert at.selectbox(key="model_a").value == str(real) and "latest" not in " ".join(options)
 
 
 def test_local_checkpoint_by_path(app, app_env):
@@ -201,7 +219,7 @@ def test_no_model_configured_explains_what_to_do(app, monkeypatch):
 
 
 def test_without_configuration_the_app_opens_on_the_1k_repo_zoo_model(app, monkeypatch):
-    from lens_app import cache
+    from repo_lens.app import cache
 
     monkeypatch.undo()  # the real zoo, no roots, no default model: what `make app` starts with
     monkeypatch.delenv("REPO_LENS_APP_DEFAULT_MODEL", raising=False)
@@ -264,7 +282,7 @@ def _trace_file(tmp_path, trace: Trace) -> bytes:
 
 
 def test_saved_trace_without_a_model(app, app_env, tmp_path):
-    from lens_app.documents import encode_text, trace_document  # the app's own helpers
+    from repo_lens.app.documents import encode_text, trace_document  # the app's own helpers
 
     lens = repo_lens.load(app_env / "tiny-repo")
     doc = encode_text(lens.tokenizer, "Chinese", "人工智能是计算机科学的一个分支。它企图了解智能的实质。")

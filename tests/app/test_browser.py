@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from app_helpers import checkpoint_root  # noqa: F401  (fixture; also puts app/ on sys.path)
+from app_helpers import checkpoint_root  # noqa: F401  (fixture)
 from browser_helpers import CHROMEDRIVER, CHROMIUM, PLOT, ROOT, app_server, chromium, settled
 
 SCREENSHOTS = ROOT / "build" / "screenshots"
@@ -60,7 +60,7 @@ def _pixels(png: bytes) -> np.ndarray:
 
 def _views() -> list[tuple[str, str]]:
     """(screenshot name, query string) of every view in the app's registry, with the input it is made for."""
-    from lens_app.views import VIEWS
+    from repo_lens.app.views import VIEWS
 
     pages = []
     for view in VIEWS:

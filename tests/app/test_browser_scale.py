@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from app_helpers import checkpoint_root  # noqa: F401  (fixture; also puts app/ on sys.path)
+from app_helpers import checkpoint_root  # noqa: F401  (fixture)
 from browser_helpers import ARM, CHROMEDRIVER, CHROMIUM, app_server, chromium, open_trace, painted_after, pick, settled
 
 if not CHROMIUM and not os.environ.get("CI"):

@@ -3,7 +3,7 @@ copy of a valid tiny checkpoint (repo_lens' own format, the HF OLMo-2 layout, th
 layout, a sharded copy, or a GGUF) and names the error type and a piece of its message. Every case
 must answer within seconds (a FIFO or a device never hangs a load).
 
-Ids by class: ``checkpoint-...`` (``repo_lens.load``), ``app-roots-...`` (app/lens_app/config.py)."""
+Ids by class: ``checkpoint-...`` (``repo_lens.load``), ``app-roots-...`` (repo_lens/app/config.py)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,7 @@ from safetensors.torch import load_file, save_file
 import repo_lens
 from repo_lens import CheckpointError, InputError
 from conftest import within
-
-APP_DIR = Path(__file__).resolve().parents[2] / "app"
-if str(APP_DIR) not in sys.path:  # the app's helper package, as the app itself imports it
-    sys.path.insert(0, str(APP_DIR))
-from lens_app import config as app_config  # noqa: E402
+from repo_lens.app import config as app_config
 
 MIB = 1024 * 1024
 INDEX = "model.safetensors.index.json"

@@ -21,7 +21,7 @@ from repo_lens import CheckpointError, InputError, checkpoint_files, zoo
 
 ROOTS_ENV = "REPO_LENS_APP_ROOTS"
 DEFAULT_MODEL_ENV = "REPO_LENS_APP_DEFAULT_MODEL"
-# the first of these the zoo has: the 1,024-byte RePo model trained on retrieval (issue 17), else the 256-byte one
+# the first of these the zoo has: the 1,024-byte RePo model trained on retrieval, else the 256-byte one
 PREFERRED_ZOO_MODELS = ("bytes1k-repo", "bytes-repo")
 MAX_TEXT_BYTES = 2**20  # free text and uploaded text files: 1 MB, the limit the text upload widget states
 MAX_TRACE_BYTES = 64 * 1024 * 1024  # uploaded trace files
@@ -48,11 +48,14 @@ def configured_roots() -> list[Path]:
 
 
 def resolve_checkpoint(path: str, roots: list[Path] | None = None) -> Path:
-    """The checkpoint directory ``path`` after checking that it lies under a configured root."""
+    """The checkpoint directory ``path`` (symlinks resolved) after checking that it lies under a configured root."""
     roots = configured_roots() if roots is None else roots
     text = (path or "").strip()
     if not text:
         raise InputError("no checkpoint path given; type the path of a checkpoint directory")
+    if "\x00" in text:
+        raise InputError(f"{text!r} holds a NUL character, which no path can; type the plain path of a checkpoint "
+                         "directory")
     if not roots:
         raise InputError(
             f"local checkpoints are switched off: set {ROOTS_ENV} to the directories the app may read "
@@ -61,7 +64,14 @@ def resolve_checkpoint(path: str, roots: list[Path] | None = None) -> Path:
     candidate = Path(text).expanduser()
     if not candidate.is_absolute():
         raise InputError(f"{text!r} is a relative path; give an absolute path under {_roots_text(roots)}")
-    real = candidate.resolve()
+    try:
+        return _checked_checkpoint(text, candidate.resolve(), roots)
+    except OSError as error:  # e.g. a name longer than the file system allows
+        raise InputError(f"{text} cannot be read as a checkpoint directory ({error.strerror or error}); "
+                         f"pick a checkpoint directory under {_roots_text(roots)}") from None
+
+
+def _checked_checkpoint(text: str, real: Path, roots: list[Path]) -> Path:
     if not _under_a_root(real, roots):
         raise InputError(f"{text} is outside the directories this app may read ({_roots_text(roots)}); "
                          f"add its parent to {ROOTS_ENV} to allow it")
@@ -105,28 +115,38 @@ def _roots_text(roots: list[Path]) -> str:
 
 def discover_checkpoints(roots: list[Path] | None = None, depth: int = 2, limit: int = 50) -> list[str]:
     """Checkpoint directories (with a config.json) at most ``depth`` levels under the roots that
-    :func:`resolve_checkpoint` accepts (so none whose files lie outside the roots)."""
+    :func:`resolve_checkpoint` accepts (so none whose files lie outside the roots), each once, by its
+    real path (a symlink to a checkpoint, or a root inside another, lists no second copy)."""
     roots = configured_roots() if roots is None else roots
     found: list[str] = []
+    seen: set[Path] = set()
     for root in roots:
         frontier = [root]
         for _ in range(depth + 1):
             next_frontier = []
             for directory in frontier:
-                if (directory / "config.json").exists() or (directory / "config.json").is_symlink():
-                    if _accepted(directory, roots):
-                        found.append(str(directory))
+                real = Path(os.path.realpath(directory))
+                if real in seen:
                     continue
-                try:
-                    children = sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")
-                                      and _under_a_root(Path(os.path.realpath(p)), roots))
-                except OSError:
+                seen.add(real)
+                if (real / "config.json").exists() or (real / "config.json").is_symlink():
+                    if _accepted(real, roots):
+                        found.append(str(real))
                     continue
-                next_frontier.extend(children[:200])
+                next_frontier.extend(_subdirectories(real, roots)[:200])
             frontier = next_frontier
             if len(found) >= limit:
                 break
-    return sorted(dict.fromkeys(found))[:limit]
+    return sorted(found)[:limit]
+
+
+def _subdirectories(directory: Path, roots: list[Path]) -> list[Path]:
+    """The visible subdirectories of ``directory`` that resolve under a root (none when it cannot be read)."""
+    try:
+        return sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")
+                      and _under_a_root(Path(os.path.realpath(p)), roots))
+    except OSError:
+        return []
 
 
 def _accepted(directory: Path, roots: list[Path]) -> bool:

@@ -11,9 +11,9 @@ import streamlit as st
 
 from repo_lens import InputError
 
-from lens_app import cache, config
-from lens_app.documents import PRESET_TEXT, PRESETS, REVERSAL_MAX_WORDS
-from lens_app.ui import guard
+from repo_lens.app import cache, config, state
+from repo_lens.app.documents import PRESET_TEXT, PRESETS, REVERSAL_MAX_WORDS, Preset
+from repo_lens.app.ui import guard
 
 MODE_MODEL, MODE_TRACE = "Run a model", "Open a saved trace"
 OTHER = "Other directory…"
@@ -24,7 +24,7 @@ NIAH_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 class Selection:
     mode: str
     sources: list[str] = field(default_factory=list)
-    kind: str = "Free text"
+    kind: str = Preset.FREE_TEXT
     text: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     truncate: bool = True
@@ -171,12 +171,12 @@ def _reversal_words(selection: Selection) -> int | None:
 
 
 def _input(selection: Selection) -> None:
-    kind = st.selectbox("Input", PRESETS, key="input", bind="query-params")
+    kind = st.selectbox("Input", PRESETS, key=state.INPUT, bind="query-params")
     selection.kind = kind
     if kind in PRESET_TEXT:
         selection.text = st.text_area("Text", PRESET_TEXT[kind], key=f"text_{kind}", height=180,
                                       max_chars=config.MAX_TEXT_BYTES)
-    elif kind == "NIAH":
+    elif kind == Preset.NIAH:
         length, beyond = _niah_length(selection)
         if length is None:
             return
@@ -185,17 +185,17 @@ def _input(selection: Selection) -> None:
         selection.params = {"length": int(length), "depth": float(depth), "seed": int(seed)}
         if beyond:
             selection.params["beyond_context"] = True
-    elif kind == "Reversal":
+    elif kind == Preset.REVERSAL:
         most = _reversal_words(selection)
         if most is None:
             return
         words = (st.slider("Words to reverse", 2, most, min(12, most), key=f"reversal_words_{most}") if most > 2
                  else 2)
         selection.params = {"words": int(words), "seed": 0}
-    elif kind == "Upload text file":
+    elif kind == Preset.UPLOAD_TEXT:
         upload = st.file_uploader("Text file (UTF-8)", key="text_file",
                                   max_upload_size=config.MAX_TEXT_BYTES // 2**20)  # the widget states the limit
-        selection.kind = "Free text"
+        selection.kind = Preset.FREE_TEXT
         if upload is None:
             selection.problem = "Upload a text file in the sidebar."
         else:

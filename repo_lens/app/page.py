@@ -1,28 +1,21 @@
-"""repo_lens' Streamlit app: browse the positions models learn, interactively.
+"""The page: the sidebar's selection traced (or the uploaded trace read), notices, then one tab per view.
 
-Run it with ``make app`` (or ``streamlit run app/streamlit_app.py --server.address 127.0.0.1``).
-Environment: ``REPO_LENS_APP_ROOTS`` (directories local checkpoints may be read from, os.pathsep-
-separated; none by default) and ``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under
-a root; default zoo:bytes1k-repo).
+:func:`run` draws it; ``repo_lens/app/streamlit_app.py`` (the script ``repo-lens app`` serves) calls it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import streamlit as st
 
-import streamlit as st  # noqa: E402
-from repo_lens import InputError  # noqa: E402
-
-from lens_app import cache, config  # noqa: E402
-from lens_app.names import input_hash  # noqa: E402
-from lens_app.sidebar import MODE_TRACE, Selection, model_info, sidebar  # noqa: E402
-from lens_app.ui import Item, guard  # noqa: E402
-from lens_app.views import VIEWS, View  # noqa: E402
-from lens_app.documents import document_of_trace  # noqa: E402
+from repo_lens import InputError
+from repo_lens.app import cache, config, state
+from repo_lens.app.documents import document_of_trace
+from repo_lens.app.names import input_hash
+from repo_lens.app.sidebar import MODE_MODEL, MODE_TRACE, Selection, model_info, sidebar
+from repo_lens.app.ui import Item, guard
+from repo_lens.app.views import VIEWS, View
 
 
 def _key(*parts: object) -> str:
@@ -120,6 +113,7 @@ def header(items: list[Item]) -> None:
 
 
 def main() -> None:
+    """The whole page, once per rerun."""
     st.set_page_config(page_title="repo_lens — learned positions", page_icon="📐", layout="wide")
     selection = sidebar()
     if selection.problem:
@@ -131,7 +125,7 @@ def main() -> None:
         return
     header(items)
     notices(items)
-    tabs = st.tabs([view.name for view in VIEWS], key="view", on_change="rerun", bind="query-params")
+    tabs = st.tabs([view.name for view in VIEWS], key=state.VIEW, on_change="rerun", bind="query-params")
     for tab, view in zip(tabs, VIEWS):
         if tab.open:
             with tab:
@@ -141,9 +135,15 @@ def main() -> None:
 @st.fragment
 def render_view(view: View, items: list[Item], selection: Selection) -> None:
     """One view; a change of its own controls (layer, head, window, highlight) reruns only this."""
+    if view.needs_preset and selection.kind != view.preset:
+        st.info(f"{view.name} is measured on {view.preset} prompts with a model: pick **{MODE_MODEL}** and the "
+                f"**{view.preset}** input in the sidebar.")
+        return
     with guard(view.name):
         view.render(items, selection)
 
 
-with guard("The app"):
-    main()
+def run() -> None:
+    """Draw the page; any failure is a message, not a traceback."""
+    with guard("The app"):
+        main()

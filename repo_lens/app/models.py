@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 from repo_lens import InputError, zoo
 
-from lens_app import config
+from repo_lens.app import config
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,26 @@ import numpy as np
 from repo_lens import InputError, Trace
 from repo_lens.data import encode_with_offsets, fewshot_prompt, niah_single, reversal_prompt, table_prompt
 
-from lens_app.config import MAX_TEXT_BYTES
+from repo_lens.app.config import MAX_TEXT_BYTES
 
-PRESETS = ("Free text", "Few-shot", "NIAH", "Table", "Code", "Chinese", "Reversal", "Upload text file")
+
+
+class Preset:
+    """The sidebar's inputs, by name: the name is shown, bound to ``?input=`` in the URL, and is the
+    ``kind`` of a :class:`Document`. Code compares with these, never with the names' text."""
+
+    FREE_TEXT = "Free text"
+    FEWSHOT = "Few-shot"
+    NIAH = "NIAH"
+    TABLE = "Table"
+    CODE = "Code"
+    CHINESE = "Chinese"
+    REVERSAL = "Reversal"
+    UPLOAD_TEXT = "Upload text file"  # read as free text
+
+
+PRESETS = (Preset.FREE_TEXT, Preset.FEWSHOT, Preset.NIAH, Preset.TABLE, Preset.CODE, Preset.CHINESE,
+           Preset.REVERSAL, Preset.UPLOAD_TEXT)
 
 FREE_TEXT = ("Marie Curie was born in Warsaw and later moved to Paris, where she studied physics. "
              "The needle is hidden in the haystack. What is the needle?")
@@ -33,7 +50,7 @@ FEWSHOT_EXAMPLES = (("cat", "chat"), ("dog", "chien"), ("house", "maison"), ("wa
 TABLE_HEADER = ("city", "country", "population (M)")
 TABLE_ROWS = (("Oslo", "Norway", 0.7), ("Rome", "Italy", 2.8), ("Lima", "Peru", 10.0), ("Pune", "India", 7.4))
 
-PRESET_TEXT = {"Free text": FREE_TEXT, "Code": CODE, "Chinese": CHINESE}
+PRESET_TEXT = {Preset.FREE_TEXT: FREE_TEXT, Preset.CODE: CODE, Preset.CHINESE: CHINESE}
 
 
 @dataclass
@@ -56,14 +73,14 @@ def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> D
     tokenizer = lens.tokenizer
     if tokenizer is None:
         raise InputError("this checkpoint has no tokenizer, so it cannot read text; open a saved trace instead")
-    if kind == "NIAH":
+    if kind == Preset.NIAH:
         prompt = niah_single(tokenizer, int(params.get("length", 256)), float(params.get("depth", 0.5)),
                              seed=int(params.get("seed", 0)))
-    elif kind == "Few-shot":
+    elif kind == Preset.FEWSHOT:
         prompt = fewshot_prompt(tokenizer, FEWSHOT_EXAMPLES, "bird", "oiseau", instruction="Translate English to French.")
-    elif kind == "Table":
+    elif kind == Preset.TABLE:
         prompt = table_prompt(tokenizer, TABLE_HEADER, TABLE_ROWS, "Which city has 2.8 million people?", "Rome")
-    elif kind == "Reversal":
+    elif kind == Preset.REVERSAL:
         prompt = reversal_prompt(tokenizer, int(params.get("words", 12)), int(params.get("seed", 0)))
     else:
         return encode_text(tokenizer, kind, text)

@@ -19,10 +19,10 @@ from repo_lens.analysis import (
     cjk_boundary_labels,
     is_cjk_char,
     jieba_words,
-    position_increments,
+    trace_increments,
 )
 
-from lens_app.documents import Document
+from repo_lens.app.documents import Document, Preset
 
 
 @dataclass
@@ -34,7 +34,8 @@ class BoundaryResult:
 
 
 def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
-    """Word-boundary AUC of every layer's and head's increments against jieba's segmentation."""
+    """Word-boundary AUC of every layer's and head's increments (:func:`repo_lens.analysis.trace_increments`,
+    as ``analyze --study boundaries``) against jieba's segmentation."""
     if doc is None or doc.offsets is None:
         raise InputError("word-boundary AUC needs the input text and each token's character offsets; "
                          "trace the text with a model (or open a trace saved by this app)")
@@ -44,7 +45,7 @@ def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
     n = len(trace)
     words = jieba_words(text)
     labels = cjk_boundary_labels(text, np.asarray(doc.offsets[:n], dtype=np.int64).reshape(-1, 2), words)
-    increments = position_increments(trace.positions, origin=np.nan)
+    increments = trace_increments(trace)
     auc = boundary_auc(increments, labels.labels, scored=labels.scored)
     return BoundaryResult(auc=np.asarray(auc, dtype=np.float64), words=words, n_scored=int(labels.scored.sum()),
                           n_boundaries=int(labels.labels.sum()))
@@ -53,8 +54,8 @@ def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
 def niah_mass(lens: Any, doc: Document, beyond_context: bool = False) -> AttentionMass:
     """RePo Table 4's attention mass of the answer rows on the needle, the query and the rest;
     ``beyond_context`` measures prompts longer than the model's context (length extrapolation)."""
-    if doc.kind != "NIAH" or not doc.targets or doc.query is None:
-        raise InputError("attention mass is measured on NIAH prompts; pick the NIAH preset")
+    if doc.kind != Preset.NIAH or not doc.targets or doc.query is None:
+        raise InputError(f"attention mass is measured on {Preset.NIAH} prompts; pick the {Preset.NIAH} input")
     spans = {"needle": doc.spans[doc.targets[0]], "query": doc.spans["query"]}
     return attention_mass(lens, np.asarray(doc.ids, dtype=np.int64), spans, doc.query,
                           allow_beyond_context=beyond_context)

@@ -17,7 +17,7 @@ from repo_lens.model.registry import learned_layers
 from repo_lens.plots import export_unavailable, figure_bytes
 from repo_lens.validation import check_index
 
-from lens_app.documents import Document
+from repo_lens.app.documents import Document
 
 LOG = logging.getLogger("repo_lens.app")
 _CONTROL_FLOW = {"StopException", "RerunException", "ScriptControlException"}

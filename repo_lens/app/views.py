@@ -23,16 +23,19 @@ from repo_lens.plots import (
     spaced_tokens_figure,
 )
 
-from lens_app import cache, config, results
-from lens_app.names import export_name, slug
-from lens_app.sidebar import Selection
-from lens_app.ui import Item, clamp_head, csv_button, first_learned_layer, guard, head_picker, per_item, show_figure
+from repo_lens.app import cache, config, results, state
+from repo_lens.app.documents import Preset
+from repo_lens.app.names import export_name, slug
+from repo_lens.app.sidebar import Selection
+from repo_lens.app.ui import Item, clamp_head, csv_button, first_learned_layer, guard, head_picker, per_item, show_figure
 
 HIGHLIGHT_ORDER = ("needle", "query", "answer", "input", "output", "question")
 
 
 def _chunk_settings() -> tuple[int, float]:
-    return int(st.session_state.get("chunk_size", 16)), float(st.session_state.get("chunk_eps", 0.2))
+    """The chunk size and ε set in the Heatmaps view (their defaults before it was opened)."""
+    return (int(st.session_state.get(state.CHUNK_SIZE, state.CHUNK_SIZE_DEFAULT)),
+            float(st.session_state.get(state.CHUNK_EPS, state.CHUNK_EPS_DEFAULT)))
 
 
 def _head_patterns(trace: Trace, head: int | str, size: int, eps: float) -> np.ndarray:
@@ -50,20 +53,20 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
     with c1:
         head = head_picker("Head", "spaced_head", n_heads, extra=("mean",), default="0")
     scale = c2.radio("Scale", ["per layer", "shared"], key="spaced_scale", horizontal=True,
-                     help="per layer: each layer's positions rescaled to its own range (seeds/002); "
+                     help="per layer: each layer's positions rescaled to its own range; "
                           "shared: raw positions on one axis")
     window = (0, n_tokens)
     if n_tokens > 1:
         window = c3.slider("Tokens shown", 0, n_tokens, (0, min(n_tokens, config.DEFAULT_WINDOW)),
                            key=f"spaced_window_{n_tokens}")
     strip = c4.toggle("Chunk strip", value=True, key="spaced_strip", help="constant / mono / hybrid chunk of each token")
-    if (st.session_state.get(HIGHLIGHT_KEY) or 0) > n_tokens - 1:  # picked on a longer trace
-        st.session_state[HIGHLIGHT_KEY] = None
+    if (st.session_state.get(state.HIGHLIGHT_TOKEN) or 0) > n_tokens - 1:  # picked on a longer trace
+        st.session_state[state.HIGHLIGHT_TOKEN] = None
     z1, z2, z3, z4 = st.columns([3.5, 1.6, 1.0, 1.3], vertical_alignment="bottom")
     zoom = z1.slider("Zoom: part of the x axis shown (labels are placed again for it)", 0.0, 1.0, (0.0, 1.0),
                      0.01, key="spaced_zoom")
-    token = z2.number_input("Highlight token (or click one)", 0, max(n_tokens - 1, 0), value=None, key=HIGHLIGHT_KEY,
-                            placeholder="token index", help="the token and its ±k neighbours, in every layer")
+    token = z2.number_input("Highlight token (or click one)", 0, max(n_tokens - 1, 0), value=None,
+                            key=state.HIGHLIGHT_TOKEN, placeholder="token index", help="the token and its ±k neighbours, in every layer")
     k = int(z3.number_input("± k", 0, 64, 3, key="spaced_k"))
     z4.button("Clear highlight", key="spaced_clear", on_click=_clear_highlight, disabled=token is None,
               icon=":material/close:")
@@ -93,12 +96,9 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
                                    width=config.PLOT_WIDTH_PX)
         chart = f"spaced-{item.key}"
         show_figure(fig, chart, export_name(item.label, "spaced-tokens", item.input_id, head=h),
-                    on_select=lambda: _pick_token(f"chart-{chart}"))
+                    on_select=lambda: _pick_token(state.chart_key(chart)))
 
     per_item(items, render)
-
-
-HIGHLIGHT_KEY = "spaced_token"
 
 
 def _pick_token(chart_key: str) -> None:
@@ -108,12 +108,12 @@ def _pick_token(chart_key: str) -> None:
         data = point.get("customdata")  # a row [token, position, increment]; a typed array arrives as {"0": …}
         index = data.get("0") if isinstance(data, dict) else data[0] if isinstance(data, (list, tuple)) and data else data
         if isinstance(index, (int, float)):
-            st.session_state[HIGHLIGHT_KEY] = int(index)
+            st.session_state[state.HIGHLIGHT_TOKEN] = int(index)
             return
 
 
 def _clear_highlight() -> None:
-    st.session_state[HIGHLIGHT_KEY] = None
+    st.session_state[state.HIGHLIGHT_TOKEN] = None
 
 
 def _zoomed(trace: Trace, head: int | str, scale: str, window: tuple[int, int],
@@ -171,8 +171,9 @@ def scatter_view(items: Sequence[Item], selection: Selection) -> None:
 def heatmaps_view(items: Sequence[Item], selection: Selection) -> None:
     n_heads = max(item.trace.n_heads for item in items)
     c1, c2, c3 = st.columns([1, 1, 1.5])
-    size = int(c1.number_input("Chunk size (tokens)", 2, 512, 16, key="chunk_size"))
-    eps = float(c2.number_input("ε (constant if within ε of the chunk mean)", 0.0, 100.0, 0.2, 0.05, key="chunk_eps"))
+    size = int(c1.number_input("Chunk size (tokens)", 2, 512, state.CHUNK_SIZE_DEFAULT, key=state.CHUNK_SIZE))
+    eps = float(c2.number_input("ε (constant if within ε of the chunk mean)", 0.0, 100.0, state.CHUNK_EPS_DEFAULT, 0.05,
+                                key=state.CHUNK_EPS))
     with c3:
         head = head_picker("Head of the chunk strip", "strip_head", n_heads, extra=("mean",), default="0")
 
@@ -202,10 +203,8 @@ def heatmaps_view(items: Sequence[Item], selection: Selection) -> None:
 
 
 def mass_view(items: Sequence[Item], selection: Selection) -> None:
-    if selection.kind != "NIAH" or not any(item.source for item in items):
-        st.info("Attention mass on the needle, the query and the rest (RePo Table 4) is measured on NIAH prompts "
-                "with a model: pick **Run a model** and the **NIAH** input in the sidebar (length and depth there).")
-        return
+    """Attention mass of the answer rows on the needle, the query and the rest (RePo Table 4), on the
+    NIAH input (the page shows this view only for it: ``View.needs_preset``)."""
     beyond = bool(selection.params.get("beyond_context", False))  # the sidebar's "Beyond the context"
     if beyond:
         st.caption("The prompt is longer than the model's context: these masses are length extrapolation.")
@@ -220,7 +219,7 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
     if not masses:
         if not beyond:
             st.caption("A prompt longer than the model's context can still be measured: tick **Beyond the "
-                       "context** under the NIAH input in the sidebar (length extrapolation).")
+                       f"context** under the {Preset.NIAH} input in the sidebar (length extrapolation).")
         return
     columns = st.columns(len(masses))
     for column, (label, mass) in zip(columns, masses.items()):
@@ -239,8 +238,10 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
 
 
 def boundaries_view(items: Sequence[Item], selection: Selection) -> None:
-    st.caption("ROC-AUC of each head's position increments z(t) − z(t−1) against jieba's word boundaries, scored "
-               "only at gaps between two Chinese characters (seeds/002). 0.5 = chance.")
+    st.caption("ROC-AUC of each head's position increments against jieba's word boundaries, scored only at gaps "
+               "between two Chinese characters, by the increment of the next character's first token. The increment "
+               "is what the layer's mechanism adds at a token where it sums increments (e.g. learned δ), else "
+               "z(t) − z(t−1): the numbers `repo-lens analyze --study boundaries` gives. 0.5 = chance.")
 
     def render(item: Item) -> None:
         result = cache.get_boundaries(item.key, item.trace, item.doc)
@@ -281,18 +282,21 @@ def data_view(items: Sequence[Item], selection: Selection) -> None:
 @dataclass(frozen=True)
 class View:
     """One tab: its ``name`` (the tab label and the ``?view=`` query value), the function that
-    renders it for the traces shown, and the sidebar ``preset`` input it is made for (None: any)."""
+    renders it for the traces shown, the sidebar ``preset`` input it is made for (None: any; the
+    tests open each view with it), and whether it ``needs_preset`` (for any other input the page
+    shows a note naming the preset instead of the view)."""
 
     name: str
     render: Callable[[Sequence[Item], Selection], None]
     preset: str | None = None
+    needs_preset: bool = False
 
 
 VIEWS: tuple[View, ...] = (
     View("Spaced tokens", spaced_view),
     View("Scatter", scatter_view),
     View("Heatmaps", heatmaps_view),
-    View("Attention mass", mass_view, preset="NIAH"),
-    View("Word boundaries", boundaries_view, preset="Chinese"),
+    View("Attention mass", mass_view, preset=Preset.NIAH, needs_preset=True),
+    View("Word boundaries", boundaries_view, preset=Preset.CHINESE),
     View("Trace & data", data_view),
 )

@@ -13,10 +13,11 @@ import streamlit as st
 import repo_lens
 from repo_lens import RepoLensError, Trace
 
-from lens_app.config import loadable
-from lens_app.documents import Document, build_document, max_reversal_words, trace_document
-from lens_app.models import ModelInfo, model_info, model_sources
-from lens_app.results import BoundaryResult, boundary_result, load_trace_bytes, niah_mass
+from repo_lens.app import state
+from repo_lens.app.config import loadable
+from repo_lens.app.documents import Document, build_document, max_reversal_words, trace_document
+from repo_lens.app.models import ModelInfo, model_info, model_sources
+from repo_lens.app.results import BoundaryResult, boundary_result, load_trace_bytes, niah_mass
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=6)
@@ -75,7 +76,7 @@ def get_boundaries(key: str, _trace: Trace, _doc: Document | None) -> BoundaryRe
 
 def load_uploaded_trace(file: Any) -> Trace:
     """Parse an uploaded trace once per upload (kept in the session, keyed by the upload's id)."""
-    store = st.session_state.setdefault("_uploaded_traces", {})
+    store = st.session_state.setdefault(state.UPLOADED_TRACES, {})
     key = getattr(file, "file_id", None) or file.name
     if key not in store:
         store.clear()

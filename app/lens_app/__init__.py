@@ -1,1 +1,0 @@
-"""Helpers of the repo_lens Streamlit app (app/streamlit_app.py)."""

@@ -16,7 +16,10 @@ from repo_lens.model.layers import RMSNorm
 
 
 class LensModel(HookedRootModule):
-    """A decoder-only transformer with a position mechanism per layer, hookable TransformerLens-style.
+    """A decoder-only transformer with a position mechanism per layer, as a TransformerLens
+    ``HookedRootModule`` (``run_with_cache``, ``run_with_hooks``, ``hooks``). Its hooks take
+    TransformerLens' names and shapes where they hold the same thing (``hook_q`` is q_proj's output,
+    ``hook_rot_q`` the rotated queries); the README's "Hook points" table lists every one.
 
     Example:
         >>> cfg = ModelConfig(family="olmo2", vocab_size=50, d_model=32, n_layers=3, n_heads=4,

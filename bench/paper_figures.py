@@ -1,7 +1,7 @@
 """Paper figures at one column: per figure builder, the smallest and largest font in points and the
 number of overlapping text pairs, measured in Chromium on the exported SVG.
 
-Target (DESIGN.md): every builder at 3.25 in has text of 5–10 pt and no two text elements
+Target: every builder at 3.25 in has text of 5–10 pt and no two text elements
 overlapping. Two inputs: a 250-byte trace of zoo:bytes1k-repo (4 layers × 4 heads), as a new user
 would make it, and a synthetic trace of the published shape (16 layers × 16 heads, 250 tokens).
 

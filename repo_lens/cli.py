@@ -211,13 +211,15 @@ def summary_json(summary: dict) -> str:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from repo_lens.studies.distributed import ranks_from_env
     from repo_lens.studies.reproductions import STUDIES, reproduce
+    from repo_lens.studies.reproductions.common import figure_options_of
 
     if args.list:
         for name, study in STUDIES.items():
             print(f"{name:<20} {study.source}  [{', '.join(study.default_models)}]")
         return 0
     documents = reproduce(args.names or ["all"], args.out, models=args.model, quick=args.quick,
-                          figures=not args.no_figures, progress=not args.quiet, batch_size=args.batch_size)
+                          figures=not args.no_figures, progress=not args.quiet, batch_size=args.batch_size,
+                          figure_options=figure_options_of(args))
     if not ranks_from_env().is_main:  # under torchrun rank 0 reports
         return 0
     for name, document in documents.items():
@@ -377,6 +379,9 @@ def _add_reproduce_command(commands: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--batch-size", type=positive_int, default=1,
                            help="texts or prompts per forward pass in the studies that trace many (the same numbers)")
     reproduce.add_argument("--quiet", action="store_true")
+    from repo_lens.studies.reproductions.common import add_figure_arguments
+
+    add_figure_arguments(reproduce)  # --layout, --aspect, --font-pt, --font
     reproduce.set_defaults(handler=cmd_reproduce)
 
 

@@ -17,17 +17,19 @@ from repo_lens.plots.export import FORMATS, ExportError, export, export_unavaila
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
 from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
 from repo_lens.plots.notebook import STATIC_RENDERER, TRACE_FIGURE_KINDS, notebook_setup, trace_figure
-from repo_lens.plots.paper import PAPER_LAYOUTS, paper_figure
+from repo_lens.plots.paper import FONT_FAMILIES, PAPER_LAYOUTS, PAPER_PRESETS, paper_figure
 from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
 from repo_lens.plots.style import FONT_FAMILY, KIND_COLORS, OKABE_ITO, PATTERN_COLORS, sample_indices
 
 __all__ = [
+    "FONT_FAMILIES",
     "FONT_FAMILY",
     "FORMATS",
     "KIND_COLORS",
     "OKABE_ITO",
     "PAPER_LAYOUTS",
+    "PAPER_PRESETS",
     "PATTERN_COLORS",
     "STATIC_RENDERER",
     "TRACE_FIGURE_KINDS",

@@ -1,4 +1,4 @@
-"""Word-boundary ROC-AUC of position increments per layer and head (seeds/002's Chinese protocol)."""
+"""Word-boundary ROC-AUC of position increments per layer and head (Chinese word segmentation)."""
 
 from __future__ import annotations
 

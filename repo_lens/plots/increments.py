@@ -1,4 +1,4 @@
-"""Figures for seeds/002's tables: increments by byte category, and a per-layer series (AUC, entity test)."""
+"""Increments by byte category (grouped bars), and a per-layer series (word-boundary AUC, entity test)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def layer_series_figure(series: Mapping[str, Sequence[float]], y_title: str, tit
     in its line; inf or a non-number is an InputError.
 
     Example:
-        >>> fig = layer_series_figure({"ours": [0.5, 0.6], "seeds/002": [0.5, 0.54]}, "AUC", "t", reference=0.5)
+        >>> fig = layer_series_figure({"ours": [0.5, 0.6], "published": [0.5, 0.54]}, "AUC", "t", reference=0.5)
         >>> [trace.name for trace in fig.data], list(fig.data[0].x)
-        (['ours', 'seeds/002'], ['L0', 'L1'])
+        (['ours', 'published'], ['L0', 'L1'])
     """
     if not isinstance(series, Mapping):
         raise InputError(f"series must be a mapping {{name: values per layer}}, got {type(series).__name__}")

@@ -5,7 +5,8 @@ legends and colour bars a point smaller; text in the plot, such as heatmap value
 span names, 1.5 points smaller; nothing under 5 pt). Legends go above the plot in rows and colour
 bars are slim, so the plotting area keeps most of the width. Heatmap values stay only where they fit
 their cells and category axes label every k-th category when all would not fit. Bars of several
-series get a fill pattern and lines a dash pattern and marker symbol, so they stay apart in greyscale.
+series are coloured dark to light (Cividis) and lines have a dash pattern and marker symbol, so series
+stay apart in greyscale.
 The height suits the content (rows of a heatmap or of a spaced-token figure; about 0.6 × the plot
 width for bars, lines and scatters) unless an aspect is given. A builder's figure may re-lay itself
 out further, chosen by its ``layout.meta["kind"]`` (the spaced-token figure places its labels again).
@@ -20,10 +21,11 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from repo_lens.plots.labels import label_width_px
 from repo_lens.plots.paper import PaperTarget
-from repo_lens.plots.style import BAR_PATTERNS
+from repo_lens.plots.style import SEQUENTIAL
 
 LINE_EM = 1.25  # a line of text, in font sizes
 LEGEND_SYMBOL_PX = 40.0  # a legend entry's symbol and the gap before its text (plotly: itemwidth 30 + 10)
@@ -220,9 +222,9 @@ def _traces(fig: go.Figure, target: PaperTarget, plot_width: float) -> float:
     above = 0.0
     for index, trace in enumerate(bars):
         trace.update(marker_line_width=0, textfont_size=target.small_px, constraintext="none")
-        if len(bars) > 1:
-            trace.update(marker_pattern=dict(shape=BAR_PATTERNS[index % len(BAR_PATTERNS)], fillmode="overlay",
-                                             fgcolor="#ffffff", size=5, solidity=0.35))
+        if len(bars) > 1:  # dark to light: apart in greyscale too (fill patterns would make PDFs megabytes)
+            trace.update(marker_color=sample_colorscale(SEQUENTIAL, [0.05 + 0.9 * index / (len(bars) - 1)])[0],
+                         marker_line=dict(width=0.5, color="#000000"))
         above = max(above, _fit_bar_text(fig, trace, target, plot_width, len(bars)))
     for trace in fig.data:
         if isinstance(trace, go.Scatter):

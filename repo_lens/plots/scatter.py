@@ -1,4 +1,12 @@
-"""Token index vs position, per layer and head: a focus view (IQR outliers clipped) and a global view."""
+"""Token index vs position, per layer and head: a focus view (IQR outliers clipped) and a global view.
+
+Beyond ``max_points`` points a head (or ``max_total_points`` in all), each head is decimated on its own:
+half of its points are the smallest and largest position of equal token buckets (its envelope and
+extremes survive), the other half an even stride over the tokens (so the density between the extremes
+shows too, which minima and maxima alone would hide); 16 heads × 4,096 tokens keep 375 points a head.
+All traces are SVG (vector in every export): a few thousand SVG points draw faster than a WebGL context
+starts in a browser without a GPU, and the app draws each figure twice (Streamlit).
+"""
 
 from __future__ import annotations
 
@@ -62,34 +70,21 @@ def iqr_outliers(values: np.ndarray, k: float = 1.5) -> np.ndarray:
 
 
 def position_scatter_figure(
-    trace: Any,
-    layer: int,
-    head: int | Literal["all", "mean"] = 0,
-    *,
-    view: Literal["focus", "global"] = "focus",
-    k: float = 1.5,
-    max_points: int = 4000,
-    max_total_points: int = 6000,
-    context: int = 8,
-    highlight: Mapping[str, tuple[int, int]] | None = None,
-    title: str | None = None,
-    width: int = DEFAULT_WIDTH,
+    trace: Any, layer: int, head: int | Literal["all", "mean"] = 0, *, view: Literal["focus", "global"] = "focus",
+    k: float = 1.5, max_points: int = 4000, max_total_points: int = 6000, context: int = 8,
+    highlight: Mapping[str, tuple[int, int]] | None = None, title: str | None = None, width: int = DEFAULT_WIDTH,
 ) -> go.Figure:
     """Scatter of token index (x) against position (y) for one layer: one head, every head, or their mean.
 
     ``view="global"`` shows every finite position. ``view="focus"`` sets the y range to Tukey's
-    fences of the plotted positions (:func:`iqr_bounds`, pooled over the plotted heads) and draws
-    the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
-    named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the token and
-    ``context`` tokens either side. Each head draws at most ``max_points`` points and all heads together at
-    most ``max_total_points``; beyond, each head is decimated on its own: half of its points are the
-    smallest and largest position of equal token buckets (its envelope and extremes survive), the other
-    half an even stride over the tokens (so the density between the extremes shows too, which minima and
-    maxima alone would hide). 16 heads × 4,096 tokens keep 375 points a head.
-    ``highlight``: named token spans (e.g. needle, query) shaded in the background, each named at its
-    top left; names that would overlap on a ``width``-pixel figure go one line lower. All traces are SVG
-    (vector in every export): a few thousand SVG points draw faster than a WebGL context starts in a
-    browser without a GPU, and the app draws each figure twice (Streamlit).
+    fences of the plotted positions (:func:`iqr_bounds` with ``k``, pooled over the plotted heads) and
+    draws the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
+    named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the
+    token and ``context`` tokens either side. Each head draws at most ``max_points`` points and all heads
+    together at most ``max_total_points`` (decimated as the module's description says). ``highlight``:
+    named token spans ``{name: (start, end)}`` (end exclusive, within the trace; e.g. needle, query)
+    shaded in the background, each named at its top left; names that would overlap on a
+    ``width``-pixel figure go one line lower.
 
     Example:
         >>> import numpy as np
@@ -103,13 +98,8 @@ def position_scatter_figure(
     positions, tokens, kinds = positions_of(trace)
     n_layers, n_heads, n_tokens = positions.shape
     layer = check_layer(layer, n_layers)
-    if view not in ("focus", "global"):
-        raise InputError(f"view must be 'focus' or 'global', got {view!r}")
     spans = check_spans(highlight, n_tokens)
-    max_points = check_int(max_points, "max_points (points drawn per head)", minimum=2)
-    max_total_points = check_int(max_total_points, "max_total_points", minimum=2)
-    context = check_int(context, "context (tokens either side in the hover)", minimum=0)
-    check_int(width, "width (pixels)", minimum=100)
+    max_points, max_total_points, context = _check_options(view, max_points, max_total_points, context, width)
     heads, values = _head_values(positions[layer], head, n_heads)
     finite = np.isfinite(values)
     if not finite.any():
@@ -124,17 +114,28 @@ def position_scatter_figure(
     beyond = _add_heads(fig, heads, values, keeps, finite & ~outside, outside, context_of, n_tokens)
     if bounds and outside.any():
         _add_clipped(fig, heads, values, beyond, bounds, context_of)
-    hidden = int((~finite).sum())
-    head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
-    view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
-    sampled = " (decimated)" if per_head < n_tokens else ""
-    suffix = f" — {hidden} non-finite positions not shown" if hidden else ""
-    _scatter_layout(fig, title or f"Position vs token index — {layer_label(layer, kinds)}, {head_text} ({view_text})"
-                    f"{sampled}{suffix}", legend=len(heads) > 1 or bool(outside.any()), width=width,
-                    n_tokens=n_tokens, spans=spans)
+    title = title or _title(layer_label(layer, kinds), head, view, per_head < n_tokens, int((~finite).sum()))
+    _scatter_layout(fig, title, legend=len(heads) > 1 or bool(outside.any()), width=width, n_tokens=n_tokens,
+                    spans=spans)
     fig.layout.meta = {"kind": "scatter", "layer": layer, "head": head, "view": view, "n_outliers": int(outside.sum()),
                        "n_tokens": n_tokens, "spans": {name: list(span) for name, span in spans.items()}}
     return fig
+
+
+def _check_options(view: Any, max_points: Any, max_total_points: Any, context: Any, width: Any) -> tuple[int, int, int]:
+    if view not in ("focus", "global"):
+        raise InputError(f"view must be 'focus' or 'global', got {view!r}")
+    check_int(width, "width (pixels)", minimum=100)
+    return (check_int(max_points, "max_points (points drawn per head)", minimum=2),
+            check_int(max_total_points, "max_total_points (points drawn in all)", minimum=2),
+            check_int(context, "context (tokens either side in the hover)", minimum=0))
+
+
+def _title(layer_name: str, head: Any, view: str, decimated: bool, hidden: int) -> str:
+    head_text = {"all": "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
+    view_text = "focus: IQR outliers clipped" if view == "focus" else "global"
+    return (f"Position vs token index — {layer_name}, {head_text} ({view_text}){' (decimated)' if decimated else ''}"
+            + (f" — {hidden} non-finite positions not shown" if hidden else ""))
 
 
 def check_spans(highlight: Any, n_tokens: int) -> dict[str, tuple[int, int]]:

@@ -1,4 +1,18 @@
-"""Tokens laid out along x by their learned positions, one row per layer (seeds/002's plots)."""
+"""Tokens laid out along x by their learned positions, one row per layer (:func:`spaced_tokens_figure`).
+
+Labels never overlap within a row: when every token's label fits, each row is one text trace;
+otherwise each row draws its tokens as vertical tick marks, all of a row one layout shape (named
+"marks of layer N"; beyond ``COLUMN_DEDUP_MIN_TOKENS`` shown tokens one tick per 2-pixel column),
+under invisible markers (the trace named after the layer; ``marker.maxdisplayed=1``, so the browser
+creates one element) that carry their hover (a tick standing for several tokens says how many) and
+clicks, and a second trace per row (``meta["labels_of_layer"]``) draws the labels that fit, placed
+greedily from left to right (:func:`repo_lens.plots.labels.place_labels`). One SVG path per row
+rather than thousands of marker elements is what keeps a 16-layer view of 4,096 tokens quick to draw.
+The connectors are the trace named "connectors"; the chunk strip is a shape per class, named in the
+legend. For a paper, :func:`repo_lens.plots.export` with a ``layout`` (or
+:func:`repo_lens.plots.paper_figure`) reads the rows back and draws them again for the paper's width
+and type sizes (:func:`paper_layout`): fewer labels, more marks, none past the plot's edges.
+"""
 
 from __future__ import annotations
 
@@ -50,52 +64,28 @@ MERGED_PATTERN = re.compile(r" \(\+\d+ more tokens here: zoom in to separate the
 
 
 def spaced_tokens_figure(
-    trace: Any,
-    *,
-    head: int | Literal["mean"] = 0,
-    layers: Sequence[int] | None = None,
-    scale: Literal["row", "shared"] = "row",
-    window: tuple[int, int] | None = None,
-    patterns: np.ndarray | None = None,
-    chunk_size: int = 16,
-    connect: bool = True,
-    max_tokens: int = 8192,
-    label_limit: int = 400,
-    title: str | None = None,
-    x_range: tuple[float, float] | None = None,
-    highlight: tuple[int, int] | None = None,
-    width: int = DEFAULT_WIDTH,
-    font_size: int = 14,
-    max_connectors: int = 200,
+    trace: Any, *, head: int | Literal["mean"] = 0, layers: Sequence[int] | None = None,
+    scale: Literal["row", "shared"] = "row", window: tuple[int, int] | None = None, patterns: np.ndarray | None = None,
+    chunk_size: int = 16, connect: bool = True, max_tokens: int = 8192, label_limit: int = 400, title: str | None = None,
+    x_range: tuple[float, float] | None = None, highlight: tuple[int, int] | None = None, width: int = DEFAULT_WIDTH,
+    font_size: int = 14, max_connectors: int = 200,
 ) -> go.Figure:
-    """Each token drawn at x = its position, one row per layer, faint lines following tokens down the layers.
+    """Each token drawn at x = its position, one row per layer, faint lines following tokens down the layers
+    (how the rows are drawn: see the module's description).
 
     ``trace``: a :class:`repo_lens.Trace` (anything with ``positions`` (L, H, T), ``tokens`` and
-    ``layer_kinds``). ``head``: a head index or ``"mean"`` (mean over heads). ``scale="shared"``
-    plots the raw positions on one axis (x equals the positions); ``"row"`` rescales each layer's
-    positions over the shown tokens to [0, 1] (min to max), so layers with small and large ranges
-    are both legible (seeds/002 scales each layer independently). The raw position is in the
-    hover and in ``customdata[:, 1]``. ``window=(start, end)`` shows tokens start..end-1; beyond
-    ``max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
-
-    Labels never overlap within a row: when every token's label fits, each row is one text trace;
-    otherwise each row draws its tokens as vertical tick marks, all of a row one layout shape (named
-    "marks of layer N"; beyond ``COLUMN_DEDUP_MIN_TOKENS`` shown tokens one tick per 2-pixel column),
-    under invisible markers (the trace named after the layer; ``marker.maxdisplayed=1``, so the browser
-    creates one element) that carry their hover (a tick standing for several tokens says how many) and
-    clicks, and a second trace per row
-    (``meta["labels_of_layer"]``) draws the labels that fit, placed greedily from left to right
-    (:func:`repo_lens.plots.labels.place_labels`, at most ``label_limit`` per row) for a
-    ``width``-pixel figure. One SVG path per row rather than thousands of marker elements is what keeps
-    a 16-layer view of 4,096 tokens quick to draw. ``x_range=(low, high)`` (in x units: [0, 1]
-    with ``scale="row"``) zooms the x axis and places labels for that range, so zooming brings labels back.
-    ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them first,
-    and draws the connectors (the trace named "connectors") for those tokens only; otherwise connectors
-    follow at most ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns``
-    (L, n_chunks), from :func:`repo_lens.analysis.chunk_patterns` for this head (labels or their codes
-    0, 1, 2), adds a strip under each row coloured by the chunk class of each token (a shape per class,
-    named in the legend); ``chunk_size`` is the chunks' length in tokens. For a paper,
-    :func:`repo_lens.plots.export` with a ``layout`` places the labels again for the paper's width.
+    ``layer_kinds``). ``head``: a head index or ``"mean"`` (mean over heads). ``scale="shared"`` plots the
+    raw positions on one axis (x equals the positions); ``"row"`` rescales each layer's positions over the
+    shown tokens to [0, 1] (min to max), so layers with small and large ranges are both legible. The raw
+    position is in the hover and in ``customdata[:, 1]``. ``window=(start, end)`` shows tokens start..end-1;
+    beyond ``max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
+    ``x_range=(low, high)`` (in x units: [0, 1] with ``scale="row"``) zooms the x axis and places labels for
+    that range. ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them
+    first and draws the connectors for those tokens only; otherwise connectors follow at most
+    ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns`` (L, n_chunks), from
+    :func:`repo_lens.analysis.chunk_patterns` for this head (labels or their codes 0, 1, 2), adds a strip
+    under each row coloured by the class of each token's chunk of ``chunk_size`` tokens. At most
+    ``label_limit`` labels a row, placed for a ``width``-pixel figure with ``font_size``-pixel text.
 
     Example:
         >>> import numpy as np

@@ -34,7 +34,6 @@ SERIES_COLORS: tuple[str, ...] = tuple(color for color in OKABE_ITO if color != 
 SERIES_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up", "x", "triangle-down", "cross",
                                    "star", "pentagon", "hexagon")
 SERIES_DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-BAR_PATTERNS: tuple[str, ...] = ("", "/", "\\", "x", ".", "-", "|", "+")  # fills of bar series in print
 
 
 def series_style(index: int) -> dict[str, Any]:

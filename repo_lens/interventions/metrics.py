@@ -1,0 +1,153 @@
+"""Metrics: callables from logits [batch, pos, vocab] to one number per batch row ([batch] tensor).
+
+The built-in ones score each row against a target: a :class:`~repo_lens.data.spans.Prompt` (its
+answer span, ``Prompt.query``) or a pair ``(token ids, (start, end))``. Built for one target, a
+metric scores every row against it (the patched copies of one prompt); built for a list, row b
+against target b. Any callable with the same contract works in ``ablate``, ``patch`` and
+``attribute`` (``attribute`` needs it differentiable: a torch expression of the logits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from repo_lens.data.spans import Prompt
+from repo_lens.errors import InputError
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+Target = tuple[np.ndarray, tuple[int, int]]
+
+
+def _target(item: Any) -> Target:
+    if isinstance(item, Prompt):
+        return np.asarray(item.ids, dtype=np.int64), tuple(item.query)
+    if isinstance(item, tuple) and len(item) == 2 and len(item[1]) == 2:
+        return np.asarray(item[0], dtype=np.int64), (int(item[1][0]), int(item[1][1]))
+    raise InputError(f"a metric target is a Prompt or (token ids, (start, end)), got {type(item).__name__}")
+
+
+def _targets(prompts: Any) -> list[Target]:
+    items = list(prompts) if isinstance(prompts, (list, tuple)) and not _looks_like_pair(prompts) else [prompts]
+    targets = [_target(item) for item in items]
+    for ids, (start, end) in targets:
+        if not 1 <= start < end <= len(ids):
+            raise InputError(f"the answer span ({start}, {end}) must lie in 1..{len(ids)} tokens with start >= 1 "
+                             "(the token before it predicts its first token)")
+    return targets
+
+
+def _looks_like_pair(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (tuple, list)) and len(value[1]) == 2
+
+
+class _TokenScores:
+    """Per row: the log-probabilities of the target's span tokens, and whether each is the argmax."""
+
+    def __init__(self, prompts: Any) -> None:
+        self.targets = _targets(prompts)
+
+    def _rows(self, batch: int) -> list[int]:
+        if len(self.targets) == 1:
+            return [0] * batch
+        if len(self.targets) != batch:
+            raise InputError(f"this metric scores {len(self.targets)} targets but the logits hold {batch} rows; "
+                             "build it for one target (every row) or one per row")
+        return list(range(batch))
+
+    def scores(self, logits: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        out = []
+        for row, index in enumerate(self._rows(logits.shape[0])):
+            ids, (start, end) = self.targets[index]
+            predicted = logits[row, start - 1:end - 1].float()
+            wanted = torch.as_tensor(ids[start:end], device=logits.device)
+            logp = predicted.log_softmax(-1).gather(-1, wanted[:, None])[:, 0]
+            out.append((logp, predicted.argmax(-1) == wanted))
+        return out
+
+
+class AnswerLogProb(_TokenScores):
+    """Σ log p(answer token | prefix) over the answer span (teacher forced)."""
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.stack([logp.sum() for logp, _ in self.scores(logits)])
+
+
+class SpanLoss(_TokenScores):
+    """Mean next-token cross-entropy (nats) over the span's tokens."""
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.stack([-logp.mean() for logp, _ in self.scores(logits)])
+
+
+class NiahExactMatch(_TokenScores):
+    """1.0 when every answer token is the argmax given the correct prefix (greedy decoding reproduces the
+    answer), else 0.0. Not differentiable."""
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.stack([hits.all().float() for _, hits in self.scores(logits)])
+
+
+def answer_logprob(prompts: Prompt | Target | Sequence[Prompt | Target]) -> AnswerLogProb:
+    """The answer's log-probability under teacher forcing (sum over its tokens).
+
+    >>> ids = np.array([3, 1, 2])
+    >>> metric = answer_logprob((ids, (1, 3)))
+    >>> round(float(metric(torch.zeros(2, 3, 4))[0]), 4)   # uniform over 4 tokens, two answer tokens
+    -2.7726
+    """
+    return AnswerLogProb(prompts)
+
+
+def span_loss(prompts: Prompt | Target | Sequence[Prompt | Target]) -> SpanLoss:
+    """Mean cross-entropy over the span (the Prompt's answer, or the pair's (start, end)).
+
+    >>> round(float(span_loss((np.array([3, 1, 2]), (1, 3)))(torch.zeros(1, 3, 4))[0]), 4)
+    1.3863
+    """
+    return SpanLoss(prompts)
+
+
+def niah_exact_match(prompts: Prompt | Target | Sequence[Prompt | Target]) -> NiahExactMatch:
+    """NIAH exact match: every answer token is the model's argmax.
+
+    >>> logits = torch.zeros(1, 3, 4); logits[0, 0, 1] = logits[0, 1, 2] = 5.0
+    >>> niah_exact_match((np.array([3, 1, 2]), (1, 3)))(logits).tolist()
+    [1.0]
+    """
+    return NiahExactMatch(prompts)
+
+
+def logit_difference(correct: int, wrong: int, position: int = -1) -> Metric:
+    """logit[position, correct] − logit[position, wrong] in every row.
+
+    >>> logits = torch.zeros(1, 2, 3); logits[0, -1, 2] = 1.5
+    >>> logit_difference(2, 0)(logits).tolist()
+    [1.5]
+    """
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        last = logits[:, position].float()
+        return last[:, correct] - last[:, wrong]
+
+    return metric
+
+
+def metric_values(metric: Metric, logits: torch.Tensor) -> torch.Tensor:
+    """``metric(logits)`` as a float tensor [batch], or an InputError saying what the metric returned.
+
+    >>> metric_values(lambda logits: logits[:, -1, 0], torch.zeros(2, 3, 4)).shape
+    torch.Size([2])
+    """
+    if not callable(metric):
+        raise InputError(f"metric must be a callable from logits [batch, pos, vocab] to [batch], got {metric!r:.60}")
+    values = metric(logits)
+    if not isinstance(values, torch.Tensor):
+        values = torch.as_tensor(np.asarray(values, dtype=np.float64))
+    batch = logits.shape[0]
+    if tuple(values.shape) != (batch,):
+        raise InputError(f"the metric must return one number per batch row (shape ({batch},)); it returned shape "
+                         f"{tuple(values.shape)}")
+    return values if values.is_floating_point() else values.to(torch.float32)

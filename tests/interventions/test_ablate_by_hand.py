@@ -1,0 +1,118 @@
+"""Issue 33, item 5: every ablation mode equals the same edit made by hand with run_with_hooks, on every
+learned mechanism; and the registry declares the edits the hand table states."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from repo_lens import interventions
+from repo_lens.model.registry import position_edit
+
+from .helpers import HAND_EDITS, LEARNED, hook_name, ids_of, tiny_lens
+
+TEXT = "the needle sits in hay"
+REFERENCE = ["a haystack of plain text!", "another reference prompt?"]  # both longer than TEXT
+
+
+def test_every_learned_mechanism_has_a_hand_edit_matching_the_registry():
+    assert sorted(HAND_EDITS) == sorted(LEARNED), "a new learned mechanism needs its hand edit in helpers.HAND_EDITS"
+    for kind, (hook, integer, constant, pairwise) in HAND_EDITS.items():
+        edit = position_edit(kind)
+        assert (edit.hook, edit.integer, edit.constant, edit.pairwise) == (
+            hook, None if integer == "index" else integer, constant, pairwise), kind
+
+
+def _integer(kind: str, value: torch.Tensor) -> torch.Tensor:
+    integer = HAND_EDITS[kind][1]
+    if integer == "index":
+        return torch.arange(value.shape[2], dtype=value.dtype).expand_as(value)
+    return torch.full_like(value, integer)
+
+
+def _shuffled(kind: str, value: torch.Tensor, seed: int) -> torch.Tensor:
+    order = torch.randperm(value.shape[2], generator=torch.Generator().manual_seed(seed)).tolist()
+    if not HAND_EDITS[kind][3]:
+        return value[..., order]
+    out = value.clone()
+    for row in range(value.shape[2]):  # the row's visible keys, in the order they come in the permutation
+        visible = [key for key in order if key <= row]
+        out[..., row, :row + 1] = value[..., row, visible]
+    return out
+
+
+def _reference_mean(lens, kind: str, layer: int) -> torch.Tensor:
+    width = min(len(text) for text in REFERENCE)
+    ids = torch.tensor([list(text.encode())[:width] for text in REFERENCE])
+    _, cache = lens.model.run_with_cache(ids, names_filter=[hook_name(kind, layer)])
+    return cache[hook_name(kind, layer)].mean(0, keepdim=True)
+
+
+def _by_hand(lens, kind: str, mode, layers: list[int], heads: list[int]) -> torch.Tensor:
+    means = {layer: _reference_mean(lens, kind, layer) for layer in layers} if mode == "mean" else {}
+
+    def edit(layer: int):
+        def hook(value, hook):
+            if mode == "integer":
+                new = _integer(kind, value)
+            elif mode == "constant":
+                new = torch.full_like(value, HAND_EDITS[kind][2])
+            elif mode == "shuffle":
+                new = _shuffled(kind, value, seed=7)
+            elif mode == "mean":
+                width = value.shape[2]
+                mean = means[layer]
+                new = (mean[:, :, :width, :width] if HAND_EDITS[kind][3] else mean[:, :, :width]).expand_as(value)
+            else:  # the RePo authors' dynamic_pe_pdrop: (1 - p) * z + p * t
+                new = (1 - mode[1]) * value + mode[1] * _integer(kind, value)
+            out = value.clone()
+            out[:, heads] = new[:, heads]
+            return out
+
+        return hook
+
+    with torch.no_grad():
+        return lens.model.run_with_hooks(ids_of(TEXT), fwd_hooks=[(hook_name(kind, layer), edit(layer))
+                                                                  for layer in layers])
+
+
+@pytest.mark.parametrize("kind", LEARNED)
+@pytest.mark.parametrize("mode", ["integer", "constant", "mean", "shuffle", ("interpolate", 0.3)])
+def test_each_mode_equals_the_edit_by_hand(kind, mode):
+    lens = tiny_lens(kind)
+    with torch.no_grad():
+        plain = lens.model(ids_of(TEXT))
+    for layers, heads in ((None, None), ([2], [1, 3])):
+        ablated = interventions.ablate(lens, TEXT, mode=mode, layers=layers, heads=heads, reference=REFERENCE,
+                                       seed=7)
+        expected = _by_hand(lens, kind, mode, [1, 2] if layers is None else layers,
+                            list(range(4)) if heads is None else heads)
+        torch.testing.assert_close(ablated, expected, atol=2e-5, rtol=1e-5)
+        assert not torch.allclose(ablated, plain, atol=1e-4), f"{kind} {mode}: the edit changed nothing"
+
+
+def test_interpolation_toward_the_constant_and_its_ends():
+    lens = tiny_lens("repo")
+    with torch.no_grad():
+        plain = lens.model(ids_of(TEXT))
+    torch.testing.assert_close(interventions.ablate(lens, TEXT, mode=("interpolate", 0.0)), plain, atol=0, rtol=0)
+    for toward in ("integer", "constant"):
+        torch.testing.assert_close(interventions.ablate(lens, TEXT, mode=("interpolate", 1.0, toward)),
+                                   interventions.ablate(lens, TEXT, mode=toward), atol=1e-6, rtol=1e-6)
+    half = interventions.ablate(lens, TEXT, mode=("interpolate", 0.5, "constant"), layers=[1])
+
+    def hook(value, hook):
+        return 0.5 * value
+
+    torch.testing.assert_close(half, lens.model.run_with_hooks(ids_of(TEXT), fwd_hooks=[("blocks.1.attn.hook_pos", hook)]))
+
+
+def test_a_metric_gives_one_number_per_row_and_a_batch_pads_after_each_row():
+    lens = tiny_lens("repo")
+    prompts = ["short text", "a rather longer text here"]
+    metric = interventions.logit_difference(ord("e"), ord("a"), position=-1)
+    batch = interventions.ablate(lens, prompts, mode="integer", metric=lambda logits: logits[:, 9, 5])
+    alone = [interventions.ablate(lens, text, mode="integer", metric=lambda logits: logits[:, 9, 5])[0]
+             for text in prompts]
+    assert batch.shape == (2,) and abs(batch - alone).max() < 1e-4
+    assert interventions.ablate(lens, prompts[1], mode="constant", metric=metric).shape == (1,)

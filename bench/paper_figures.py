@@ -5,7 +5,12 @@ Target: every builder at 3.25 in has text of 5–10 pt and no two text elements
 overlapping. Two inputs: a 250-byte trace of zoo:bytes1k-repo (4 layers × 4 heads), as a new user
 would make it, and a synthetic trace of the published shape (16 layers × 16 heads, 250 tokens).
 
-    .venv/bin/python bench/paper_figures.py [--layout one-column] [--inputs zoo synthetic] [--show 3]
+    .venv/bin/python bench/paper_figures.py [--layout one-column] [--font sans] [--inputs zoo synthetic] [--show 3]
+
+Before and after the paper re-layout (same command; layout one-column): the smallest font went from
+7.2–8.0 pt to 6.5–7.0 pt, the largest from up to 12 pt to at most 8.8 pt, the overlapping text pairs
+from up to 6,775 (spaced tokens, 16 layers) to 0 in every figure, and the plot's share of the width
+from 21–80 % to 51–92 %.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ def inputs(names: list[str]) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layout", default="one-column", help="paper layout passed to export (default one-column, 3.25 in)")
+    parser.add_argument("--font", default="sans", choices=["sans", "serif", "cm"], help="font family (default sans)")
     parser.add_argument("--inputs", nargs="+", default=["zoo", "synthetic"], choices=["zoo", "synthetic"])
     parser.add_argument("--show", type=int, default=0, help="print this many overlapping pairs per figure")
     parser.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         for input_name, trace in inputs(args.inputs).items():
             for name, figure in example_figures(trace).items():
-                path = export(figure, Path(folder) / f"{len(svgs)}.svg", layout=args.layout)
+                path = export(figure, Path(folder) / f"{len(svgs)}.svg", layout=args.layout, font=args.font)
                 svgs.append(path.read_bytes())
                 rows.append({"input": input_name, "builder": name})
     measured = measure_svgs(svgs)

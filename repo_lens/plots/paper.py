@@ -22,6 +22,10 @@ preset             width     source
 
 Any other width is a string with a unit: ``"3.3in"``, ``"240pt"`` (TeX points, 72.27 per inch, as
 ``\\the\\columnwidth`` prints them), ``"8.5cm"``, ``"85mm"``.
+
+Math in labels: MathJax is off (exports work offline), so write it with plotly's HTML subset and
+Unicode, e.g. ``fig.update_yaxes(title_text="<i>z</i><sub>t</sub> − <i>z</i><sub>t−1</sub>")`` or
+``"mean increment δ"``; it is drawn in the figure's font and embedded in the PDF like any other text.
 """
 
 from __future__ import annotations

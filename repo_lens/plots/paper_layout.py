@@ -158,7 +158,7 @@ def _heatmaps(fig: go.Figure, target: PaperTarget, plot_width: float) -> int:
         categories = _category_labels(trace, "x")
         if categories:
             ticks = _spread_ticks(categories, cell, max(label_width_px(str(label), target.tick_px) for label in categories),
-                                  inside=panels > 1)
+                                  panel_gap=_panel_gap(fig, plot_width) if panels > 1 else None)
             axis = fig.layout["xaxis" + (trace.xaxis or "x")[1:]]
             axis.update(tickmode="array", tickvals=ticks, ticktext=ticks, tickangle=0)
     return max(np.shape(trace.z)[0] for trace in heatmaps)
@@ -187,14 +187,22 @@ def _category_ticks(fig: go.Figure, target: PaperTarget, plot_width: float) -> f
     return height
 
 
-def _spread_ticks(categories: list[Any], cell: float, widest: float, *, inside: bool) -> list[Any]:
-    """Every k-th category, k so that labels ``widest`` px wide keep a gap between them; with ``inside``
-    (a panel beside another) only labels that stay within the panel's edges."""
-    gap = 6.0
-    step = max(1, math.ceil((widest + gap) / max(cell, 1.0)))
-    room = [i for i in range(len(categories))
-            if not inside or min(i + 0.5, len(categories) - i - 0.5) * cell >= widest / 2 + gap / 2]
-    return [categories[i] for i in room[::step]] if room else []
+def _spread_ticks(categories: list[Any], cell: float, widest: float, *, panel_gap: float | None) -> list[Any]:
+    """Every k-th category, k so that labels ``widest`` px wide keep a gap between them; with ``panel_gap``
+    (px to a panel beside this one, labelled the same) no more of them than keeps this panel's last label
+    clear of the next panel's first."""
+    need = widest + 6.0
+    indices = list(range(0, len(categories), max(1, math.ceil(need / max(cell, 1.0)))))
+    if panel_gap is not None:
+        while len(indices) > 1 and (len(categories) - indices[-1] + indices[0]) * cell + panel_gap < need:
+            indices.pop()
+    return [categories[i] for i in indices]
+
+
+def _panel_gap(fig: go.Figure, plot_width: float) -> float:
+    """Pixels between the first two panels side by side (subplots' x domains)."""
+    first, second = fig.layout.xaxis.domain or (0, 1), fig.layout.xaxis2.domain or (1, 1)
+    return max(0.0, (second[0] - first[1]) * plot_width)
 
 
 def _heatmap_row_px(fig: go.Figure, target: PaperTarget) -> float:

@@ -1,8 +1,8 @@
 """The layers of repo_lens, checked from the source: no import from a lower layer to a higher one,
 no import cycle, and (once the registry migration lands) no mechanism kind named outside
 repo_lens/model/. Every import counts: module level, inside functions, under TYPE_CHECKING, and
-``importlib.import_module("repo_lens...")`` with a literal name. README.md's "## Layout" table
-states the same layers and is checked against LAYERS below."""
+``importlib.import_module("repo_lens...")`` with a literal name. The layer table of
+docs/architecture.md states the same layers and is checked against LAYERS below."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def function_import_lines(path: Path) -> set[int]:
 
 def test_every_module_has_a_layer():
     unmapped = [str(path.relative_to(ROOT)) for path in module_files().values() if layer_of(path) is None]
-    assert not unmapped, f"modules missing from LAYERS (and README.md's layout table): {unmapped}"
+    assert not unmapped, f"modules missing from LAYERS (and docs/architecture.md's layer table): {unmapped}"
 
 
 def test_imports_only_go_down_the_layers():
@@ -242,21 +242,21 @@ def test_layer_rules():
     assert layer_of(PACKAGE / "app" / "streamlit_app.py") == (8, "app") and not allowed((7, "cli"), (8, "app"))
 
 
-def readme_layers() -> set[tuple[str, int, str]]:
-    """(path, layer, group) from the rows of README.md's "## Layout" table that start with a layer number."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+def documented_layers() -> set[tuple[str, int, str]]:
+    """(path, layer, group) from the rows of docs/architecture.md's layer table ("| 0 base | `errors.py`, … |")."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     rows = set()
-    for line in section.splitlines():
+    for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[0].isdigit():
-            for path in re.findall(r"`([^`]+)`", cells[2]):
-                rows.add((path, int(cells[0]), cells[1]))
+        number_and_group = re.fullmatch(r"(\d+) (\S+)", cells[0]) if len(cells) >= 3 else None
+        if number_and_group:
+            for path in re.findall(r"`([^`]+)`", cells[1]):
+                rows.add((path, int(number_and_group[1]), number_and_group[2]))
     return rows
 
 
-def test_readme_layout_table_states_these_layers():
-    assert readme_layers() == set(LAYERS)
+def test_documented_layer_table_states_these_layers():
+    assert documented_layers() == set(LAYERS)
 
 
 def _not_literals(tree: ast.AST) -> set[int]:

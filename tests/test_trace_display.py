@@ -39,6 +39,11 @@ def renderer():
     pio.renderers.default = before
 
 
+def test_a_lens_names_its_layer_kinds_as_its_traces_do(trace):
+    lens = repo_lens.Lens(tiny_model("repo"), ByteTokenizer())
+    assert lens.layer_kinds == trace.layer_kinds and len(lens.layer_kinds) == lens.n_layers
+
+
 def test_repr_is_one_short_line_with_model_size_and_kinds(trace):
     text = repr(trace)
     assert "\n" not in text and len(text) < 160

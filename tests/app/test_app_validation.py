@@ -1,5 +1,5 @@
 """The app's head choice goes through repo_lens.validation.check_index like every other call site
-(tests/test_validation.py): same accepted indices, same refusals; an index picked for a wider
+(tests/base/test_validation.py): same accepted indices, same refusals; an index picked for a wider
 model in a comparison is clamped to this model's last head."""
 
 from __future__ import annotations

@@ -197,7 +197,8 @@ def test_a_checkpoint_linked_inside_a_root_is_offered_once_under_its_real_path(a
     at = app().run()
     assert_clean(at)
     options = at.selectbox(key="model_a").options
-    assert len(options) == 2 and "Other directory…" in options  # the checkpoint once, and "Other directory…"
+    # the checkpoint once, "Other directory…" and "Hugging Face Hub id…"
+    assert len(options) == 3 and options[1:] == ["Other directory…", "Hugging Face Hub id…"]
     assert at.selectbox(key="model_a").value == str(real) and "latest" not in " ".join(options)
 
 

@@ -1,4 +1,4 @@
-"""`repo-lens analyze`: JSON + CSV results, resumable without redoing finished items."""
+"""`repo-lens analyze`: Parquet records (JSON + CSV for small runs), resumable without redoing finished shards."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from repo_lens.studies.runs import run_items
 def test_niah_sweep_writes_json_csv_and_resumes(byte_model_dir, tmp_path, capsys):
     out = tmp_path / "niah"
     argv = ["analyze", "--model", str(byte_model_dir), "--study", "niah", "--lengths", "400,480",
-            "--depths", "0,1", "--out", str(out), "--quiet", "--device", "cpu"]
+            "--depths", "0,1", "--out", str(out), "--quiet", "--device", "cpu", "--shard-size", "1"]
     assert main(argv) == 0
     records = json.loads((out / "results.json").read_text())
     assert [(r["length"], r["depth"]) for r in records] == [(400, 0.0), (400, 1.0), (480, 0.0), (480, 1.0)]
@@ -38,13 +38,15 @@ def test_niah_sweep_writes_json_csv_and_resumes(byte_model_dir, tmp_path, capsys
     assert len(rows) == 4 and float(rows[0]["per_token.needle"]) == pytest.approx(records[0]["per_token"]["needle"])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["per_token"]["needle"] == pytest.approx(sum(r["per_token"]["needle"] for r in records) / 4)
+    assert summary["counts"] == {"items": 4, "records": 4, "shards": 4}
 
-    # an interrupted run: one item missing; rerunning recomputes only that one
-    items = sorted((out / "items").iterdir())
-    stamps = {path.name: path.stat().st_mtime_ns for path in items}
-    items[1].unlink()
+    # an interrupted run: one shard missing; rerunning recomputes only that one
+    shards = sorted((out / "records").iterdir())
+    stamps = {path.name: path.stat().st_mtime_ns for path in shards}
+    shards[1].unlink()
+    (out / "shards" / shards[1].with_suffix(".json").name).unlink()
     assert main(argv) == 0
-    assert all(p.stat().st_mtime_ns == stamps[p.name] for p in sorted((out / "items").iterdir()) if p != items[1])
+    assert all(p.stat().st_mtime_ns == stamps[p.name] for p in sorted((out / "records").iterdir()) if p != shards[1])
     assert json.loads((out / "results.json").read_text()) == records
 
 
@@ -68,8 +70,10 @@ def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch,
     assert main(["analyze", "--model", str(byte_model_dir), "--study", "positions", "--file", str(text_file),
                  "--out", str(out), "--quiet", "--device", "cpu"]) == 0
     records = json.loads((out / "results.json").read_text())
-    assert len(records) == 2 and records[0]["layer_kinds"] == ["rope", "rope", "repo", "repo"]
+    assert len(records) == 2 and json.loads((out / "summary.json").read_text())["layer_kinds"] == [
+        "rope", "rope", "repo", "repo"]
     assert records[0]["range_mean_by_layer"][0] == records[0]["n_tokens"] - 1  # RoPE: 0..T-1
+    assert [record["document_id"] for record in records] == ["text.txt:1", "text.txt:3"]
 
     from repo_lens.data.corpora import parse_peoples_daily
 
@@ -88,7 +92,8 @@ def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch,
     printed = capsys.readouterr()
     assert json.loads(printed.out) == {key: value for key, value in summary.items()
                                        if not key.endswith("by_layer_head")}
-    assert "auc_gold_by_layer_head" in summary and f"2 items -> {out}/results.json" in printed.err
+    assert "auc_gold_by_layer_head" in summary and summary["counts"]["documents_analysed"] == 2
+    assert f"2 of all 2 documents analysed; 0 longer than 512 tokens cut into windows" in printed.err
 
 
 def test_the_printed_summary_is_whole_json_however_long(tmp_path, capsys, monkeypatch):
@@ -96,7 +101,7 @@ def test_the_printed_summary_is_whole_json_however_long(tmp_path, capsys, monkey
 
     long_summary = {"layer_kinds": ["repo"] * 64, "range_mean_by_layer": [1 / 3] * 64,
                     "pattern_by_layer": [[0.125] * 5] * 64, "pattern_by_layer_head": [[[0.5] * 5] * 16] * 64}
-    monkeypatch.setattr(studies, "summarize_positions", lambda records: long_summary)
+    monkeypatch.setattr(studies, "summarize_positions", lambda records, options=None: long_summary)
     directory = tmp_path / "model"
     save_checkpoint(tiny_model("repo", seed=1), directory)
     text_file = tmp_path / "text.txt"
@@ -105,7 +110,9 @@ def test_the_printed_summary_is_whole_json_however_long(tmp_path, capsys, monkey
                  "--out", str(tmp_path / "out"), "--quiet", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert len(printed) > 3000  # the old output was cut at 3,000 characters, mid-JSON
-    assert json.loads(printed) == {key: value for key, value in long_summary.items() if key != "pattern_by_layer_head"}
+    shown = json.loads(printed)
+    assert shown.pop("study") == "positions" and shown.pop("counts")["windows"] == 1
+    assert shown == {key: value for key, value in long_summary.items() if key != "pattern_by_layer_head"}
 
 
 def test_niah_beyond_the_training_context_needs_the_flag(tmp_path, capsys):

@@ -194,12 +194,13 @@ def test_niah_table_keeps_each_models_cells_in_their_own_columns():
     assert row(long) == ["0.50", "0.50", "0.50", "0.50", "–", "–", "0.50", "0.50"]
 
 
-def test_the_readme_lists_each_studys_default_models():
-    """README's table of `repo-lens reproduce` results names the models each study runs by default."""
+def test_the_docs_list_each_studys_default_models():
+    """The documentation's table of `repo-lens reproduce` results (docs/guide/studies.md) names the
+    models each study runs by default."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme.split("| NAME | result | default models |", 1)[1].split("\n\n", 1)[0].splitlines()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "studies.md").read_text()
+    table = page.split("| NAME | result | default models |", 1)[1].split("\n\n", 1)[0].splitlines()
     for name, study in STUDIES.items():
         [row] = [line for line in table if line.startswith(f"| `{name}` |")]
         listed = row.rstrip(" |").rsplit("|", 1)[1]

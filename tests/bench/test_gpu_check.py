@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 import repo_lens
 from reference_repo import reference_forward
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
 
 def _bench_module():

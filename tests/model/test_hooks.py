@@ -12,7 +12,7 @@ import repo_lens
 from repo_lens.model import LensModel, ModelConfig
 from repo_lens.model.registry import mechanism_kinds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IDS = torch.tensor([[1, 5, 9, 12, 7, 3, 20, 8, 2, 6]])
 
 DOCUMENTED_SHAPES = {  # hook name -> shape for batch 1, T = 10 on the tiny RePo checkpoint (4 heads, d_head 16)

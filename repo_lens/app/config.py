@@ -7,9 +7,15 @@ shard, the tokenizer files), and every entry at the top of the directory, must r
 followed) under a root. The check runs when a checkpoint is listed or picked and again right before
 it is loaded; a file swapped for a symlink between that last check and the read (time of check vs
 time of use) is not caught, so the roots should not be writable by anyone the app must not trust.
-The default model is
-``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME" or a directory under a root), else ``zoo:bytes1k-repo``, else ``zoo:bytes-repo``,
-else the first zoo model, else none (the app asks to pick a checkpoint).
+
+A Hugging Face Hub id ``"org/name"`` (in the app ``"org/name@REVISION"`` with a branch, tag or commit) is
+no local path: its files are fetched into the Hub cache, which the roots do not cover, and only the files a
+load reads are fetched (config, safetensors weights, tokenizer). ``HF_HUB_OFFLINE=1`` keeps the app to the
+cache.
+
+The default model is ``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME", a directory under a root or a Hub id
+"org/name[@REVISION]"), else ``zoo:bytes1k-repo``, else ``zoo:bytes-repo``, else the first zoo model, else
+none (the app asks to pick a model).
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from repo_lens import CheckpointError, InputError, checkpoint_files, zoo
+from repo_lens import CheckpointError, InputError, checkpoint_files, source_kind, zoo
+from repo_lens.model.loaders.hub import HubSnapshot, check_revision, download_snapshot, is_hub_id
 
 ROOTS_ENV = "REPO_LENS_APP_ROOTS"
+REVISION_MARK = "@"  # "org/name@REVISION": a Hub id has no "@", a revision may hold "/"
+HUB_EXAMPLE = "SakanaAI/RePo-OLMo2-1B-stage2-L5"
 DEFAULT_MODEL_ENV = "REPO_LENS_APP_DEFAULT_MODEL"
 # the first of these the zoo has: the 1,024-byte RePo model trained on retrieval, else the 256-byte one
 PREFERRED_ZOO_MODELS = ("bytes1k-repo", "bytes-repo")
@@ -164,6 +173,9 @@ def zoo_sources() -> list[str]:
 def default_source() -> str | None:
     """The model to show first; raises InputError when the configured default cannot be used."""
     configured = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    if configured and parse_hub_source(configured) is not None:
+        loadable(configured)  # checked; fetched when it is shown
+        return hub_source(configured)
     if configured:
         return loadable(configured)
     names = zoo.available_models()
@@ -173,17 +185,86 @@ def default_source() -> str | None:
     return zoo.zoo_source(names[0]) if names else None
 
 
+def hub_source(repo_id: str, revision: str | None = None) -> str:
+    """The app's name of Hub repository ``repo_id`` at ``revision`` (a branch, tag or commit; empty: the
+    latest on main): ``"org/name"`` or ``"org/name@REVISION"``. Checked, nothing fetched.
+
+    Example:
+        >>> hub_source(" SakanaAI/RePo-OLMo2-1B-stage2-L5 ", "v1.0"), hub_source("org/name@main")
+        ('SakanaAI/RePo-OLMo2-1B-stage2-L5@v1.0', 'org/name@main')
+    """
+    text, revision = (repo_id or "").strip(), (revision or "").strip() or None
+    if REVISION_MARK in text and revision is None:  # "org/name@REVISION" typed in one box
+        text, _, revision = text.partition(REVISION_MARK)
+        revision = revision.strip() or None
+    if not is_hub_id(text):
+        raise InputError(f"{text!r:.200} is not a Hugging Face Hub model id; type it as org/name, e.g. {HUB_EXAMPLE}")
+    check_revision(revision)
+    return f"{text}{REVISION_MARK}{revision}" if revision else text
+
+
+def parse_hub_source(source: str) -> tuple[str, str | None] | None:
+    """``(repo_id, revision or None)`` of a Hub source ``"org/name[@REVISION]"``; None for a zoo name or a path.
+
+    Example:
+        >>> parse_hub_source("org/name@refs/pr/1"), parse_hub_source("org/name"), parse_hub_source("/ckpt/run")
+        (('org/name', 'refs/pr/1'), ('org/name', None), None)
+    """
+    if zoo.parse_zoo_name(source) is not None:
+        return None
+    repo_id, _, revision = source.strip().partition(REVISION_MARK)
+    return (repo_id, revision or None) if is_hub_id(repo_id) else None
+
+
+def hub_snapshot(source: str) -> HubSnapshot:
+    """Fetch (offline: find in the Hub cache) the files the app loads of the Hub source ``source``."""
+    repo_id, revision = _hub_parts(source)
+    return download_snapshot(repo_id, revision=revision)
+
+
+def _hub_parts(source: str) -> tuple[str, str | None]:
+    parsed = parse_hub_source(source)
+    if parsed is None:
+        raise InputError(f"{source!r:.200} is not a Hugging Face Hub id; type it as org/name, e.g. {HUB_EXAMPLE}")
+    repo_id, revision = parsed
+    check_revision(revision)
+    if source_kind(repo_id) != "hub":  # repo_lens.load would read the relative path instead
+        raise InputError(f"{repo_id} is also a directory under the app's working directory ({os.getcwd()}), which "
+                         f"the app does not read; start the app in another directory to load the Hub repository")
+    return repo_id, revision
+
+
 def loadable(source: str) -> str:
-    """What to pass to repo_lens.load: "zoo:NAME" as is, a local path re-checked against the roots."""
+    """What to pass to repo_lens.load: "zoo:NAME" as is, a Hub source's repository id (with
+    :func:`load_revision`), a local path re-checked against the roots."""
     name = zoo.parse_zoo_name(source)
     if name is not None:
         zoo.resolve_zoo_name(name)
         return source
+    if parse_hub_source(source) is not None:
+        return _hub_parts(source)[0]
     return str(resolve_checkpoint(source))
 
 
-def source_stamp(source: str) -> float:
-    """Latest modification time of the checkpoint's files, so a retrained checkpoint is reloaded."""
+def load_revision(source: str) -> str | None:
+    """The ``revision`` to pass to repo_lens.load with :func:`loadable`: a Hub source's, else None."""
+    parsed = parse_hub_source(source)
+    return parsed[1] if parsed is not None else None
+
+
+def model_path(source: str, snapshot: HubSnapshot | None = None) -> Path:
+    """The local checkpoint directory or file of ``source``: a Hub source's snapshot folder in the Hub cache
+    (``snapshot`` if given, else fetched), a zoo model's files, a directory checked against the roots."""
+    if parse_hub_source(source) is not None:
+        return (snapshot or hub_snapshot(source)).path
+    return zoo.resolve_source(loadable(source))
+
+
+def source_stamp(source: str, snapshot: HubSnapshot | None = None) -> float | str:
+    """What changes when ``source`` does: a Hub source's resolved commit (from ``snapshot`` if given, else
+    fetched), else the latest modification time of the checkpoint's files (a retrained checkpoint is reloaded)."""
+    if parse_hub_source(source) is not None:
+        return (snapshot or hub_snapshot(source)).commit
     name = zoo.parse_zoo_name(source)
     path = zoo.resolve_zoo_name(name) if name is not None else resolve_checkpoint(source)
     if path.is_file():  # a single-file model (e.g. an external zoo model)
@@ -192,4 +273,7 @@ def source_stamp(source: str) -> float:
 
 
 def source_label(source: str) -> str:
-    return source if zoo.parse_zoo_name(source) is not None else Path(source).name
+    """How the app names ``source``: a zoo or Hub source as given, a directory by its name."""
+    if zoo.parse_zoo_name(source) is not None or parse_hub_source(source) is not None:
+        return source
+    return Path(source).name

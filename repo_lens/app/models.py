@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 from repo_lens import InputError, zoo
 
 from repo_lens.app import config
+from repo_lens.model.loaders.hub import HubSnapshot
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,10 @@ def _installed(name: str) -> bool:
     return True
 
 
-def model_info(source: str) -> ModelInfo:
-    """The size of ``source`` ("zoo:NAME" or a checkpoint directory under a root), from its headers."""
-    path = zoo.resolve_source(config.loadable(source))
+def model_info(source: str, snapshot: HubSnapshot | None = None) -> ModelInfo:
+    """The size of ``source`` ("zoo:NAME", a checkpoint directory under a root or a Hub id, read in the
+    Hub cache's ``snapshot`` if given), from its headers."""
+    path = config.model_path(source, snapshot)
     if path.is_file():
         return _gguf_info(source, path)
     cfg = json.loads((path / "config.json").read_text())

@@ -43,7 +43,7 @@ def load_items(selection: Selection) -> list[Item]:
         if any(item.label == label for item in items):
             label = f"{label} ({index + 1})"
         with guard(f"Tracing with {label}"):
-            stamp = config.source_stamp(source)
+            stamp = cache.source_stamp(source)
             if not fits(label, source, stamp, selection):
                 continue
             trace, doc = cache.get_traced(source, stamp, selection.kind, selection.text, selection.params_json,
@@ -54,7 +54,7 @@ def load_items(selection: Selection) -> list[Item]:
     return items
 
 
-def fits(label: str, source: str, stamp: float, selection: Selection) -> bool:
+def fits(label: str, source: str, stamp: float | str, selection: Selection) -> bool:
     """Before tracing: say so when the input is longer than the model's context; False when it
     cannot be traced at all (a prompt that cannot be built for this model, or truncation off)."""
     try:

@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from repo_lens import InputError
+from repo_lens import InputError, RepoLensError
 
 from repo_lens.app import cache, config, state
 from repo_lens.app.documents import PRESET_TEXT, PRESETS, REVERSAL_MAX_WORDS, Preset
@@ -17,6 +17,7 @@ from repo_lens.app.ui import guard
 
 MODE_MODEL, MODE_TRACE = "Run a model", "Open a saved trace"
 OTHER = "Other directory…"
+HUB = "Hugging Face Hub id…"
 NIAH_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -68,21 +69,21 @@ def _models(selection: Selection) -> None:
     options = list(cache.get_model_sources(tuple(map(str, roots))))
     if default and default not in options:
         options.insert(0, default)
+    if not options and not roots:
+        st.warning(f"No zoo models are installed and no checkpoint directories are configured. Type a Hugging Face "
+                   f"Hub id, set {config.ROOTS_ENV} to directories holding checkpoints, or open a saved trace.")
     if roots:
         options.append(OTHER)
-    if not options:
-        st.warning(f"No zoo models are installed and no checkpoint directories are configured. Set "
-                   f"{config.ROOTS_ENV} to directories holding checkpoints, or open a saved trace.")
-        selection.problem = "No model to run: see the sidebar."
-        return
+    options.append(HUB)
     first = _pick("Model", "model_a", options, default, roots)
     if first is None:
-        selection.problem = selection.problem or "Pick a model (or a checkpoint directory) in the sidebar."
+        selection.problem = selection.problem or ("Pick a model (a zoo model, a checkpoint directory or a Hugging Face "
+                                                  "Hub id) in the sidebar.")
         return
     selection.sources.append(first)
     if st.toggle("Compare with a second model", key="compare"):
         fallback = next((o for o in ("zoo:bytes-rope", "zoo:bytes-nope") if o in options and o != first), None)
-        fallback = fallback or next((o for o in options if o not in (first, OTHER)), None)
+        fallback = fallback or next((o for o in options if o not in (first, OTHER, HUB)), None)
         second = _pick("Second model", "model_b", options, fallback, roots)
         if second is not None:
             selection.sources.append(second)
@@ -90,10 +91,12 @@ def _models(selection: Selection) -> None:
 
 def _pick(label: str, key: str, options: list[str], default: str | None, roots: list) -> str | None:
     index = options.index(default) if default in options else None
-    choice = st.selectbox(label, options, index=index, key=key, placeholder="pick a checkpoint",
+    choice = st.selectbox(label, options, index=index, key=key, placeholder="pick a model",
                           format_func=_option_label)
     if choice is None:
         return None
+    if choice == HUB:
+        return _hub_pick(label, key)
     if choice == OTHER:
         path = st.text_input(f"{label}: checkpoint directory", key=f"{key}_path",
                              placeholder=str(roots[0]) + "/…" if roots else "")
@@ -107,10 +110,31 @@ def _pick(label: str, key: str, options: list[str], default: str | None, roots: 
     return choice
 
 
+def _hub_pick(label: str, key: str) -> str | None:
+    """A Hub id and an optional revision typed in; fetched (offline: found in the Hub cache) before it is used."""
+    repo_id = st.text_input(f"{label}: Hugging Face Hub id", key=f"{key}_hub", placeholder=config.HUB_EXAMPLE,
+                            help="org/name of a model repository; only its config, safetensors weights and "
+                                 "tokenizer files are fetched, into the Hugging Face cache")
+    revision = st.text_input(f"{label}: revision", key=f"{key}_revision", placeholder="main",
+                             help="a branch, a tag or a commit hash (empty: the latest commit on main)")
+    if not repo_id.strip():
+        return None
+    with guard(f"Hub model {repo_id.strip():.200}"):
+        source = config.hub_source(repo_id, revision)
+        commit = cache.get_hub_snapshot(source).commit
+        info = model_info(source)
+        st.caption(" · ".join([f"commit {commit[:12]}", *([info.describe()] if info is not None else [])]))
+        return source
+    return None
+
+
 def _option_label(option: str) -> str:
-    if option == OTHER:
+    if option in (OTHER, HUB):
         return option
-    name = option if option.startswith("zoo:") else f"{Path(option).name}  ·  {Path(option).parent}"
+    if option.startswith("zoo:") or config.parse_hub_source(option) is not None:
+        name = option
+    else:
+        name = f"{Path(option).name}  ·  {Path(option).parent}"
     info = model_info(option)
     return f"{name}  ·  {info.describe()}" if info is not None else name
 
@@ -118,8 +142,8 @@ def _option_label(option: str) -> str:
 def model_info(source: str) -> Any:
     """The cached size of ``source`` (a ModelInfo), or None when it cannot be read."""
     try:
-        return cache.get_model_info(source, config.source_stamp(source))
-    except (InputError, OSError):
+        return cache.get_model_info(source, cache.source_stamp(source))
+    except (RepoLensError, OSError):
         return None
 
 
@@ -158,7 +182,7 @@ def _reversal_words(selection: Selection) -> int | None:
     fits = []
     for source in selection.sources:
         with guard(f"Loading {config.source_label(source)}"):
-            fits.append((cache.get_max_reversal_words(source, config.source_stamp(source)), config.source_label(source)))
+            fits.append((cache.get_max_reversal_words(source, cache.source_stamp(source)), config.source_label(source)))
     most, label = min(fits) if fits else (REVERSAL_MAX_WORDS, "")
     if most < 2:
         selection.problem = (f"A reversal prompt of 2 words is longer than {label}'s context; pick a model with a "

@@ -34,7 +34,7 @@ class Item:
     trace: Trace
     doc: Document | None
     source: str | None = None
-    stamp: float = 0.0
+    stamp: float | str = 0.0  # what changes with the model: files' mtime, or a Hub id's commit
     key: str = ""
     input_id: str = ""  # a short hash of the token ids, for export file names
 

@@ -103,7 +103,7 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | bo
     """
     from huggingface_hub import snapshot_download
 
-    _check_revision(revision)
+    check_revision(revision)
     if token is not None and not isinstance(token, (str, bool)):
         raise InputError(f"token must be a Hugging Face access token (str), not {type(token).__name__}")
     requested = revision or DEFAULT_REVISION
@@ -125,7 +125,8 @@ def download_snapshot(repo_id: str, revision: str | None = None, token: str | bo
     return snapshot
 
 
-def _check_revision(revision: Any) -> None:
+def check_revision(revision: Any) -> None:
+    """Refuse a ``revision`` that cannot name a branch, tag or commit (None, the default, passes)."""
     if revision is None:
         return
     if not isinstance(revision, str):

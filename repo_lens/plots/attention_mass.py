@@ -93,6 +93,9 @@ def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None
     fig = go.Figure()
     for index, (label, mass) in enumerate(results.items()):
         names = list(spans) if spans is not None else list(mass.by_layer_head)
+        missing = [name for name in names if name not in mass.by_layer_head]
+        if missing:
+            raise InputError(f"{label!r} has no span {missing}; it has {sorted(mass.by_layer_head)}")
         for span_index, name in enumerate(names):
             by_layer = np.nanmean(np.asarray(mass.by_layer_head[name], dtype=np.float64), axis=1)
             kinds = list(getattr(mass, "layer_kinds", []) or [])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +30,9 @@ def boundary_auc_figure(auc: np.ndarray, layer_kinds: Sequence[str] | None = Non
         raise InputError(f"auc must lie in [0, 1] (from repo_lens.analysis.boundary_auc); got values from "
                          f"{np.nanmin(values):g} to {np.nanmax(values):g}")
     kinds = check_layer_kinds(layer_kinds, values.shape[0])
-    means = np.nanmean(values, axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a layer of undefined AUCs: its mean is NaN, said "nan"
+        means = np.nanmean(values, axis=1)
     title = "Chinese word-boundary AUC of position increments (0.5 = chance)"
     if n_scored is not None:
         title += f" — {check_int(n_scored, 'n_scored (scored gaps; None leaves it out)', minimum=0)} scored gaps"

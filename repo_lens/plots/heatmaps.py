@@ -63,6 +63,15 @@ def pattern_codes(patterns: Any, name: str = "patterns") -> np.ndarray:
                      f"(chunk_patterns / chunk_pattern_codes); got {found}")
 
 
+def _check_tokens(tokens: Any, n_chunks: int, chunk_size: int) -> None:
+    """The strip's tokens (for the hover) must be strings reaching into its last chunk."""
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+        raise InputError(f"tokens must be a list of the trace's tokens (str), got {type(tokens).__name__}")
+    if len(tokens) <= (n_chunks - 1) * chunk_size:
+        raise InputError(f"tokens has {len(tokens)} entries, but {n_chunks} chunks of {chunk_size} start up to token "
+                         f"{(n_chunks - 1) * chunk_size}; pass the trace's tokens (trace.tokens), or None")
+
+
 def check_layer_kinds(layer_kinds: Any, n_layers: int) -> list[str] | None:
     """``layer_kinds`` as a list of one str per layer (None: unlabelled layers), else an InputError.
 
@@ -199,6 +208,7 @@ def pattern_strip_figure(
     layer_kinds = check_layer_kinds(layer_kinds, n_layers)
     centers = np.arange(n_chunks) * chunk_size + (chunk_size - 1) / 2
     if tokens is not None:
+        _check_tokens(tokens, n_chunks, chunk_size)
         chunk_text = ["".join(escape_tokens(tokens[c * chunk_size:(c + 1) * chunk_size])) for c in range(n_chunks)]
     else:
         chunk_text = [f"tokens {c * chunk_size}–{(c + 1) * chunk_size - 1}" for c in range(n_chunks)]

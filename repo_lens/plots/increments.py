@@ -33,6 +33,10 @@ def category_increments_figure(layers: Sequence[Mapping[str, float]], categories
             raise InputError(f"layers[{layer}] must be a {{category: mean}} mapping, got {type(table).__name__}")
         for category, mean in table.items():
             _plottable(mean, f"layers[{layer}][{category!r}]")
+    if categories is not None and (isinstance(categories, (str, bytes)) or not isinstance(categories, Sequence)
+                                   or not all(isinstance(category, str) for category in categories)):
+        raise InputError(f"categories must be a list of category names (str), or None for the first layer's; "
+                         f"got {categories!r:.60}")
     shown = list(categories) if categories is not None else list(layers[0])
     fig = go.Figure()
     for layer, table in enumerate(layers):

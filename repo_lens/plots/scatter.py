@@ -11,6 +11,7 @@ starts in a browser without a GPU, and the app draws each figure twice (Streamli
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from numbers import Real
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -99,7 +100,7 @@ def position_scatter_figure(
     n_layers, n_heads, n_tokens = positions.shape
     layer = check_layer(layer, n_layers)
     spans = check_spans(highlight, n_tokens)
-    max_points, max_total_points, context = _check_options(view, max_points, max_total_points, context, width)
+    max_points, max_total_points, context = _check_options(view, k, max_points, max_total_points, context, width)
     heads, values = _head_values(positions[layer], head, n_heads)
     finite = np.isfinite(values)
     if not finite.any():
@@ -122,9 +123,13 @@ def position_scatter_figure(
     return fig
 
 
-def _check_options(view: Any, max_points: Any, max_total_points: Any, context: Any, width: Any) -> tuple[int, int, int]:
+def _check_options(view: Any, k: Any, max_points: Any, max_total_points: Any, context: Any,
+                   width: Any) -> tuple[int, int, int]:
     if view not in ("focus", "global"):
         raise InputError(f"view must be 'focus' or 'global', got {view!r}")
+    if isinstance(k, bool) or not isinstance(k, Real) or not np.isfinite(k) or k < 0:
+        raise InputError(f"k (the fences' multiple of the interquartile range) must be a finite number >= 0, "
+                         f"got {k!r} ({type(k).__name__})")
     check_int(width, "width (pixels)", minimum=100)
     return (check_int(max_points, "max_points (points drawn per head)", minimum=2),
             check_int(max_total_points, "max_total_points (points drawn in all)", minimum=2),

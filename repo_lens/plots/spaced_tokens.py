@@ -313,10 +313,9 @@ def _highlighted(highlight: tuple[int, int] | None, start: int, end: int) -> np.
     """Token indices of ``highlight=(token, k)``: token-k..token+k, within the window."""
     if highlight is None:
         return np.zeros(0, dtype=np.int64)
-    try:
-        token, k = (int(value) for value in highlight)
-    except (TypeError, ValueError):
-        raise InputError(f"highlight must be (token index, k neighbours), got {highlight!r}") from None
+    if isinstance(highlight, (str, bytes)) or not isinstance(highlight, (Sequence, np.ndarray)) or len(highlight) != 2:
+        raise InputError(f"highlight must be (token index, k neighbours), got {highlight!r}")
+    token, k = check_int(highlight[0], "highlight token"), check_int(highlight[1], "highlight neighbours k")
     if not start <= token < end:
         raise InputError(f"highlight token {token} is outside the shown tokens {start}..{end - 1}; "
                          "pick a token in the window, or pass highlight=None")

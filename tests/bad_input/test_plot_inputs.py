@@ -23,7 +23,8 @@ from repo_lens.cli import main
 from repo_lens.data import parse_peoples_daily
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.registry import mechanism_kinds
-from repo_lens.plots import (boundary_auc_figure, category_increments_figure, export, layer_series_figure,
+from repo_lens.analysis import AttentionMass
+from repo_lens.plots import (attention_mass_layers_figure, boundary_auc_figure, category_increments_figure, export, layer_series_figure,
                              paper_figure, pattern_strip_figure, position_scatter_figure, range_heatmap,
                              spaced_tokens_figure)
 from repo_lens.plots.export import figure_bytes
@@ -45,6 +46,9 @@ def bars() -> go.Figure:
 
 
 TABLE = np.array([[0.5, 0.7], [0.3, 0.5]])
+MASS = AttentionMass(per_token={"needle": 0.05, "rest": 0.001},
+                     by_layer_head={"needle": np.full((1, 2), 0.05), "rest": np.full((1, 2), 0.001)},
+                     span_lengths={"needle": 4, "rest": 300}, query=(320, 324), self_mass=np.zeros((1, 2)), layers=[0])
 
 # (id, call(trace, tmp_path), message fragment)
 PLOT_CASES: list[tuple[str, Callable, str]] = [
@@ -149,6 +153,16 @@ PLOT_CASES: list[tuple[str, Callable, str]] = [
      "highlight must map span names to (start, end) token spans"),
     ("plot-scatter-context-negative", lambda t, tmp: position_scatter_figure(t, 0, context=-1),
      "context (tokens either side in the hover) must be an int >= 0, got -1"),
+    ("plot-scatter-k-str", lambda t, tmp: position_scatter_figure(t, 0, k="1.5"),
+     "k (the fences' multiple of the interquartile range) must be a finite number >= 0, got '1.5' (str)"),
+    ("plot-spaced-highlight-float", lambda t, tmp: spaced_tokens_figure(t, highlight=(3.5, 1)),
+     "highlight token must be an int, got 3.5 (float)"),
+    ("plot-mass-layers-unknown-span", lambda t, tmp: attention_mass_layers_figure(MASS, spans=["nope"]),
+     "'model' has no span ['nope']; it has ['needle', 'rest']"),
+    ("plot-category-categories-str", lambda t, tmp: category_increments_figure([{"a": 1.0}], categories="a"),
+     "categories must be a list of category names (str), or None for the first layer's; got 'a'"),
+    ("plot-strip-tokens-short", lambda t, tmp: pattern_strip_figure(np.zeros((1, 3), int), 4, tokens=["a"]),
+     "tokens has 1 entries, but 3 chunks of 4 start up to token 8; pass the trace's tokens"),
     ("plot-figure-bytes-width-str", lambda t, tmp: figure_bytes(bars(), "html", width="800"),
      "width (pixels; None keeps the figure's own) must be an int >= 1, got '800' (str)"),
 ]

@@ -22,10 +22,11 @@ class _Block(nn.Module):
 
     NORMS: dict[str, str] = {}
     WEIGHT_BEFORE_CAST = True
+    ATTENTION: type[nn.Module] = Attention  # the attention module class (the authors' blocks use their own)
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
-        self.attn = Attention(cfg, layer)
+        self.attn = self.ATTENTION(cfg, layer)
         self.mlp = SwiGLU(cfg.d_model, cfg.d_mlp, cfg.mlp_bias)
         for name in self.NORMS:
             setattr(self, name, RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=self.WEIGHT_BEFORE_CAST))
@@ -65,3 +66,16 @@ class LlamaBlock(_Block):
 
 
 BLOCKS = {"olmo2": Olmo2Block, "llama": LlamaBlock}
+
+
+def block_class(family: str) -> type[_Block]:
+    """The block of a family; ``"authors"`` (the GRAPE and FoX authors' pre-norm blocks) is imported on use.
+
+    >>> block_class("llama").__name__
+    'LlamaBlock'
+    """
+    if family == "authors":
+        from repo_lens.model.authors.block import AuthorsBlock
+
+        return AuthorsBlock
+    return BLOCKS[family]

@@ -9,7 +9,7 @@ from typing import Any
 
 from repo_lens.errors import CheckpointError
 
-BLOCK_FAMILIES = ("olmo2", "llama")
+BLOCK_FAMILIES = ("olmo2", "llama", "authors")  # authors: the GRAPE / FoX authors' pre-norm blocks
 
 
 @dataclass

@@ -8,7 +8,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from repo_lens.model.blocks import BLOCKS
+from repo_lens.model.blocks import block_class
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.increments import shared_delta_mlp
@@ -38,8 +38,9 @@ class LensModel(HookedRootModule):
         if "lpi" in cfg.layer_mechanisms:
             self.increments = shared_delta_mlp(cfg)  # seeds/002's shared DeltaMLP, read from the embeddings
             self.hook_delta = HookPoint()  # [batch, pos]
-        self.blocks = nn.ModuleList(BLOCKS[cfg.family](cfg, layer) for layer in range(cfg.n_layers))
-        self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=cfg.family == "olmo2")
+        block = block_class(cfg.family)
+        self.blocks = nn.ModuleList(block(cfg, layer) for layer in range(cfg.n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=block.WEIGHT_BEFORE_CAST)
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.unembed.weight = self.embed.weight

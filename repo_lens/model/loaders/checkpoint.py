@@ -11,6 +11,7 @@ import torch
 from repo_lens.atomic import remove_leftover_temp_files
 from repo_lens.errors import CheckpointError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
+from repo_lens.model.loaders.authors import authors_files, load_authors
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.files import read_json_file, regular_file
 from repo_lens.model.loaders.gguf import load_gguf
@@ -66,6 +67,9 @@ def checkpoint_files(source: str | os.PathLike) -> list[Path]:
     if _is_gguf(directory):
         return [directory]
     config = read_config(directory)
+    files = authors_files(directory, config)
+    if files is not None:
+        return [_regular(path) for path in files]
     files = [directory / "config.json"]
     if (directory / INDEX_FILE).exists() or (directory / INDEX_FILE).is_symlink():
         files.append(directory / INDEX_FILE)
@@ -98,6 +102,9 @@ def load_checkpoint(
         return load_gguf(directory, device=device, dtype=dtype)
     config = read_config(directory)
     remove_leftover_temp_files(directory)  # what a save killed mid-write left there
+    authors = load_authors(directory, config, device, dtype)  # GRAPE's own save_pretrained layout
+    if authors is not None:
+        return authors
     native = is_native_config(config)
     model_config = native_model_config(config, directory) if native else model_config_from_hf(config)
     target_device = resolve_device(device)
@@ -120,6 +127,11 @@ def load_checkpoint(
         "info": config.get("info", {}) if native else {},
     }
     return LoadedModel(model=model, tokenizer=tokenizer, meta=meta)
+
+
+def _regular(path: Path) -> Path:
+    regular_file(path, path.name)
+    return path
 
 
 def _same_name(name: str) -> str:

@@ -1,0 +1,16 @@
+"""The GRAPE and FoX authors' block: pre-norm, h = h + attn(norm(h)); h = h + mlp(norm(h)), RMSNorms
+with the weight applied in fp32 (their ``rms_norm``), a SwiGLU MLP, their attention."""
+
+from __future__ import annotations
+
+from repo_lens.model.authors.attention import AuthorsAttention
+from repo_lens.model.blocks import _Block
+
+
+class AuthorsBlock(_Block):
+    """A Llama-style pre-norm block running :class:`AuthorsAttention` (GRAPE's ``ln_1``/``ln_2``,
+    FoX's ``attn_norm``/``mlp_norm`` load into ``input_layernorm``/``post_attention_layernorm``)."""
+
+    NORMS = {"input_layernorm": "before_attention", "post_attention_layernorm": "before_mlp"}
+    WEIGHT_BEFORE_CAST = True
+    ATTENTION = AuthorsAttention

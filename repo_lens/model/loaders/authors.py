@@ -1,0 +1,30 @@
+"""Dispatch to the adapters for checkpoints written by the mechanisms' authors' own code: GRAPE's
+``save_pretrained`` directories (``model_type: "gpt2"`` with their ``GPTConfig``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+from repo_lens.model.loaders.grape import grape_files, load_grape
+from repo_lens.model.loaders.grape_config import is_grape_config
+from repo_lens.model.loaders.loaded import LoadedModel
+
+
+def authors_files(directory: Path, config: dict[str, Any]) -> list[Path] | None:
+    """The files a load of an authors' checkpoint directory opens; None when it is none of theirs."""
+    if is_grape_config(config):
+        return grape_files(directory)
+    return None
+
+
+def load_authors(directory: Path, config: dict[str, Any], device: Any, dtype: Any) -> LoadedModel | None:
+    """The authors' checkpoint in ``directory`` loaded, or None when ``config`` is none of theirs."""
+    if not is_grape_config(config):
+        return None
+    target_device = resolve_device(device)
+    target_dtype: torch.dtype = resolve_dtype(dtype, target_device)
+    return load_grape(directory, config, target_device, target_dtype)

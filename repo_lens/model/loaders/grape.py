@@ -1,0 +1,45 @@
+"""Load a checkpoint written by the GRAPE authors' training script (github ``model-architectures/GRAPE``):
+``config.json`` (their ``GPTConfig``, ``model_type: "gpt2"``) and ``pytorch_model.bin`` from their
+``save_pretrained``, for every model file ``model/llama-mha-*.py`` and the options its configs set.
+
+The weights are read by the restricted unpickler, matched strictly (every weight used, none missing)
+and run by :class:`repo_lens.model.authors.attention.AuthorsAttention` exactly as their forward runs
+them; ``meta["authors"]`` records the variant, its options and where their code departs from the paper.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repo_lens.model.loaders.grape_config import grape_model_config
+from repo_lens.model.loaders.grape_names import grape_to_lens_name
+from repo_lens.model.loaders.grape_notes import variant_notes
+from repo_lens.model.loaders.grape_variant import grape_variant
+from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
+from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
+from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
+
+CODE = "github model-architectures/GRAPE"
+
+
+def grape_files(directory: Path) -> list[Path]:
+    """The files a GRAPE load opens: config.json, the pickled weights, tokenizer files if any."""
+    return [directory / "config.json", *bin_files(directory), *tokenizer_files(directory)]
+
+
+def load_grape(directory: Path, config: dict[str, Any], device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """The LoadedModel of the GRAPE checkpoint in ``directory`` (its ``config``: config.json)."""
+    tensors = read_bin_weights(directory)
+    variant = grape_variant(directory, tensors)
+    model_config = grape_model_config(config, variant)
+    model = build_strict(model_config, tensors, rename=grape_to_lens_name, dtype=dtype, device=device)
+    options = {key: value for key, value in model_config.extra["authors"].items() if key != "variant"}
+    meta = {
+        "source": str(directory.resolve()), "format": "grape", "name": directory.name,
+        "dtype": dtype_name(dtype), "device": str(device), "pe_config": None, "pe_config_notes": [], "info": {},
+        "authors": {"code": CODE, "variant": variant, "options": options, "notes": variant_notes(variant, options)},
+    }
+    return LoadedModel(model=model, tokenizer=load_tokenizer(directory), meta=meta)

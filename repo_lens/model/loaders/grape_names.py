@@ -1,0 +1,47 @@
+"""The GRAPE authors' weight names as repo_lens module paths."""
+
+from __future__ import annotations
+
+import re
+
+_L = r"transformer\.h\.(\d+)\."
+# (their name's prefix, ours), tried in order; \1 is the layer
+_RULES = [(re.compile("^" + theirs), ours) for theirs, ours in (
+    (r"transformer\.wte\.", "embed."),
+    (r"lm_head\.", "unembed."),
+    (r"ln_f\.", "final_norm."),
+    (_L + r"ln_1\.", r"blocks.\1.input_layernorm."),
+    (_L + r"ln_2\.", r"blocks.\1.post_attention_layernorm."),
+    (_L + r"mlp\.c_fc1\.", r"blocks.\1.mlp.gate_proj."),
+    (_L + r"mlp\.c_fc2\.", r"blocks.\1.mlp.up_proj."),
+    (_L + r"mlp\.c_proj\.", r"blocks.\1.mlp.down_proj."),
+    (_L + r"attn\.(?:core\.)?(?:c_q|q_proj)\.", r"blocks.\1.attn.q_proj."),
+    (_L + r"attn\.(?:core\.)?(?:c_k|k_proj)\.", r"blocks.\1.attn.k_proj."),
+    (_L + r"attn\.(?:core\.)?(?:c_v|v_proj)\.", r"blocks.\1.attn.v_proj."),
+    (_L + r"attn\.(?:core\.)?c_proj\.", r"blocks.\1.attn.o_proj."),
+    (_L + r"attn\.(?:q_rms|core\.q_norm)\.", r"blocks.\1.attn.q_norm."),
+    (_L + r"attn\.(?:k_rms|core\.k_norm)\.", r"blocks.\1.attn.k_norm."),
+    (_L + r"attn\.(?:subln|core\.output_norm)\.", r"blocks.\1.attn.out_norm."),
+    (_L + r"attn\.core\.ogate_proj\.", r"blocks.\1.attn.ogate_proj."),
+    (_L + r"attn\.grape\.", r"blocks.\1.attn.rotary."),
+    (_L + r"attn\.core\.fgate_", r"blocks.\1.attn.positions.fgate_"),
+    (_L + r"attn\.(?:query|key|querykey)gated_bias\.", r"blocks.\1.attn.positions."),
+    (_L + r"attn\.(omega_proj|c_p)\.", r"blocks.\1.attn.positions.\2."),
+)]
+
+
+def grape_to_lens_name(name: str) -> str:
+    """Our module path of a GRAPE weight name (unknown names come back unchanged).
+
+    >>> grape_to_lens_name("transformer.h.3.attn.c_k.shift_proj.weight")
+    'blocks.3.attn.k_proj.shift_proj.weight'
+    >>> grape_to_lens_name("transformer.h.0.attn.core.fgate_proj.bias")
+    'blocks.0.attn.positions.fgate_proj.bias'
+    >>> grape_to_lens_name("transformer.h.1.attn.keygated_bias.u")
+    'blocks.1.attn.positions.u'
+    """
+    for pattern, ours in _RULES:
+        renamed, count = pattern.subn(ours, name)
+        if count:
+            return renamed
+    return name

@@ -18,7 +18,7 @@ from repo_lens.errors import InputError
 
 FIGURE_FORMATS = (".pdf", ".svg")
 DEFAULT_FIGURE_LAYOUT = "two-column"
-_figure_options: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("figure_options", default={})
+_figure_options: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("figure_options", default=None)
 
 
 @contextlib.contextmanager
@@ -121,7 +121,7 @@ def write_figures(out: Path, figures: dict[str, Any], layout: str | None = None)
     rendered, the reason (the :class:`ExportError` message)."""
     from repo_lens.plots import ExportError, export
 
-    options = {"layout": DEFAULT_FIGURE_LAYOUT, **_figure_options.get(), **({"layout": layout} if layout else {})}
+    options = {"layout": DEFAULT_FIGURE_LAYOUT, **(_figure_options.get() or {}), **({"layout": layout} if layout else {})}
     names, not_rendered = [], {}
     for stem, figure in figures.items():
         for suffix in FIGURE_FORMATS:

@@ -14,7 +14,7 @@ run's cached residual stream) vs the TransformerLens way (the clean run cached, 
 ``interventions.attribute`` vs exact patching: time and the Pearson / Spearman correlation of the
 two grids' effects. Times are the median of ``--repeats`` interleaved rounds.
 
-    python bench/interventions.py [--tokens 400] [--repeats 3] [--threads 1] [--batch-size 16]
+    python bench/interventions.py [--tokens 400] [--repeats 3] [--threads 1] [--batch-size 16] [--only zoo|shape]
 """
 
 from __future__ import annotations
@@ -106,11 +106,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--batch-size", type=int, default=16, help="patched copies per forward pass")
+    parser.add_argument("--only", choices=("zoo", "shape"), help="run one setup only")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    setups = {"zoo:bytes1k-repo": repo_lens.load("zoo:bytes1k-repo", device="cpu"),
-              "olmo2-1b shape (random)": Lens(published_shape_model(), ByteTokenizer(), {"name": "olmo2-1b"})}
+    setups = {}
+    if args.only != "shape":
+        setups["zoo:bytes1k-repo"] = repo_lens.load("zoo:bytes1k-repo", device="cpu")
+    if args.only != "zoo":
+        setups["olmo2-1b shape (random)"] = Lens(published_shape_model(), ByteTokenizer(), {"name": "olmo2-1b"})
     print(f"torch threads {torch.get_num_threads()}, batch size {args.batch_size}, median of {args.repeats}\n")
     print("| setup | tokens | cells | serial loop s | grid s | grid speed-up (>= 3x) | attribution s "
           "| vs exact (>= 20x) | Pearson | Spearman | max |grid - serial| |")

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("lens.py", 2, "lens"), ("capture.py", 2, "lens"), ("trace.py", 2, "lens"), ("inputs.py", 2, "lens"),
     ("trace_file.py", 2, "lens"), ("protocol.py", 2, "lens"),
     ("train/", 3, "train/zoo"), ("zoo/", 3, "train/zoo"),
-    ("analysis/", 3, "analysis"), ("hf/", 3, "analysis"),
+    ("analysis/", 3, "analysis"), ("hf/", 3, "analysis"), ("interventions/", 3, "analysis"),
     ("plots/", 4, "plots"),
     ("loading.py", 5, "loading"),
     ("studies/", 6, "studies"),

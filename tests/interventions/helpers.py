@@ -21,6 +21,7 @@ HAND_EDITS = {
     "fox": ("attn.positions.hook_delta", 1.0, 0.0, False),
     "cope": ("attn.positions.hook_gates", 1.0, 0.0, True),
     "grape-ap": ("attn.positions.hook_potential", -1.0, 0.0, True),
+    "grape-a": ("attn.positions.hook_potential", -1.0, 0.0, True),
 }
 LEARNED = [kind for kind in mechanism_kinds() if is_learned(kind)]
 

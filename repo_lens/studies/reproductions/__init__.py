@@ -69,6 +69,9 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
           "increment_findings", "increment_findings_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
     Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",
           ("zoo:flipflop-rope", "zoo:flipflop-cope")),
+    Study("position_interventions", "issue 33: ablating, interpolating and patching learned positions",
+          "position_interventions", "position_interventions_study", ("zoo:bytes1k-repo", "zoo:bytes1k-rope"),
+          batched=True),
 )}
 
 

@@ -1,19 +1,23 @@
-"""The analyses ``repo-lens analyze`` runs over a model and a prompt set, item by item.
+"""The records and summaries of the studies ``repo-lens analyze`` runs (registered in
+:mod:`repo_lens.studies.builtin`): NIAH attention mass, position ranges and patterns, Chinese word
+boundaries.
 
-Each study turns (lens, settings) into resumable items (see :mod:`repo_lens.studies.runs`) and,
-where a result needs every item (pooled AUC), a summary. ``analyses/smollm2_niah.py`` runs the
-same NIAH items.
+``*_window_records`` make a corpus study's records from a batch of windows; ``summarize_*`` stream
+over the records once. ``niah_items``, ``position_items`` and ``boundary_items`` are the same
+records as resumable items of :func:`repo_lens.studies.runs.run_items` for small lists (texts
+truncated to the context); ``analyses/smollm2_niah.py`` runs the same NIAH items.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
 from repo_lens.analysis import (
+    PATTERN_LABELS,
     attention_mass,
     attention_mass_batch,
     boundary_auc,
@@ -25,6 +29,7 @@ from repo_lens.analysis import (
     trace_increments,
 )
 from repo_lens.data import Prompt, encode_with_offsets, niah_single
+from repo_lens.data.windows import Window
 from repo_lens.model.registry import learned_layers
 from repo_lens.protocol import check_batch_size, trace_many
 from repo_lens.studies.runs import Item
@@ -127,49 +132,76 @@ def batched_computes(inputs: list, batch_size: int, compute_batch: Callable[[lis
     return [compute_of(index) for index in range(len(inputs))]
 
 
+def position_record(trace, chunk: int = 16, eps: float = 0.2) -> dict[str, Any]:
+    """Range statistics (RePo Fig. 2) and chunk-pattern shares (Fig. 3) of one trace, by layer (and the ranges
+    by layer and head); ``n_chunks`` whole chunks of ``chunk`` tokens (no patterns below one chunk)."""
+    ranges = range_stats(trace.positions)
+    record: dict[str, Any] = {"n_tokens": len(trace), "range_mean_by_layer": ranges.mean(axis=1),
+                              "range_max_by_layer": ranges.max(axis=1), "range_by_layer_head": ranges}
+    if len(trace) >= chunk:
+        fractions = pattern_fractions(chunk_patterns(trace.positions, chunk, eps))
+        record["n_chunks"] = len(trace) // chunk
+        record["pattern_by_layer"] = fractions.per_layer
+        learned = learned_layers(trace.layer_kinds)
+        if learned:
+            shares = fractions.per_layer[learned].mean(axis=0)
+            record["learned_layers"] = dict(zip(fractions.labels, map(float, shares)))
+    return record
+
+
 def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2, batch_size: int = 1) -> list[Item]:
-    """Range statistics (RePo Fig. 2) and chunk-pattern shares (Fig. 3) per text, by layer; ``batch_size``
-    texts share a forward pass (the same records)."""
+    """:func:`position_record` per text (truncated to the context), with its layer kinds and pattern labels;
+    ``batch_size`` texts share a forward pass (the same records). ``repo-lens analyze --study positions``
+    cuts long texts into windows instead (:func:`position_window_records`)."""
 
     def record_of(trace) -> dict[str, Any]:
-        ranges = range_stats(trace.positions)
-        record: dict[str, Any] = {
-            "n_tokens": len(trace), "layer_kinds": trace.layer_kinds,
-            "range_mean_by_layer": ranges.mean(axis=1), "range_max_by_layer": ranges.max(axis=1),
-            "range_by_layer_head": ranges, "truncated": trace.meta["truncation"] is not None,
-        }
-        if len(trace) >= chunk:
-            fractions = pattern_fractions(chunk_patterns(trace.positions, chunk, eps))
-            record["pattern_labels"] = list(fractions.labels)
-            record["pattern_by_layer"] = fractions.per_layer
-            learned = learned_layers(trace.layer_kinds)
-            if learned:
-                shares = fractions.per_layer[learned].mean(axis=0)
-                record["learned_layers"] = dict(zip(fractions.labels, map(float, shares)))
-        return record
+        record = {**position_record(trace, chunk, eps), "layer_kinds": trace.layer_kinds,
+                  "truncated": trace.meta["truncation"] is not None}
+        return {**record, "pattern_labels": list(PATTERN_LABELS)} if "pattern_by_layer" in record else record
 
     computes = batched_computes(texts, batch_size, lambda group: [
         record_of(trace) for trace in trace_many(lens, group, batch_size=batch_size, truncate=True)])
     return [(f"text_{index:05d}", compute) for index, compute in enumerate(computes)]
 
 
+def trace_windows(lens, windows: list[Window], options: dict[str, Any]) -> list:
+    """The traces of a batch of windows in one forward pass (longer than the context only with
+    ``options["beyond_context"]``)."""
+    return trace_many(lens, [window.ids for window in windows], batch_size=len(windows),
+                      allow_beyond_context=bool(options.get("beyond_context", False)))
+
+
+def position_window_records(lens, windows: list[Window], options: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`position_record` of each window (``options``: ``chunk``, ``eps``): the ``positions`` study's record."""
+    return [position_record(trace, options.get("chunk", 16), options.get("eps", 0.2))
+            for trace in trace_windows(lens, windows, options)]
+
+
+def boundary_record(text: str, spans, segmentations: dict[str, list[str]], trace) -> dict[str, Any]:
+    """Position increments at the scored CJK gaps of ``text`` (its tokens' character ``spans``) with each
+    segmentation's labels (seeds/002): ``NAME_labels`` (n,) and ``NAME_increments`` (L, H, n) per name."""
+    increments = trace_increments(trace)
+    record: dict[str, Any] = {"n_tokens": len(trace)}
+    for name, words in segmentations.items():
+        labels = cjk_boundary_labels(text, spans, words)
+        record[f"{name}_labels"] = labels.labels[labels.scored].astype(int)
+        record[f"{name}_increments"] = increments[:, :, labels.scored]
+    return record
+
+
 def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:
-    """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence;
-    ``batch_size`` sentences share a forward pass (the same records).
+    """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence
+    (truncated to the context); ``batch_size`` sentences share a forward pass (the same records).
 
     ``sentences``: objects with ``text`` and gold ``words`` (e.g. :func:`repo_lens.data.peoples_daily`).
     """
 
     def record_of(sentence, ids: list[int], offsets, trace) -> dict[str, Any]:
         text = sentence.text[: max(end for _, end in offsets)]
-        increments = trace_increments(trace)
-        record: dict[str, Any] = {"n_tokens": len(ids), "layer_kinds": trace.layer_kinds}
-        for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text))):
-            words = clip_words(words, len(text))
-            labels = cjk_boundary_labels(text, offsets, words)
-            record[f"{name}_labels"] = labels.labels[labels.scored].astype(int)
-            record[f"{name}_increments"] = increments[:, :, labels.scored]
-        return record
+        segmentations = {name: clip_words(words, len(text))
+                         for name, words in (("gold", sentence.words), ("jieba", jieba_words(sentence.text)))}
+        return {**boundary_record(text, offsets, segmentations, trace), "n_tokens": len(ids),
+                "layer_kinds": trace.layer_kinds}
 
     def compute_batch(group) -> list[dict[str, Any]]:
         encoded = [encode_with_offsets(lens.tokenizer, sentence.text) for sentence in group]
@@ -183,27 +215,59 @@ def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:
     return [(f"sentence_{index:05d}", compute) for index, compute in enumerate(computes)]
 
 
+def boundary_window_records(lens, windows: list[Window], options: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`boundary_record` of each window, against jieba's segmentation of the window's text and, where
+    the document has one (People's Daily), the gold words cut to the window: the ``boundaries`` study's record."""
+    records = []
+    for window, trace in zip(windows, trace_windows(lens, windows, options)):
+        spans = np.concatenate([np.zeros((window.prefix, 2), dtype=np.int64), window.offsets - window.char_start])
+        segmentations = {}
+        if window.document.words is not None:
+            segmentations["gold"] = slice_words(window.document.words, window.char_start, window.char_end)
+        segmentations["jieba"] = jieba_words(window.text)
+        records.append(boundary_record(window.text, spans, segmentations, trace))
+    return records
+
+
 def clip_words(words, n_chars: int) -> list[str]:
     """The segmentation of the first ``n_chars`` characters (the last word cut where the text is cut).
 
     >>> clip_words(["人工智能", "是", "分支"], 6)
     ['人工智能', '是', '分']
     """
-    clipped, total = [], 0
+    return slice_words(words, 0, n_chars)
+
+
+def slice_words(words, start: int, end: int) -> list[str]:
+    """The segmentation of characters ``start:end`` of the text ``words`` make (the words at either edge cut).
+
+    >>> slice_words(["人工智能", "是", "分支"], 2, 6)
+    ['智能', '是', '分']
+    """
+    pieces, position = [], 0
     for word in words:
-        if total >= n_chars:
+        word_end = position + len(word)
+        if word and word_end > start and position < end:
+            pieces.append(word[max(start - position, 0): min(end, word_end) - position])
+        if word_end >= end:
             break
-        clipped.append(word[: n_chars - total])
-        total += len(clipped[-1])
-    return clipped
+        position = word_end
+    return pieces
 
 
-def summarize_boundaries(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pooled ROC-AUC per layer and head of increments against word boundaries (gold and jieba)."""
-    summary: dict[str, Any] = {"layer_kinds": records[0]["layer_kinds"] if records else []}
-    for name in ("gold", "jieba"):
-        scores = [np.asarray(r[f"{name}_increments"], dtype=np.float64) for r in records if r[f"{name}_labels"]]
-        labels = [np.asarray(r[f"{name}_labels"], dtype=bool) for r in records if r[f"{name}_labels"]]
+def summarize_boundaries(records: Iterable[dict[str, Any]], options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pooled ROC-AUC per layer and head of increments against word boundaries (gold and jieba), over the
+    records streamed once (the scored gaps' increments are held in memory: L × H × gaps floats)."""
+    pooled: dict[str, tuple[list, list]] = {"gold": ([], []), "jieba": ([], [])}
+    kinds = None
+    for record in records:
+        kinds = record.get("layer_kinds") if kinds is None else kinds
+        for name, (scores, labels) in pooled.items():
+            if record.get(f"{name}_labels") is not None and len(record[f"{name}_labels"]):
+                scores.append(np.asarray(record[f"{name}_increments"], dtype=np.float64))
+                labels.append(np.asarray(record[f"{name}_labels"], dtype=bool))
+    summary: dict[str, Any] = {"layer_kinds": kinds} if kinds is not None else {}
+    for name, (scores, labels) in pooled.items():
         if not scores:
             continue
         pooled_scores, pooled_labels = np.concatenate(scores, axis=-1), np.concatenate(labels)
@@ -215,27 +279,42 @@ def summarize_boundaries(records: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def summarize_niah(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean per-token mass on needle / query / rest over all items, and by length."""
-    names = sorted({name for r in records for name in r["per_token"]})
-    by_length: dict[int, list] = {}
+def summarize_niah(records: Iterable[dict[str, Any]], options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Mean per-token mass on needle / query / rest over all items, and by length (running sums over the records)."""
+    totals: dict[Any, dict[str, float]] = {}
+    counts: dict[Any, int] = {}
     for record in records:
-        by_length.setdefault(record["length"], []).append(record)
-    return {
-        "per_token": {name: float(np.mean([r["per_token"][name] for r in records])) for name in names},
-        "per_token_by_length": {
-            str(length): {name: float(np.mean([r["per_token"][name] for r in group])) for name in names}
-            for length, group in sorted(by_length.items())
-        },
-    }
+        for key in ("all", record["length"]):
+            counts[key] = counts.get(key, 0) + 1
+            sums = totals.setdefault(key, {})
+            for name, value in record["per_token"].items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+
+    def means(key) -> dict[str, float]:
+        return {name: totals[key][name] / counts[key] for name in sorted(totals[key])}
+
+    lengths = sorted(key for key in totals if key != "all")
+    return {"per_token": means("all") if counts else {},
+            "per_token_by_length": {str(length): means(length) for length in lengths}}
 
 
-def summarize_positions(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean range per layer and pattern shares per layer, over texts (weighted equally)."""
-    summary: dict[str, Any] = {"layer_kinds": records[0]["layer_kinds"] if records else []}
-    summary["range_mean_by_layer"] = np.mean([r["range_mean_by_layer"] for r in records], axis=0).tolist()
-    patterned = [r for r in records if "pattern_by_layer" in r]
-    if patterned:
-        summary["pattern_labels"] = patterned[0]["pattern_labels"]
-        summary["pattern_by_layer"] = np.mean([r["pattern_by_layer"] for r in patterned], axis=0).tolist()
+def summarize_positions(records: Iterable[dict[str, Any]], options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Mean range per layer over windows (each weighted equally) and chunk-pattern shares per layer over
+    chunks (each window weighted by its ``n_chunks``), from running sums over the records."""
+    kinds, windows, chunks = None, 0, 0
+    range_sum = pattern_sum = None
+    for record in records:
+        kinds = record.get("layer_kinds") if kinds is None else kinds
+        ranges = np.asarray(record["range_mean_by_layer"], dtype=np.float64)
+        range_sum, windows = (ranges if range_sum is None else range_sum + ranges), windows + 1
+        if record.get("pattern_by_layer") is not None:
+            weight = record.get("n_chunks") or 1
+            shares = np.asarray(record["pattern_by_layer"], dtype=np.float64) * weight
+            pattern_sum, chunks = (shares if pattern_sum is None else pattern_sum + shares), chunks + weight
+    summary: dict[str, Any] = {"layer_kinds": kinds} if kinds is not None else {}
+    summary["range_mean_by_layer"] = (range_sum / windows).tolist() if windows else []
+    if pattern_sum is not None:
+        summary["pattern_labels"] = list(PATTERN_LABELS)
+        summary["pattern_by_layer"] = (pattern_sum / chunks).tolist()
+    summary.update(windows=windows, chunks=chunks)
     return summary

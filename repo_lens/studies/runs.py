@@ -53,17 +53,7 @@ def run_items(out_dir: str | Path, items: Sequence[Item], settings: dict[str, An
 def _run_items(out: Path, items: Sequence[Item], settings: dict[str, Any], progress: bool,
                desc: str, session: Session, block: int) -> list[dict[str, Any]]:
     ensure_dir(out / "items")
-    run_file = out / "run.json"
-    started = any((out / "items").iterdir())
-    previous = _read_run_json(run_file, "to write the run's settings anew") if run_file.exists() else None
-    if previous is not None and previous != json.loads(json.dumps(settings)):
-        other_study = not isinstance(previous, dict) or previous.get("study") != settings.get("study")
-        if started or other_study:  # a folder holds one study; its settings may change only before any item
-            raise InputError(
-                f"{out} holds a run with other settings ({previous}); use another --out directory or delete it"
-            )
-    if previous is None or not started:
-        atomic_write_bytes(run_file, json.dumps(settings, indent=2).encode())
+    claim_run(out, settings, started=any((out / "items").iterdir()))
     paths = [out / "items" / f"{_safe_key(key)}.json" for key, _ in items]
     unique = dict(zip(paths, items))  # a key repeated is computed once
     pending = [(path, key, compute) for path, (key, compute) in unique.items() if not path.exists()]
@@ -83,6 +73,22 @@ def _run_items(out: Path, items: Sequence[Item], settings: dict[str, Any], progr
         atomic_write_bytes(out / "results.json", json.dumps(records, indent=2).encode())
         atomic_write_bytes(out / "results.csv", records_to_csv(records).encode())
     return records
+
+
+def claim_run(out: Path, settings: dict[str, Any], started: bool) -> None:
+    """Write ``settings`` to ``out/run.json``, or check them against the run already there: resuming
+    with other settings is refused once a result is written (``started``), and a folder holds one
+    study (``settings["study"]``) even before; before any result the new settings replace the old."""
+    run_file = out / "run.json"
+    previous = _read_run_json(run_file, "to write the run's settings anew") if run_file.exists() else None
+    if previous is not None and previous != json.loads(json.dumps(settings, default=_plain)):
+        other_study = not isinstance(previous, dict) or previous.get("study") != settings.get("study")
+        if started or other_study:  # a folder holds one study; its settings may change only before any item
+            raise InputError(
+                f"{out} holds a run with other settings ({previous}); use another --out directory or delete it"
+            )
+    if previous is None or not started:
+        atomic_write_bytes(run_file, json.dumps(settings, indent=2, default=_plain).encode())
 
 
 def _read_record(path: Path) -> dict[str, Any]:

@@ -163,12 +163,12 @@ def test_bad_argument_is_one_line_and_writes_nothing(case, places, load_calls, t
 
 @pytest.fixture
 def finished_run(byte_model_dir, tmp_path) -> tuple[list[str], Path]:
-    """A finished two-item `analyze --study positions` run and the command that resumes it."""
+    """A finished two-shard `analyze --study positions` run and the command that resumes it."""
     text = tmp_path / "text.txt"
     text.write_text("A first paragraph of plain text.\n\nA second paragraph, a little longer than the first.")
     out = tmp_path / "run"
     argv = [*(part.format(model=byte_model_dir) for part in ANALYZE), "--study", "positions",
-            "--file", str(text), "--out", str(out)]
+            "--file", str(text), "--out", str(out), "--shard-size", "1"]
     assert main(argv) == 0
     return argv, out
 
@@ -182,7 +182,7 @@ def test_resuming_a_damaged_run_names_the_file(damage, finished_run, capsys):
         damaged = out / "run.json"
         damaged.write_text(damaged.read_text()[:7])
     else:
-        damaged = sorted((out / "items").iterdir())[1]
+        damaged = sorted((out / "shards").iterdir())[1]  # a shard's counts (tests/studies has the records' cases)
         damaged.write_text(damaged.read_text()[:20] if damage == "cli-resume-truncated-item" else "[1, 2]")
     before = snapshot(out)
     code, lines = run_cli(argv, capsys)

@@ -61,15 +61,41 @@ reproduce: setup browser
 	$(BIN)/repo-lens reproduce all --out build/reproduce
 
 # The Streamlit app on 127.0.0.1 (default model zoo:bytes1k-repo; REPO_LENS_APP_ROOTS allows local checkpoints);
-# ARGS go to `streamlit run`, e.g. make app ARGS="--server.port 8502".
-app: setup browser
+# ARGS go to `streamlit run`, e.g. make app ARGS="--server.port 8502". Without Chromium (`make browser`) it runs
+# all the same; only its PNG/SVG/PDF buttons are off and say what to install.
+app: setup
 	$(BIN)/repo-lens app $(ARGS)
 
-# Chromium (figure export, the browser tests), its driver and a CJK font, from Debian, when missing; only
-# those and what they depend on (--no-install-recommends), nothing upgraded that is already installed.
+# Chromium (PNG/SVG/PDF export, the browser tests), its driver and a CJK font, from Debian: only what is missing,
+# with what it depends on (--no-install-recommends), nothing upgraded. Only `make test` and `make reproduce` ask
+# for it. As root apt-get runs as is, else through sudo; a user without sudo whose Chromium is there goes on (told
+# what the browser tests also need); with no Chromium and no way to install it, it says what to install and fails.
 BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei
+APT_BROWSER := apt-get install -y --no-install-recommends --no-upgrade $(BROWSER_PACKAGES)
+GET_CHROME := $(BIN)/plotly_get_chrome -y
 browser:
-	dpkg -s $(BROWSER_PACKAGES) >/dev/null 2>&1 || (apt-get update && apt-get install -y --no-install-recommends --no-upgrade $(BROWSER_PACKAGES))
+	@if dpkg -s $(BROWSER_PACKAGES) >/dev/null 2>&1; then exit 0; fi; \
+	apt=$$(command -v apt-get); \
+	found=$$($(BIN)/python -c "from repo_lens.plots.export import find_browser; print(find_browser() or '')" 2>/dev/null); \
+	[ -n "$$found" ] || found=$$(command -v chromium chromium-browser google-chrome google-chrome-stable | head -n 1); \
+	if [ -n "$$apt" ] && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update && $(APT_BROWSER); \
+	elif [ -n "$$found" ]; then \
+	  echo "browser: using $$found for figure export."; \
+	  [ -z "$$apt" ] || echo "browser: the browser tests and Chinese text in figures also need (as root, e.g. with" \
+	                         "sudo): $(APT_BROWSER)"; \
+	elif [ -n "$$apt" ] && command -v sudo >/dev/null; then \
+	  sudo apt-get update && sudo $(APT_BROWSER); \
+	elif [ -n "$$apt" ]; then \
+	  echo "browser: no Chromium here, and installing it needs root (no sudo found). Run as root:" >&2; \
+	  echo "  $(APT_BROWSER)" >&2; \
+	  echo "or, without root, download Chrome for Testing into your user folder: $(GET_CHROME)" >&2; \
+	  exit 1; \
+	else \
+	  echo "browser: no Chromium here and no apt-get. Install Google Chrome or Chromium (kaleido finds it, on macOS" >&2; \
+	  echo "in /Applications), or download Chrome for Testing into your user folder: $(GET_CHROME)" >&2; \
+	  exit 1; \
+	fi
 
 clean:
 	rm -rf build .pytest_cache

@@ -8,6 +8,7 @@ that later exports reuse, so only the first one pays the browser start-up.
 from __future__ import annotations
 
 import os
+import platform
 import struct
 import threading
 import time
@@ -64,7 +65,7 @@ def export_unavailable() -> str | None:
     """Why PNG / SVG / PDF export cannot work here (the :class:`ExportError` message), or None if a browser is found.
 
     Example:
-        >>> export_unavailable() is None or "make browser" in export_unavailable()
+        >>> export_unavailable() is None or browser_install_hint() in export_unavailable()
         True
     """
     if find_browser() is not None:
@@ -148,8 +149,55 @@ def _render(fig: go.Figure, opts: dict, timeout: float) -> bytes:
 
 
 def _no_browser_message(error: Exception | str) -> str:
-    return (f"static export needs Chromium (kaleido ≥ 1 renders with it): {error}. Install it with "
-            "`make browser` (apt-get install chromium fonts-wqy-microhei) or export HTML instead")
+    return (f"static export needs Chromium or Google Chrome (kaleido ≥ 1 renders with it): {error}. "
+            f"{browser_install_hint()}; or export HTML instead")
+
+
+# kaleido's own download (Chrome for Testing, into the user's data folder, found by find_browser): no root needed
+_DOWNLOAD = ("run `plotly_get_chrome -y` (installed with plotly; from Python: kaleido.get_chrome_sync()), which "
+             "downloads Chrome for Testing into your user folder where the network allows")
+
+
+def browser_install_hint(system: str | None = None, distribution: set[str] | None = None) -> str:
+    """What to install for static export on this machine (``system`` as ``platform.system()`` names it,
+    ``distribution`` the ID and ID_LIKE words of /etc/os-release; both read here when None).
+
+    Example:
+        >>> "apt-get install chromium fonts-wqy-microhei`" in browser_install_hint("Linux", {"debian"})  # sudo unless root
+        True
+        >>> browser_install_hint("Darwin").split(",")[0]
+        'Install Google Chrome (kaleido finds it in /Applications)'
+    """
+    system = platform.system() if system is None else system
+    if system == "Darwin":
+        return f"Install Google Chrome (kaleido finds it in /Applications), or {_DOWNLOAD}"
+    if system == "Windows":
+        return f"Install Google Chrome (Microsoft Edge works too), or {_DOWNLOAD}"
+    distribution = _os_release_ids() if distribution is None else distribution
+    sudo = "" if hasattr(os, "geteuid") and os.geteuid() == 0 else "sudo "
+    if "ubuntu" in distribution:  # Ubuntu's chromium package installs a snap, which kaleido cannot start
+        return (f"On Ubuntu, {_DOWNLOAD}, or install Google Chrome's .deb (Ubuntu's chromium package is a snap, "
+                f"which kaleido cannot start); `{sudo}apt-get install fonts-wqy-microhei` adds the font for Chinese "
+                "text")
+    if "debian" in distribution:
+        return (f"Install it with `{sudo}apt-get install chromium fonts-wqy-microhei` (in a source checkout `make "
+                f"browser` runs it), or without root {_DOWNLOAD}")
+    return (f"Install Chromium or Google Chrome with your system's package manager (and a CJK font such as "
+            f"WenQuanYi Micro Hei for Chinese text), or {_DOWNLOAD}")
+
+
+def _os_release_ids() -> set[str]:
+    """The ID and ID_LIKE words of /etc/os-release (e.g. {"ubuntu", "debian"}); empty where there is none."""
+    try:
+        text = Path("/etc/os-release").read_text(errors="replace")
+    except OSError:
+        return set()
+    words: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in ("ID", "ID_LIKE"):
+            words.update(value.strip().strip("\"'").lower().split())
+    return words
 
 
 def _check_size(width: int | None, height: int | None, scale: float | None) -> None:

@@ -10,6 +10,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 from app_helpers import app, app_env, assert_clean, checkpoint_root, figures, messages  # noqa: E402,F401  (fixtures)
 
+from repo_lens.plots.export import browser_install_hint  # noqa: E402
+
+HINT = browser_install_hint()
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -21,9 +25,9 @@ def test_no_browser_disables_static_export_with_the_reason_and_the_app_keeps_ser
     assert all(label.startswith("Download ") for label in labels), labels
     buttons = {button.proto.label.removeprefix("Download "): button.proto for button in at.get("download_button")}
     assert set(buttons) == {"PNG", "SVG", "PDF", "HTML"}
-    assert all(buttons[label].disabled and "make browser" in buttons[label].help for label in ("PNG", "SVG", "PDF"))
+    assert all(buttons[label].disabled and HINT in buttons[label].help for label in ("PNG", "SVG", "PDF"))
     assert not buttons["HTML"].disabled
-    assert any("make browser" in text for text in messages(at, "caption"))
+    assert any(HINT in text for text in messages(at, "caption"))
     assert not messages(at, "error")
 
     at.radio(key="spaced_scale").set_value("shared").run()  # the session keeps serving
@@ -34,4 +38,4 @@ def test_no_browser_disables_static_export_with_the_reason_and_the_app_keeps_ser
     at.run()
     buttons = {button.proto.label.removeprefix("Download "): button.proto for button in at.get("download_button")}
     if not buttons["PNG"].disabled:  # a Chromium is installed here: the buttons come back
-        assert not any("make browser" in text for text in messages(at, "caption"))
+        assert not any(HINT in text for text in messages(at, "caption"))

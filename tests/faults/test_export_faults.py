@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from repo_lens.plots.export import browser_install_hint
+
+HINT = browser_install_hint()  # what to install here: apt-get on Debian, Chrome on macOS, ...
 REPO = Path(__file__).resolve().parents[2]
 EXPORT_SCRIPT = textwrap.dedent("""
     import sys, time
@@ -45,7 +48,7 @@ def test_no_browser_at_all_is_an_export_error_within_five_seconds(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:2]] == ["ExportError", "ExportError"], result.stdout
-    assert all("make browser" in line and "no-chromium-here" in line for line in lines[:2])
+    assert all(HINT in line and "no-chromium-here" in line for line in lines[:2])
     assert float(lines[-1].split()[1]) < 5.0  # both calls together, interpreter start not counted
     assert (tmp_path / "figure.pdf").read_bytes() == b"earlier figure"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.pdf"]
@@ -58,7 +61,7 @@ def test_a_browser_that_dies_at_start_is_an_export_error_within_seconds(tmp_path
     result, _ = run_export(tmp_path, BROWSER_PATH=str(fake))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("ExportError") and "make browser" in lines[0], result.stdout
+    assert lines[0].startswith("ExportError") and HINT in lines[0], result.stdout
     assert float(lines[-1].split()[1]) < 15.0  # the browser start is retried once per call
     assert (tmp_path / "figure.pdf").read_bytes() == b"earlier figure"
 
@@ -85,7 +88,7 @@ def test_export_unavailable_names_the_remedy(monkeypatch, tmp_path):
 
     monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "missing"))
     assert export_module.find_browser() is None
-    assert "make browser" in export_module.export_unavailable()
+    assert export_module.export_unavailable().endswith(f"{HINT}; or export HTML instead")
 
 
 def test_a_study_without_a_browser_still_writes_its_json_and_lists_the_missing_figures(tmp_path, monkeypatch):
@@ -104,5 +107,21 @@ def test_a_study_without_a_browser_still_writes_its_json_and_lists_the_missing_f
     written = json.loads((tmp_path / "study" / "results.json").read_text())
     assert written["value"] == 1.5 and written["figures"] == []
     assert sorted(written["figures_not_rendered"]) == ["fig1.pdf", "fig1.svg"]
-    assert all("make browser" in reason for reason in written["figures_not_rendered"].values())
+    assert all(HINT in reason for reason in written["figures_not_rendered"].values())
     assert sorted(p.name for p in (tmp_path / "study").iterdir()) == ["results.json", "table.md"]
+
+
+@pytest.mark.parametrize("system, distribution, says", [
+    ("Linux", {"debian"}, "apt-get install chromium fonts-wqy-microhei`"),
+    ("Linux", {"ubuntu", "debian"}, "Ubuntu's chromium package is a snap"),  # a snap kaleido cannot start
+    ("Linux", {"fedora"}, "with your system's package manager"),
+    ("Darwin", set(), "Install Google Chrome (kaleido finds it in /Applications)"),
+    ("Windows", set(), "Install Google Chrome"),
+])
+def test_the_remedy_fits_the_platform(system, distribution, says, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000, raising=False)  # a user: apt-get through sudo
+    hint = browser_install_hint(system, distribution)
+    assert says in hint and "plotly_get_chrome -y" in hint  # the download that needs no root, on every platform
+    assert ("`sudo apt-get install" in hint) == ("apt-get" in hint)
+    monkeypatch.setattr(os, "geteuid", lambda: 0, raising=False)
+    assert "sudo" not in browser_install_hint(system, distribution)  # root (a container) has no sudo to run

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test bench zoo clean app browser reproduce docs
+.PHONY: setup demo test bench zoo clean app browser reproduce docs notebooks notebooks-lab
 
 setup: $(STAMP)
 
@@ -59,6 +59,16 @@ zoo: setup
 # Every table and figure of RESULTS.md (JSON + PDF/SVG per result in build/reproduce/).
 reproduce: setup browser
 	$(BIN)/repo-lens reproduce all --out build/reproduce
+
+# Run every example notebook (notebooks/NN_*.py, jupytext percent format) in a fresh kernel and store it with its
+# outputs as notebooks/NN_*.ipynb (a few minutes on CPU); `python notebooks/execute.py 03` runs one,
+# `python notebooks/execute.py --check` only checks that the stored outputs come from the current sources.
+notebooks: setup browser
+	$(BIN)/python notebooks/execute.py
+
+# JupyterLab on 127.0.0.1 with the project's environment (its kernel is .venv's Python), opened on notebooks/.
+notebooks-lab: setup
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --notebook-dir=notebooks
 
 # The Streamlit app on 127.0.0.1 (default model zoo:bytes1k-repo; REPO_LENS_APP_ROOTS allows local checkpoints);
 # ARGS go to `streamlit run`, e.g. make app ARGS="--server.port 8502". Without Chromium (`make browser`) it runs

@@ -48,6 +48,11 @@ class Lens:
         return int(self.model.cfg.n_heads)
 
     @property
+    def layer_kinds(self) -> list[str]:
+        """The position mechanism of each layer (``"rope"``, ``"repo"``, …), as every trace of this lens lists them."""
+        return list(self.model.cfg.layer_mechanisms)
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 

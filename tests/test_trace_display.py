@@ -125,11 +125,24 @@ def test_notebook_setup_keeps_the_interactive_renderer(renderer):
 @pytest.mark.skipif(export_unavailable() is not None, reason="needs Chromium (make browser)")
 def test_figures_carry_an_interactive_view_and_a_png(renderer):
     pio.renderers.default = "plotly_mimetype"
-    assert notebook_setup() == f"plotly_mimetype+{STATIC_RENDERER}"
-    assert notebook_setup() == f"plotly_mimetype+{STATIC_RENDERER}"  # idempotent
-    bundle = go.Figure(go.Bar(y=[1, 3, 2]))._repr_mimebundle_()
-    assert "application/vnd.plotly.v1+json" in bundle
-    assert base64.b64decode(bundle["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert notebook_setup() == f"{STATIC_RENDERER}+plotly_mimetype"
+    assert notebook_setup() == f"{STATIC_RENDERER}+plotly_mimetype"  # idempotent
+    bundle = go.Figure(go.Bar(y=[1, 3, 2]), layout={"title": "a <b>bar</b> chart"})._repr_mimebundle_()
+    # no image/png: JupyterLab's plotly extension would show it instead of the interactive chart
+    assert sorted(bundle) == ["application/vnd.plotly.v1+json", "text/html"]
+    image = re.fullmatch(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="a &lt;b&gt;bar&lt;/b&gt; chart" '
+                         r'style="max-width:100%;height:auto">', bundle["text/html"])
+    assert image and base64.b64decode(image.group(1))[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_front_ends_own_html_wins_over_the_static_image(renderer, monkeypatch):
+    monkeypatch.setattr("repo_lens.plots.notebook.export_unavailable", lambda: None)
+    monkeypatch.setattr("repo_lens.plots.notebook.start_export_server", lambda: None)
+    monkeypatch.setattr("repo_lens.plots.notebook.figure_bytes", lambda *args, **kwargs: b"png")
+    pio.renderers.default = "notebook_connected"
+    assert notebook_setup() == f"{STATIC_RENDERER}+notebook_connected"
+    bundle = pio.renderers._build_mime_bundle(go.Figure().to_dict(), pio.renderers.default)
+    assert "data:image/png" not in bundle["text/html"] and "plotly" in bundle["text/html"].lower()
 
 
 def test_without_chromium_figures_stay_interactive_with_a_warning(renderer, monkeypatch):
@@ -155,3 +168,23 @@ def test_a_failed_png_leaves_the_interactive_view(monkeypatch):
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_held_out_text_of_the_notebooks_is_public(monkeypatch):
+    """repo_lens.data.bilingual_splits / held_out_chinese_sentences: the zoo's text split by document."""
+    from repo_lens.data import bilingual_splits, held_out_chinese_sentences, parse_peoples_daily
+    from repo_lens.data.bilingual import is_validation
+    from repo_lens.data.brown import Document
+
+    names = [f"c{letter}{number:02d}" for letter in "abcdefghij" for number in range(1, 40)]
+    documents = [Document(name, f"text of {name}.") for name in names]
+    paragraphs = parse_peoples_daily([f"段落/n  {index}/m  。/w" for index in range(200)])
+    monkeypatch.setattr("repo_lens.data.bilingual.brown_documents", lambda cache=None: documents)
+    monkeypatch.setattr("repo_lens.data.bilingual.peoples_daily", lambda cache=None: paragraphs)
+    splits = bilingual_splits()
+    train, validation = splits["en"]
+    assert validation == [f"text of {name}." for name in sorted(names) if is_validation(name)] and validation
+    assert len(train) + len(validation) == len(names)
+    held_out = held_out_chinese_sentences()
+    assert held_out and {s.text for s in held_out} <= {p for text in splits["zh"][1] for p in text.split("\n")}
+    assert not {s.text for s in held_out} & {p for text in splits["zh"][0] for p in text.split("\n")}

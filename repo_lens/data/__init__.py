@@ -4,6 +4,7 @@ Pure functions of a tokenizer passed in (HF fast tokenizer, ``tokenizers.Tokeniz
 ``ByteTokenizer``); nothing here imports torch.
 """
 
+from repo_lens.data.bilingual import bilingual_splits, held_out_chinese_sentences
 from repo_lens.data.corpora import CorpusFetchError, Sentence, fetch_peoples_daily, parse_peoples_daily, peoples_daily
 from repo_lens.data.fewshot import fewshot_prompt
 from repo_lens.data.niah import (
@@ -36,10 +37,12 @@ __all__ = [
     "Prompt",
     "PromptBuilder",
     "Sentence",
+    "bilingual_splits",
     "char_to_token_span",
     "encode_with_offsets",
     "fetch_peoples_daily",
     "fewshot_prompt",
+    "held_out_chinese_sentences",
     "niah_multikey",
     "niah_multiquery",
     "niah_multivalue",

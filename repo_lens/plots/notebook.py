@@ -1,16 +1,22 @@
 """Figures in Jupyter: a trace's figures by name (:func:`trace_figure`, behind ``Trace.plot``) and
-:func:`notebook_setup`, which adds a static PNG to every figure a notebook shows.
+:func:`notebook_setup`, which adds a static picture to every figure a notebook shows.
 
 In JupyterLab, Jupyter Notebook 7 and VS Code a plotly figure is interactive with plotly's own
 renderer for that front end; nothing needs to be set. What a plain notebook lacks is a picture for
 readers who do not run it: GitHub, ``jupyter nbconvert --to html`` and other static viewers ignore
-plotly's output. :func:`notebook_setup` keeps the interactive output and adds a PNG beside it, drawn
+plotly's output. :func:`notebook_setup` keeps the interactive output and adds a PNG to it, drawn
 offline by the local Chromium (the export server of :mod:`repo_lens.plots.export`).
+
+The PNG travels as an HTML ``<img>`` (``text/html``), not as ``image/png``: JupyterLab's plotly
+extension shows a stored ``image/png`` *instead of* the interactive chart when a notebook is
+opened, whereas front ends that run plotly.js (JupyterLab, Notebook 7, VS Code) rank plotly's own
+output above ``text/html`` and the static viewers take the HTML.
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import warnings
 from typing import Any
 
@@ -25,26 +31,30 @@ from repo_lens.plots.scatter import position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
 
 STATIC_RENDERER = "repo_lens_png"
-"""The name :func:`notebook_setup` registers its PNG renderer under in ``plotly.io.renderers``."""
+"""The name :func:`notebook_setup` registers its static-image renderer under in ``plotly.io.renderers``."""
 TRACE_FIGURE_KINDS: tuple[str, ...] = ("spaced", "scatter", "ranges", "patterns")
 """The ``kind`` values of :func:`trace_figure` (and ``Trace.plot``)."""
 
 
 class StaticPngRenderer(MimetypeRenderer):
-    """A plotly renderer that adds ``image/png`` to a figure's output, rendered by
-    :func:`repo_lens.plots.figure_bytes` (the local Chromium, nothing fetched). When the PNG cannot be
-    drawn it warns and adds nothing, so the interactive output still shows."""
+    """A plotly renderer that adds a PNG of the figure to its output, as ``text/html`` holding an
+    ``<img>`` (see the module's note), rendered by :func:`repo_lens.plots.figure_bytes` (the local
+    Chromium, nothing fetched). When the PNG cannot be drawn it warns and adds nothing, so the
+    interactive output still shows."""
 
     def __init__(self, scale: float = 1.0) -> None:
         self.scale = scale
 
     def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, str]:
+        figure = go.Figure(fig_dict)
         try:
-            png = figure_bytes(go.Figure(fig_dict), "png", scale=self.scale)
+            png = figure_bytes(figure, "png", scale=self.scale)
         except ExportError as error:
             warnings.warn(f"no static image for this figure: {error}", stacklevel=2)
             return {}
-        return {"image/png": base64.b64encode(png).decode("ascii")}
+        title = figure.layout.title.text or "figure"
+        return {"text/html": f'<img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" '
+                             f'alt="{html.escape(title)}" style="max-width:100%;height:auto">'}
 
 
 def notebook_setup(static_images: bool = True, scale: float = 1.0) -> str:
@@ -53,11 +63,13 @@ def notebook_setup(static_images: bool = True, scale: float = 1.0) -> str:
     The interactive part is plotly's own choice for the front end (``plotly_mimetype`` in
     JupyterLab and Jupyter Notebook 7, ``vscode`` in VS Code, ``colab`` in Colab) and is kept;
     ``static_images=True`` adds a PNG of every figure to its output (``scale`` × the figure's
-    size in pixels), which GitHub, HTML exports and other viewers that do not run plotly.js show.
-    The PNG is drawn by the local Chromium through repo_lens' export server (started here, MathJax
-    off, plotly.js from the installed package: no network). Without Chromium a warning says how to
-    install it and figures stay interactive only. ``static_images=False`` removes the PNG again.
-    Returns the renderer now in effect (``plotly.io.renderers.default``).
+    size in pixels), which GitHub, HTML exports and other viewers that do not run plotly.js show;
+    JupyterLab and VS Code keep showing the interactive chart. Where the front end's own renderer
+    already writes HTML (Colab, the classic ``notebook`` renderer), that HTML wins and no image is
+    added. The PNG is drawn by the local Chromium through repo_lens' export server (started here,
+    MathJax off, plotly.js from the installed package: no network). Without Chromium a warning says
+    how to install it and figures stay interactive only. ``static_images=False`` removes the PNG
+    again. Returns the renderer now in effect (``plotly.io.renderers.default``).
 
     Example:
         >>> import plotly.io as pio
@@ -77,7 +89,7 @@ def notebook_setup(static_images: bool = True, scale: float = 1.0) -> str:
             except ExportError as error:
                 problem = str(error)
         if problem is None:
-            parts.append(STATIC_RENDERER)
+            parts.insert(0, STATIC_RENDERER)  # first: a front end's own text/html, if any, overwrites it
         else:
             warnings.warn(f"figures stay interactive only, without a static PNG: {problem}", stacklevel=2)
     pio.renderers.default = "+".join(parts)

@@ -14,13 +14,16 @@ from typing import Any
 
 import torch
 
+from repo_lens.errors import CheckpointError
+from repo_lens.model.config import ModelConfig
 from repo_lens.model.loaders.grape_config import grape_model_config
-from repo_lens.model.loaders.grape_names import grape_to_lens_name
+from repo_lens.model.loaders.grape_names import grape_to_lens_name, lens_to_grape_name
 from repo_lens.model.loaders.grape_notes import variant_notes
 from repo_lens.model.loaders.grape_variant import grape_variant
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
 from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
 from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
+from repo_lens.model.transformer import LensModel
 
 CODE = "github model-architectures/GRAPE"
 
@@ -35,6 +38,7 @@ def load_grape(directory: Path, config: dict[str, Any], device: torch.device, dt
     tensors = read_bin_weights(directory)
     variant = grape_variant(directory, tensors)
     model_config = grape_model_config(config, variant)
+    check_weight_names(model_config, tensors, variant)
     model = build_strict(model_config, tensors, rename=grape_to_lens_name, dtype=dtype, device=device)
     options = {key: value for key, value in model_config.extra["authors"].items() if key != "variant"}
     meta = {
@@ -43,3 +47,17 @@ def load_grape(directory: Path, config: dict[str, Any], device: torch.device, dt
         "authors": {"code": CODE, "variant": variant, "options": options, "notes": variant_notes(variant, options)},
     }
     return LoadedModel(model=model, tokenizer=load_tokenizer(directory), meta=meta)
+
+
+def check_weight_names(model_config: ModelConfig, tensors: dict[str, torch.Tensor], variant: str) -> None:
+    """Refuse weights the variant's model lacks or has in surplus, naming them as their files do."""
+    with torch.device("meta"):
+        expected = {name for name, _ in LensModel(model_config).named_parameters()} | {"unembed.weight"}
+    present = {grape_to_lens_name(name): name for name in tensors}
+    missing = sorted(lens_to_grape_name(name, variant) for name in expected - present.keys())
+    surplus = sorted(name for ours, name in present.items() if ours not in expected)
+    problems = ([f"missing weights (their {variant} model has them): {missing}"] if missing else []) + (
+        [f"surplus weights (no module of their {variant} model): {surplus}"] if surplus else [])
+    if problems:
+        raise CheckpointError("GRAPE checkpoint does not match its config, refusing to load it partially — "
+                              + " | ".join(problems))

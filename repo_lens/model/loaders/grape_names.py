@@ -45,3 +45,39 @@ def grape_to_lens_name(name: str) -> str:
         if count:
             return renamed
     return name
+
+
+def _theirs(variant: str) -> list[tuple[re.Pattern, str]]:
+    """(our prefix, their prefix) rules of ``variant``, the inverse of :data:`_RULES`."""
+    fox = variant == "llama-mha-fox"
+    gated = variant.removeprefix("llama-mha-grape-a-") + "_bias." if variant.startswith("llama-mha-grape-a-") else ""
+    attention = {"q_proj": "core.q_proj" if fox else "c_q", "k_proj": "core.k_proj" if fox else "c_k",
+                 "v_proj": "core.v_proj" if fox else "c_v", "o_proj": "core.c_proj" if fox else "c_proj",
+                 "q_norm": "core.q_norm" if fox else "q_rms", "k_norm": "core.k_norm" if fox else "k_rms",
+                 "out_norm": "core.output_norm" if fox else "subln", "ogate_proj": "core.ogate_proj",
+                 "rotary": "grape", "positions.fgate_": "core.fgate_", "positions.omega_proj": "omega_proj",
+                 "positions.c_p": "c_p", "positions.": gated}
+    rules = [(r"embed\.", "transformer.wte."), (r"unembed\.", "lm_head."), (r"final_norm\.", "ln_f."),
+             (r"blocks\.(\d+)\.input_layernorm\.", r"transformer.h.\1.ln_1."),
+             (r"blocks\.(\d+)\.post_attention_layernorm\.", r"transformer.h.\1.ln_2."),
+             (r"blocks\.(\d+)\.mlp\.gate_proj\.", r"transformer.h.\1.mlp.c_fc1."),
+             (r"blocks\.(\d+)\.mlp\.up_proj\.", r"transformer.h.\1.mlp.c_fc2."),
+             (r"blocks\.(\d+)\.mlp\.down_proj\.", r"transformer.h.\1.mlp.c_proj.")]
+    rules += [(rf"blocks\.(\d+)\.attn\.{re.escape(ours)}", rf"transformer.h.\1.attn.{theirs}")
+              for ours, theirs in attention.items()]
+    return [(re.compile("^" + ours), theirs) for ours, theirs in rules]
+
+
+def lens_to_grape_name(name: str, variant: str) -> str:
+    """The GRAPE weight name of one of our module paths, for ``variant`` (to name missing weights).
+
+    >>> lens_to_grape_name("blocks.2.attn.positions.u", "llama-mha-grape-a-keygated")
+    'transformer.h.2.attn.keygated_bias.u'
+    >>> lens_to_grape_name("blocks.0.attn.q_norm.weight", "llama-mha-fox")
+    'transformer.h.0.attn.core.q_norm.weight'
+    """
+    for pattern, theirs in _theirs(variant):
+        renamed, count = pattern.subn(theirs, name)
+        if count:
+            return renamed
+    return name

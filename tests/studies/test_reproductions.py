@@ -195,11 +195,11 @@ def test_niah_table_keeps_each_models_cells_in_their_own_columns():
 
 
 def test_the_docs_list_each_studys_default_models():
-    """The documentation's table of `repo-lens reproduce` results (docs/guide/studies.md) names the
+    """The documentation's table of `repo-lens reproduce` results (docs/guide/reproductions.md) names the
     models each study runs by default."""
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "studies.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "reproductions.md").read_text()
     table = page.split("| NAME | result | default models |", 1)[1].split("\n\n", 1)[0].splitlines()
     for name, study in STUDIES.items():
         [row] = [line for line in table if line.startswith(f"| `{name}` |")]

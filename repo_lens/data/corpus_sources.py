@@ -241,15 +241,21 @@ def _file_corpus(source: str, files: list[tuple[Path, str]], text_field: str | N
 def _check_fields(path: Path, text_field: str, id_field: str | None) -> Any:
     """Check that ``path`` has the text field (and the id field); returns the id field's Arrow type for JSON lines."""
     names, types = _field_types(path)
+    _require_fields(path, names, text_field, id_field, types.get(text_field))
+    return types.get(id_field) if id_field else None
+
+
+def _require_fields(path: Path, names: list[str], text_field: str, id_field: str | None, text_type: Any) -> None:
+    """An InputError naming the fix unless ``names`` hold the text field (of a text type) and the id field."""
     for field, role in ((text_field, "text"), (id_field, "id")):
         if field is not None and field not in names:
             flag = "--text-field" if role == "text" else "--id-field"
             raise InputError(f"{path} has no field {field!r}; its fields are: {', '.join(names) or 'none'}; "
                              f"pass {flag} NAME to name the {role} field")
-    kind = types.get(text_field)
-    if kind is not None and kind not in ("string", "large_string", "string_view", "null"):
-        raise InputError(f"{path}: field {text_field!r} holds {kind}, not text; pass --text-field naming a text field")
-    return types.get(id_field) if id_field else None
+    if text_type is not None and str(getattr(text_type, "dtype", text_type)) not in (
+            "string", "large_string", "string_view", "null"):
+        raise InputError(f"{path}: field {text_field!r} holds {text_type}, not text; "
+                         "pass --text-field naming a text field")
 
 
 def _field_types(path: Path) -> tuple[list[str], dict[str, str]]:
@@ -389,14 +395,7 @@ def _saved_corpus(path: Path, field: str, id_field: str | None, split: str | Non
     """A dataset saved with ``save_to_disk``, memory-mapped by ``datasets.load_from_disk``."""
     dataset, split = _load_saved(path, split)
     features = dataset.features
-    for name, role in ((field, "text"), (id_field, "id")):
-        if name is not None and name not in features:
-            flag = "--text-field" if role == "text" else "--id-field"
-            raise InputError(f"{path} has no field {name!r}; its fields are: {', '.join(features)}; "
-                             f"pass {flag} NAME to name the {role} field")
-    if getattr(features[field], "dtype", None) not in ("string", "large_string"):
-        raise InputError(f"{path}: field {field!r} holds {features[field]}, not text; "
-                         "pass --text-field naming a text field")
+    _require_fields(path, list(features), field, id_field, features.get(field))
     columns = list(dict.fromkeys([field, *([id_field] if id_field else [])]))
     label = split or ""
 

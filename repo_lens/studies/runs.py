@@ -122,10 +122,10 @@ def write_summary(out_dir: str | Path, summary: dict[str, Any]) -> Path:
 
 
 def _plain(value: Any) -> Any:
-    import numpy as np
+    """JSON's ``default``: numpy arrays and scalars as lists and numbers; anything else is refused."""
+    from repo_lens.studies.shards import plain_value
 
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"cannot store {type(value).__name__} in a result record")
+    converted = plain_value(value)
+    if converted is value:
+        raise TypeError(f"cannot store {type(value).__name__} in a result record")
+    return converted

@@ -37,16 +37,16 @@ def shard_stem(index: int) -> str:
     return f"part-{index:06d}"
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """``value`` with numpy arrays and scalars made Python lists and numbers (nested in lists and dicts too)."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): plain_value(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)) and value and isinstance(value[0], (np.ndarray, np.generic, dict, list, tuple)):
-        return [_plain(item) for item in value]
+        return [plain_value(item) for item in value]
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -62,7 +62,7 @@ def records_table(records: list[dict[str, Any]]):
     columns = {}
     for key in keys:
         try:
-            columns[key] = pa.array([_plain(record.get(key)) for record in records])
+            columns[key] = pa.array([plain_value(record.get(key)) for record in records])
         except (pa.ArrowException, TypeError, ValueError) as error:
             raise RepoLensError(f"the study's column {key!r} holds values Parquet cannot store ({error}); a record "
                                 "holds numbers, strings, booleans, numpy arrays, and lists or dicts of them") from None

@@ -1,7 +1,7 @@
 """One rank of ``repo-lens`` for tests/studies/test_distributed.py (run by torchrun or by hand).
 
-Records which rank wrote which item file (``REPO_LENS_TEST_LOG``: lines "RANK NAME") and can make
-a rank die the hard way after writing N item files (``REPO_LENS_TEST_DIE="RANK:N"``).
+Records which rank wrote which item file or finished which shard (``REPO_LENS_TEST_LOG``: lines
+"RANK NAME") and can make a rank die the hard way after N of them (``REPO_LENS_TEST_DIE="RANK:N"``).
 ``REPO_LENS_TEST_QUICK_STUDIES=1`` replaces the reproduced results by three that take no time
 (documents made from their name and models), to test how ``reproduce`` shares them.
 """
@@ -10,7 +10,7 @@ import os
 import sys
 
 from repo_lens.cli import main
-from repo_lens.studies import reproductions, runs
+from repo_lens.studies import reproductions, runs, shards
 from repo_lens.studies.reproductions.common import save_study
 
 _write = runs.atomic_write_bytes
@@ -22,7 +22,7 @@ _written = 0
 def _watched_write(path, data):
     global _written
     result = _write(path, data)
-    if path.parent.name == "items":
+    if path.parent.name in ("items", "shards"):  # reproduce's items, analyze's finished shards
         _written += 1
         if os.environ.get("REPO_LENS_TEST_LOG"):
             with open(os.environ["REPO_LENS_TEST_LOG"], "a") as log:
@@ -33,6 +33,7 @@ def _watched_write(path, data):
 
 
 runs.atomic_write_bytes = _watched_write
+shards.atomic_write_bytes = _watched_write
 
 
 class _QuickStudy(reproductions.Study):

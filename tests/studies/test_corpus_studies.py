@@ -279,3 +279,17 @@ def test_a_damaged_parquet_shard_is_named_on_resume(small_model, corpus, tmp_pat
     assert main(argv) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert f"{damaged} is not a readable Parquet shard" in line and "delete it and shards/part-000001.json" in line
+
+
+def test_word_boundaries_over_windows_cut_the_gold_words_with_the_text(lens, tmp_path, monkeypatch):
+    from repo_lens.data.corpora import Sentence
+
+    words = ["中国", "人民", "新年", "讲话", "希望"] * 5  # 50 CJK characters, 150 bytes: windows of 21, 21 and 8
+    monkeypatch.setattr("repo_lens.data.peoples_daily", lambda *a, **k: [Sentence(words, ["n"] * 25, "".join(words))])
+    result = analyze(lens, "boundaries", out=tmp_path / "run", progress=False)
+    frame = result.records()
+    assert frame.char_end.tolist() == [21, 42, 50] and (frame.token_end - frame.token_start).tolist() == [63, 63, 24]
+    # every gap between two characters of a window is scored; the gaps at the two cuts are in no window
+    assert result.summary["n_gaps_gold"] == result.summary["n_gaps_jieba"] == 49 - 2
+    labels = [label for window in frame.gold_labels for label in window]
+    assert sum(labels) == len([end for end in range(2, 50, 2) if end not in (21, 42)])  # word ends inside windows

@@ -34,9 +34,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _niah_args(model: Path, out: Path, *extra: str) -> list[str]:
+def _niah_args(model: Path, out: Path, *extra: str, shard_size: int = 1) -> list[str]:
     return ["analyze", "--model", str(model), "--study", "niah", "--lengths", "400,480", "--depths", "0,0.5,1",
-            "--out", str(out), "--quiet", *extra, "--device", "auto"]
+            "--out", str(out), "--quiet", "--shard-size", str(shard_size), *extra, "--device", "auto"]
 
 
 def _rank_env(log: Path, **extra: str) -> dict[str, str]:
@@ -86,38 +86,59 @@ def single_run(byte_model_dir, tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_two_ranks_under_torchrun_merge_the_same_bytes_as_one_process(byte_model_dir, tmp_path):
-    """With batches of 2 prompts: a batch stays on one rank, so the records are those of one process."""
-    args = {where: _niah_args(byte_model_dir, tmp_path / where, "--batch-size", "2") for where in ("one", "two")}
+    """With shards of 2 prompts, batches of 2: a batch stays on one rank, so the records are those of one process."""
+    args = {where: _niah_args(byte_model_dir, tmp_path / where, "--batch-size", "2", shard_size=2)
+            for where in ("one", "two")}
     _one_process(args["one"])
     log = tmp_path / "log"
     done = _torchrun(args["two"], _rank_env(log))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for name in MERGED:
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
-    # the work was split by whole batches in the items' order: each item written once, by its rank
-    cells = [f"niah_len={length}_depth={depth}_seed=0.json" for length in (400, 480) for depth in (0.0, 0.5, 1.0)]
-    expected = {cell: str(index // 2 % 2) for index, cell in enumerate(cells)}
+    # the work was split by whole shards in order: each shard written once, by its rank
     writers = {name: rank for rank, name in _logged(log)}
-    assert len(_logged(log)) == 6 and writers == expected
+    assert len(_logged(log)) == 3 and writers == {"part-000000.json": "0", "part-000001.json": "1",
+                                                  "part-000002.json": "0"}
     assert not (tmp_path / "two" / ".repo_lens.lock").exists()
+
+
+@pytest.mark.slow
+def test_a_corpus_study_under_torchrun_gives_the_records_of_one_process(byte_model_dir, tmp_path):
+    """positions over a JSON-lines corpus, shards of 2 documents shared by 2 ranks: the same Parquet records."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Document {index}: " + "words and more words " * (index * 9)})
+                              + "\n" for index in range(7)))
+    args = {where: ["analyze", "--model", str(byte_model_dir), "--study", "positions", "--corpus", str(corpus),
+                    "--shard-size", "2", "--out", str(tmp_path / where), "--quiet", "--device", "auto"]
+            for where in ("one", "two")}
+    _one_process(args["one"])
+    done = _torchrun(args["two"], _rank_env(tmp_path / "log"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    import pandas as pd
+
+    one, two = (pd.read_parquet(tmp_path / where / "records") for where in ("one", "two"))
+    assert len(one) > 7 and one.equals(two)  # every document, its long ones in several windows
+    for name in MERGED:
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert sorted(rank for rank, _ in _logged(tmp_path / "log")) == ["0", "0", "1", "1"]
 
 
 @pytest.mark.slow
 def test_relaunch_after_a_killed_rank_computes_only_the_missing_items(byte_model_dir, single_run, tmp_path):
     out, log = tmp_path / "run", tmp_path / "log"
     args = _niah_args(byte_model_dir, out)
-    killed = _torchrun(args, _rank_env(log, REPO_LENS_TEST_DIE="1:1"))  # rank 1 dies after its first item
+    killed = _torchrun(args, _rank_env(log, REPO_LENS_TEST_DIE="1:1"))  # rank 1 dies after its first shard
     assert killed.returncode != 0
     assert not (out / "results.json").exists() and not (out / "summary.json").exists()
-    survivors = {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in (out / "items").iterdir()}
+    survivors = {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in (out / "shards").iterdir()}
     assert 1 <= len(survivors) < 6 and [rank for rank, _ in _logged(log)].count("1") == 1
 
     log.unlink()
     assert _by_hand(args, _rank_env(log)) == [0, 0]  # relaunched without torchrun: the variables set by hand
     recomputed = [name for _, name in _logged(log)]
-    assert sorted(recomputed) == sorted(set(path.name for path in (out / "items").iterdir()) - set(survivors))
+    assert sorted(recomputed) == sorted(set(path.name for path in (out / "shards").iterdir()) - set(survivors))
     for name, stamp in survivors.items():
-        path = out / "items" / name
+        path = out / "shards" / name
         assert (path.stat().st_ino, path.stat().st_mtime_ns) == stamp, f"{name} was rewritten"
     for name in MERGED:
         assert (out / name).read_bytes() == (single_run / name).read_bytes(), name

@@ -9,7 +9,8 @@ from typing import Any
 
 from repo_lens.errors import CheckpointError
 
-BLOCK_FAMILIES = ("olmo2", "llama", "authors")  # authors: the GRAPE / FoX authors' pre-norm blocks
+BLOCK_FAMILIES = ("olmo2", "llama", "authors", "cope")  # authors: the GRAPE / FoX authors' pre-norm blocks; cope:
+# the CoPE authors' decoder (built by repo_lens.model.authors.cope_model.CopeModel)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Dispatch to the adapters for checkpoints written by the mechanisms' authors' own code: GRAPE's
-``save_pretrained`` directories (``model_type: "gpt2"`` with their ``GPTConfig``)."""
+``save_pretrained`` directories (``model_type: "gpt2"`` with their ``GPTConfig``) and CoPE's training
+checkpoint files (``checkpoints/<name>.pt``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import torch
 
+from repo_lens.model.loaders.cope import is_cope_file, load_cope
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.grape import grape_files, load_grape
 from repo_lens.model.loaders.grape_config import is_grape_config
@@ -28,3 +30,14 @@ def load_authors(directory: Path, config: dict[str, Any], device: Any, dtype: An
     target_device = resolve_device(device)
     target_dtype: torch.dtype = resolve_dtype(dtype, target_device)
     return load_grape(directory, config, target_device, target_dtype)
+
+
+def is_authors_file(path: Path) -> bool:
+    """True for a single-file authors' checkpoint (CoPE's ``*.pt``)."""
+    return is_cope_file(path)
+
+
+def load_authors_file(path: Path, device: Any, dtype: Any) -> LoadedModel:
+    """The single-file authors' checkpoint ``path`` loaded (see :func:`is_authors_file`)."""
+    target_device = resolve_device(device)
+    return load_cope(path, target_device, resolve_dtype(dtype, target_device))

@@ -11,7 +11,7 @@ import torch
 from repo_lens.atomic import remove_leftover_temp_files
 from repo_lens.errors import CheckpointError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
-from repo_lens.model.loaders.authors import authors_files, load_authors
+from repo_lens.model.loaders.authors import authors_files, is_authors_file, load_authors, load_authors_file
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.files import read_json_file, regular_file
 from repo_lens.model.loaders.gguf import load_gguf
@@ -66,6 +66,8 @@ def checkpoint_files(source: str | os.PathLike) -> list[Path]:
     directory = Path(source).expanduser()
     if _is_gguf(directory):
         return [directory]
+    if is_authors_file(directory):
+        return [_regular(directory)]
     config = read_config(directory)
     files = authors_files(directory, config)
     if files is not None:
@@ -100,6 +102,8 @@ def load_checkpoint(
     directory = Path(source).expanduser()
     if _is_gguf(directory):
         return load_gguf(directory, device=device, dtype=dtype)
+    if is_authors_file(directory):  # CoPE's checkpoints/<name>.pt
+        return load_authors_file(directory, device, dtype)
     config = read_config(directory)
     remove_leftover_temp_files(directory)  # what a save killed mid-write left there
     authors = load_authors(directory, config, device, dtype)  # GRAPE's own save_pretrained layout

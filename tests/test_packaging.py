@@ -1,5 +1,5 @@
 """pip is the way in: the sdist and wheel ``python -m build`` makes from the files git would ship pass
-``twine check --strict``; the wheel holds the package data (zoo models, mechanisms.json, py.typed, the app's
+``twine check --strict``; the sdist holds the package and its data but no tests; the wheel holds the package data (zoo models, mechanisms.json, py.typed, the app's
 .streamlit/config.toml) and no tests; installed (non-editable, its dependencies taken from this environment)
 into a fresh virtual environment, ``repo-lens --help``, ``python -m repo_lens --help``, ``repo-lens app --help``
 and the README's quickstart on a zoo model work from outside the source tree."""
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -62,6 +63,15 @@ def wheel(dist) -> Path:
 def test_the_distributions_pass_twine_check(dist):
     assert sorted(path.suffix for path in dist.iterdir()) == [".gz", ".whl"]
     _run([sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))], cwd=dist)
+
+
+def test_the_sdist_holds_the_package_and_no_tests(dist):
+    (sdist,) = dist.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert {"pyproject.toml", "README.md", "LICENSE", "repo_lens/py.typed", "repo_lens/model/mechanisms.json",
+            "repo_lens/app/.streamlit/config.toml", "repo_lens/zoo/models/bytes1k-repo/model.safetensors"} <= names
+    assert not [name for name in names if name.startswith("tests/")]
 
 
 def test_the_wheel_holds_the_package_data_and_no_tests(wheel):

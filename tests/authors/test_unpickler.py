@@ -8,7 +8,6 @@ import argparse
 import os
 import pickle
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -17,29 +16,14 @@ from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.inert import InertNamespace, InertRecord
 from repo_lens.model.loaders.unpickler import read_pickled
 
+from .authors_pickles import authors_logger
+
 
 def _save_with_authors_classes(tmp_path, obj_factory):
-    """torch.save an object built with a stand-in of the CoPE authors' ``src.utils.logger.Metric``
-    (importable only while saving), then make that package unimportable again."""
-    package = tmp_path / "authors"
-    (package / "src" / "utils").mkdir(parents=True)
-    (package / "src" / "__init__.py").write_text("")
-    (package / "src" / "utils" / "__init__.py").write_text("")
-    (package / "src" / "utils" / "logger.py").write_text(textwrap.dedent("""
-        class Metric:
-            def __init__(self, name):
-                self.name, self.value, self.best_value, self.cur_epoch_best = name, 0.5, 0.25, True
-    """))
-    sys.path.insert(0, str(package))
-    try:
-        from src.utils.logger import Metric
-
-        path = tmp_path / "checkpoint.pt"
+    """torch.save an object built with the CoPE authors' ``src.utils.logger.Metric`` (importable only while saving)."""
+    path = tmp_path / "checkpoint.pt"
+    with authors_logger(tmp_path) as Metric:
         torch.save(obj_factory(Metric), path)
-    finally:
-        sys.path.remove(str(package))
-        for name in [name for name in sys.modules if name == "src" or name.startswith("src.")]:
-            del sys.modules[name]
     return path
 
 
@@ -47,7 +31,7 @@ def test_cope_training_checkpoint_reads_options_and_metrics_as_inert_data(tmp_pa
     def checkpoint(metric):
         options = argparse.Namespace(pos_emb="cope", nlayers=2, device=torch.device("cpu"), cope_npos=None)
         return {"cfg": options, "model": {"module.embed_toks.weight": torch.ones(3, 2)},
-                "logger": {"log": [{"loss/val": 1.0}], "metrics": {"loss/val": metric("loss/val")}},
+                "logger": {"log": [{"loss/val": 1.0}], "metrics": {"loss/val": metric("loss/val", divide_by="n")}},
                 "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]}, "tokenizer": None}
 
     path = _save_with_authors_classes(tmp_path, checkpoint)
@@ -55,7 +39,7 @@ def test_cope_training_checkpoint_reads_options_and_metrics_as_inert_data(tmp_pa
     assert isinstance(loaded["cfg"], InertNamespace)
     assert loaded["cfg"].attributes()["pos_emb"] == "cope" and loaded["cfg"].attributes()["nlayers"] == 2
     metric = loaded["logger"]["metrics"]["loss/val"]
-    assert type(metric) is InertRecord and metric.attributes()["best_value"] == 0.25
+    assert type(metric) is InertRecord and metric.attributes()["divide_by"] == "n"
     assert torch.equal(loaded["model"]["module.embed_toks.weight"], torch.ones(3, 2))
     assert "src.utils.logger" not in sys.modules and "src" not in sys.modules  # never imported
 

@@ -35,8 +35,8 @@ class CopeAttention(nn.Module):
         if self.kind == "cope" and self.gates_from == "separate keys":
             self.k_cope_proj = nn.Linear(cfg.d_model, width)
         self.positions = {"cope": GatedCope, "rel": RelativePositions, "nope": ConstantPositions}[self.kind](cfg)
-        if self.kind == "cope" and options.get("relative"):
-            self.relative = RelativePositions(cfg)
+        if self.kind == "cope" and options.get("relative"):  # --pos-emb cope+rel: both biases
+            self.positions.relative = RelativePositions(cfg)
         self.hook_pos = HookPoint()  # [batch, head, pos]
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()  # [batch, pos, head, d_head]
@@ -73,8 +73,8 @@ class CopeAttention(nn.Module):
         else:
             scores = (q.float() @ self._gate_source(h, k, v, cache).float().transpose(-1, -2)) / self.d_head ** 0.5
             bias, positions = self.positions(q, scores, allowed)
-            if hasattr(self, "relative"):
-                bias = bias + self.relative(q, None, allowed)[0]
+            if hasattr(self.positions, "relative"):
+                bias = bias + self.positions.relative(q, None, allowed)[0]
         self.hook_pos(positions)
         return bias
 

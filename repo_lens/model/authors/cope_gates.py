@@ -29,7 +29,8 @@ def interpolated_bias(q: torch.Tensor, gates: torch.Tensor, embeddings: torch.Te
 
 class GatedCope(ContextualPositions):
     """The zoo's CoPE fed the gate scores the authors' options pick; the query-row bias comes from the
-    hooked gates (``positions.hook_gates``), so it holds whatever tensor the gates were computed from."""
+    hooked gates (``positions.hook_gates``), so it holds whatever tensor the gates were computed from.
+    With ``--pos-emb cope+rel`` the layer's relative embeddings are its submodule ``relative``."""
 
     row_bias_hooks: tuple[str, ...] = ("positions.hook_gates",)
 
@@ -37,4 +38,7 @@ class GatedCope(ContextualPositions):
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
         gates = hooked["positions.hook_gates"][:, row_index][:, :, key_index]
         gates = gates.masked_fill(key_index[None, None, :] > row_index[None, :, None], 0.0)
-        return interpolated_bias(rows, gates, self.position_embeddings, self.max_position)
+        bias = interpolated_bias(rows, gates, self.position_embeddings, self.max_position)
+        if hasattr(self, "relative"):
+            bias = bias + self.relative.rows_bias(rows, row_index, key_index)
+        return bias

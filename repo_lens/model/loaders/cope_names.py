@@ -41,7 +41,8 @@ def cope_to_lens_name(name: str, kinds: list[str]) -> str:
         if count:
             if "{rel}" in renamed:
                 layer = int(pattern.match(name).group(1))
-                renamed = renamed.replace("{rel}", "positions" if layer < len(kinds) and kinds[layer] == "rel" else "relative")
+                renamed = renamed.replace("{rel}", "positions" if layer < len(kinds) and kinds[layer] == "rel"
+                                          else "positions.relative")
             return renamed
     return name
 

@@ -50,7 +50,7 @@ def series_style(index: int) -> dict[str, Any]:
 # then Okabe–Ito, then Paul Tol's muted colour-blind-safe colours for mechanisms added later
 KIND_PALETTE: tuple[str, ...] = (
     "#6E6E6E", OKABE_ITO[1], OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5],
-    OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288",
+    OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288", "#117733",
 )
 # chunk classes, from Paul Tol's colour-blind-safe "light" scheme, none of them close to a kind's colour (a
 # strip under a row of tokens must not read as another mechanism's text): flat grey, light cyan, pink

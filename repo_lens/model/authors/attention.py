@@ -102,6 +102,8 @@ class AuthorsAttention(nn.Module):
     def _rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q, k [batch, pos, head, d_head] rotated at ``positions`` [batch, head, pos]."""
         angles = rotation_angles(positions, self.rotary(positions.device)).transpose(1, 2)
+        if self.options.neox_rotation:  # FoX's package rotates by +angle (rotate_half), GRAPE by −angle
+            angles = -angles
         return rotate(q, angles), rotate(k, angles)
 
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,

@@ -3,8 +3,19 @@ with the weight applied in fp32 (their ``rms_norm``), a SwiGLU MLP, their attent
 
 from __future__ import annotations
 
+import torch
+
 from repo_lens.model.authors.attention import AuthorsAttention
 from repo_lens.model.blocks import _Block
+from repo_lens.model.config import ModelConfig
+from repo_lens.model.layers import SwiGLU
+
+
+class SigmoidGLU(SwiGLU):
+    """down(sigmoid(gate(x)) * up(x)): FoX's MLP with ``hidden_act="sigmoid"`` (their ``glu_linear``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(torch.sigmoid(self.gate_proj(x)) * self.up_proj(x))
 
 
 class AuthorsBlock(_Block):
@@ -14,3 +25,8 @@ class AuthorsBlock(_Block):
     NORMS = {"input_layernorm": "before_attention", "post_attention_layernorm": "before_mlp"}
     WEIGHT_BEFORE_CAST = True
     ATTENTION = AuthorsAttention
+
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__(cfg, layer)
+        if cfg.extra.get("authors", {}).get("mlp_act", "swish") == "sigmoid":
+            self.mlp = SigmoidGLU(cfg.d_model, cfg.d_mlp, cfg.mlp_bias)

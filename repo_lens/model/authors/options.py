@@ -21,7 +21,9 @@ class AttentionOptions:
     at ``rope_base`` in a layer whose mechanism does not rotate (FoX's use_rope); output_norm (+eps):
     per-head RMSNorm of the attention output (GRAPE's subln, FoX's output_norm); output_gate: FoX's
     ogate (sigmoid or silu of ogate_proj(x), times the output, before the output projection);
-    learned_frequencies (+shared, scale): GRAPE-M's θ = exp(log_freq / scale).
+    learned_frequencies (+shared, scale): GRAPE-M's θ = exp(log_freq / scale); neox_rotation: rotate by
+    +angle (x1·cos − x2·sin, FoX's package) instead of GRAPE's −angle; mlp_act: "swish" or "sigmoid" (FoX's
+    GLU variant).
 
     >>> AttentionOptions.from_extra({"authors": {"qk_norm": "head", "k_shift": True}}).k_shift
     True
@@ -41,6 +43,8 @@ class AttentionOptions:
     learned_frequencies: bool = False
     frequencies_shared: bool = True
     frequency_scale: float = 1.0
+    neox_rotation: bool = False
+    mlp_act: str = "swish"
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any]) -> "AttentionOptions":

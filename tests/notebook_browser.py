@@ -12,16 +12,14 @@ import contextlib
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "app"))
-from browser_helpers import CHROMEDRIVER, CHROMIUM, chromium, free_port  # noqa: E402
+from browser_helpers import CHROMEDRIVER, CHROMIUM, chromium, free_port, local_server  # noqa: E402
 
 PLOTLY_CHART = ".jp-RenderedPlotly.js-plotly-plot .main-svg"  # drawn by plotly.js, not a picture
 
@@ -47,28 +45,10 @@ def jupyterlab(root: Path, log: Path) -> Iterator[tuple[str, str]]:
                "--LabApp.extension_manager=readonly"]  # no PyPI queries for extensions
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--ServerApp.allow_root=True")  # containers and CI machines often run as root
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"JupyterLab did not come up:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
+    with local_server(command, cwd=root, env=env, log=log, health=f"{url}/api/status?token={token}",
+                      name="JupyterLab", timeout=120):
         yield url, token
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def first_chart(notebook: Path, timeout: float = 180.0, screenshot: Path | None = None) -> dict[str, float]:

@@ -48,6 +48,34 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
+def local_server(command: list[str], *, cwd: Path, env: dict[str, str], log: Path, health: str, name: str,
+                 timeout: float = 90.0) -> Iterator[None]:
+    """Run ``command`` (a server on 127.0.0.1, output to ``log``) until ``health`` answers 200, then
+    yield; stopped on exit. A server that exits or stays silent for ``timeout`` s raises, with its log."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(health, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not come up:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.3)
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@contextlib.contextmanager
 def app_server(env: dict[str, str], log: Path, app: Path | None = None) -> Iterator[str]:
     """The app served on a free local port with ``env`` added; yields its URL. ``app`` None: started as
     users start it, ``repo-lens app``; else a `streamlit run` of that script (e.g. an older copy)."""
@@ -57,29 +85,10 @@ def app_server(env: dict[str, str], log: Path, app: Path | None = None) -> Itera
     else:
         command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
                    "--server.port", str(port), "--server.headless", "true"]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, stdout=out,
-                                   stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Streamlit server did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.3)
+    with local_server(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, log=log,
+                      health=f"{url}/_stcore/health", name="the Streamlit server"):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @contextlib.contextmanager

@@ -72,7 +72,8 @@ def resolve_checkpoint(path: str, roots: list[Path] | None = None) -> Path:
         )
     candidate = Path(text).expanduser()
     if not candidate.is_absolute():
-        raise InputError(f"{text!r} is a relative path; give an absolute path under {_roots_text(roots)}")
+        hub = f" (for the Hugging Face Hub repository {text}, pick “Hugging Face Hub id…”)" if is_hub_id(text) else ""
+        raise InputError(f"{text!r} is a relative path; give an absolute path under {_roots_text(roots)}{hub}")
     try:
         return _checked_checkpoint(text, candidate.resolve(), roots)
     except OSError as error:  # e.g. a name longer than the file system allows

@@ -123,6 +123,15 @@ def test_a_local_directory_named_like_the_hub_id_is_not_read(app, app_env, offli
     assert not figures(at)
 
 
+def test_a_hub_id_typed_as_a_directory_points_to_the_hub_box(app, app_env):
+    at = app().run()
+    at.selectbox(key="model_a").set_value("Other directory…").run()
+    at.text_input(key="model_a_path").input(REPO).run()
+    assert_clean(at)
+    assert any(f"is a relative path; give an absolute path under {app_env}" in text and
+               f"(for the Hugging Face Hub repository {REPO}, pick “{HUB}”)" in text for text in messages(at, "error"))
+
+
 def test_hub_sources_are_named_and_parsed():
     assert config.hub_source(f"{REPO}@v1.0") == config.hub_source(REPO, " v1.0 ") == f"{REPO}@v1.0"
     assert config.parse_hub_source(f"{REPO}@refs/pr/1") == (REPO, "refs/pr/1")

@@ -25,6 +25,7 @@ from repo_lens.plots import (
 
 from repo_lens.app import cache, config, results, state
 from repo_lens.app.documents import Preset
+from repo_lens.app.intervention_view import interventions_view
 from repo_lens.app.names import export_name, slug
 from repo_lens.app.sidebar import Selection
 from repo_lens.app.ui import Item, clamp_head, csv_button, first_learned_layer, guard, head_picker, per_item, show_figure
@@ -298,5 +299,6 @@ VIEWS: tuple[View, ...] = (
     View("Heatmaps", heatmaps_view),
     View("Attention mass", mass_view, preset=Preset.NIAH, needs_preset=True),
     View("Word boundaries", boundaries_view, preset=Preset.CHINESE),
+    View("Interventions", interventions_view, preset=Preset.NIAH, needs_preset=True),
     View("Trace & data", data_view),
 )

@@ -1,7 +1,8 @@
 """Causal studies of positions: ablate, interpolate and patch the positions of layers and heads.
 
 ``ablate`` replaces the positions of some layers and heads in one forward pass (integer, constant,
-mean, shuffle, or the RePo authors' interpolation toward the integers); ``patch`` writes a clean
+mean, shuffle, or the RePo authors' interpolation toward the integers); ``ablation_grid`` ablates
+one layer, head or token at a time, batched; ``patch`` writes a clean
 prompt's positions into a corrupted run one grid cell at a time (layer, head or token), batched and
 started from the corrupted run's cached residual stream; ``attribute`` estimates the same grid from
 one forward and one backward pass. Every learned mechanism goes through one code path: the registry
@@ -24,14 +25,16 @@ Example:
 from __future__ import annotations
 
 from repo_lens.interventions.ablate import ablate
+from repo_lens.interventions.ablation_grid import ablation_grid
 from repo_lens.interventions.attribution import attribute
 from repo_lens.interventions.metrics import (answer_logprob, logit_difference, metric_values, niah_exact_match,
                                              span_loss)
 from repo_lens.interventions.modes import MODES, Mode, parse_mode
 from repo_lens.interventions.patching import patch
+from repo_lens.interventions.positions import ablated_positions
 from repo_lens.interventions.results import GRIDS, InterventionGrid
 from repo_lens.interventions.selection import Site, select_sites
 
-__all__ = ["GRIDS", "MODES", "InterventionGrid", "Mode", "Site", "ablate", "answer_logprob", "attribute",
-           "logit_difference", "metric_values", "niah_exact_match", "parse_mode", "patch", "select_sites",
-           "span_loss"]
+__all__ = ["GRIDS", "MODES", "InterventionGrid", "Mode", "Site", "ablate", "ablated_positions", "ablation_grid",
+           "answer_logprob", "attribute", "logit_difference", "metric_values", "niah_exact_match", "parse_mode",
+           "patch", "select_sites", "span_loss"]

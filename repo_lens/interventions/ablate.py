@@ -35,6 +35,16 @@ def reference_means(lens: Any, reference: Any, sites: list[Site]) -> dict[int, t
     return means
 
 
+def checked_means(lens: Any, reference: Any, sites: list[Site], width: int) -> dict[int, torch.Tensor]:
+    """:func:`reference_means` for inputs of ``width`` tokens; a shorter reference set is an InputError."""
+    means = reference_means(lens, reference, sites)
+    longest = next(iter(means.values())).shape[2]
+    if width > longest:
+        raise InputError(f"mean ablation of {width} tokens needs a reference set at least as long; its longest input "
+                         f"has {longest} tokens")
+    return means
+
+
 def _edit_hook(site: Site, mode: Mode, heads: torch.Tensor, mean: torch.Tensor | None, orders: torch.Tensor | None):
     def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
         return keep_heads(edit_values(value, mode, site.edit, mean=mean, orders=orders), value, heads)
@@ -46,13 +56,7 @@ def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sit
                heads: torch.Tensor, reference: Any, seed: int) -> list[tuple[str, Any]]:
     """The forward hooks that apply ``mode`` at ``sites`` in the ``heads`` mask, for a batch of
     ``lengths`` padded to ``inputs_width`` tokens (``reference``: the inputs of "mean")."""
-    means: dict[int, torch.Tensor] = {}
-    if mode.name == "mean":
-        means = reference_means(lens, reference, sites)
-        longest = next(iter(means.values())).shape[2]
-        if inputs_width > longest:
-            raise InputError(f"mean ablation of {inputs_width} tokens needs a reference set at least as long; its "
-                             f"longest input has {longest} tokens")
+    means = checked_means(lens, reference, sites, inputs_width) if mode.name == "mean" else {}
     orders = shuffle_orders(lengths, inputs_width, seed) if mode.name == "shuffle" else None
     return [(site.hook, _edit_hook(site, mode, heads, means.get(site.layer), orders)) for site in sites]
 

@@ -11,7 +11,7 @@ to one full ``run_with_hooks`` forward per cell (TransformerLens' serial loop).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,13 +70,13 @@ class _Prefixes:
 
 
 def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, torch.Tensor], chunk: Sequence[Cell],
-              metric: Metric, prefixes: _Prefixes) -> torch.Tensor:
-    """The metric of each cell of ``chunk`` (ordered by layer) in one batched pass: from its layer on, and
+              metrics: Mapping[str, Metric], prefixes: _Prefixes) -> dict[str, torch.Tensor]:
+    """Each metric of each cell of ``chunk`` (ordered by layer) in one batched pass: from its layer on, and
     from the first token the chunk changes on (the tokens before it keep the corrupted run's state)."""
     model, shared = lens.model, pair.prefix.length
     first = first_changed(chunk, pair.heads, patched, corrupted.quantities, floor=shared)
     if first == pair.corrupted.lengths[0]:  # the clean positions equal the corrupted ones: nothing changes
-        return metric_values(metric, corrupted.logits).expand(len(chunk))
+        return {name: metric_values(metric, corrupted.logits).expand(len(chunk)) for name, metric in metrics.items()}
     counts = {layer: sum(cell.layer == layer for cell in chunk) for layer in dict.fromkeys(c.layer for c in chunk)}
 
     def join(layer: int, x: torch.Tensor) -> torch.Tensor:
@@ -92,20 +92,23 @@ def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, tor
     with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=_hooks(pair, patched, chunk, counts, first)):
         logits = run_from(model, start, corrupted.inputs[start][0][:0, first - shared:], rest, join)
     before = corrupted.logits[:, :first]
-    return metric_values(metric, torch.cat((before.expand(len(chunk), *before.shape[1:]), logits), dim=1))
+    logits = torch.cat((before.expand(len(chunk), *before.shape[1:]), logits), dim=1)
+    return {name: metric_values(metric, logits) for name, metric in metrics.items()}
 
 
 def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = "layer_head",
           layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
-          align: str | Sequence[str] | None = None, batch_size: int = 16, progress: bool = True) -> InterventionGrid:
+          align: str | Sequence[str] | None = None, batch_size: int = 16, progress: bool = True,
+          also: Mapping[str, Metric] | None = None) -> InterventionGrid:
     """The metric of the corrupted run with the clean run's positions written into one cell at a time.
 
     ``grid``: "layer" (all selected heads of a layer), "layer_head" or "layer_head_position" (one
     token of one head; for CoPE / GRAPE-AP, the token's row of gates or potentials). ``layers=None``:
     every learned layer. Prompts (text, token ids or Prompts) of equal length align token by token;
     otherwise pass ``align`` = span names (e.g. ["needle", "query", "answer"]). ``metric`` maps logits
-    [batch, pos, vocab] to [batch] (see ``repo_lens.interventions.metrics``). ``batch_size`` patched
-    copies run per forward pass.
+    [batch, pos, vocab] to [batch] (see ``repo_lens.interventions.metrics``); ``also`` names further
+    metrics measured on the same runs (their grids in ``result.also``). ``batch_size`` patched copies
+    run per forward pass.
 
     Example:
         >>> from repo_lens.lens import Lens
@@ -122,15 +125,29 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
     pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align)
     with torch.no_grad():
         run = capture(lens.model, pair.corrupted.ids, pair.sites, inputs_from=pair.first_layer, prefix=pair.prefix)
-        baseline = float(metric_values(metric, run.logits)[0])
     patched = {site.layer: transplant(pair.clean_quantities[site.layer], run.quantities[site.layer], pair.mapping,
                                       site.edit.pairwise) for site in pair.sites}
+    metrics = {"metric": metric, **(also or {})}
+    values, baselines = grid_values(lens, pair, run, patched, grid, metrics, batch_size, progress, "patching")
+    return InterventionGrid("patch", grid, values.pop("metric"), baselines.pop("metric"), pair.clean_metric,
+                            [s.layer for s in pair.sites], pair.head_list, round(time.perf_counter() - started, 4),
+                            {"also_baseline": baselines} if also else {}, also=values)
+
+
+def grid_values(lens: Any, pair: Pair, run: Captured, patched: dict[int, torch.Tensor], grid: str,
+                metrics: Mapping[str, Metric], batch_size: int, progress: bool,
+                what: str) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Each metric of every cell of ``grid`` with ``patched`` [1, head, pos (, pos)] written in its
+    entries of the run ``run`` (captured with the pair's prefix, block inputs from the first site layer
+    on), and each metric of the run itself."""
+    baselines = {name: float(metric_values(metric, run.logits)[0]) for name, metric in metrics.items()}
     cells = grid_cells(grid, pair.sites, pair.head_list, pair.aligned_tokens)
-    values = np.full((lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1], np.nan)
+    shape = (lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1]
+    values = {name: np.full(shape, np.nan) for name in metrics}
     chunks = [cells[first:first + batch_size] for first in range(0, len(cells), batch_size)]
     prefixes = _Prefixes(lens, pair)
-    for chunk in tqdm(chunks, desc=f"patching {grid}", unit="batch", disable=not progress):
-        for cell, value in zip(chunk, run_cells(lens, pair, run, patched, chunk, metric, prefixes).tolist()):
-            values[cell.index] = value
-    return InterventionGrid("patch", grid, values, baseline, pair.clean_metric, [s.layer for s in pair.sites],
-                            pair.head_list, round(time.perf_counter() - started, 4))
+    for chunk in tqdm(chunks, desc=f"{what} {grid}", unit="batch", disable=not progress):
+        for name, result in run_cells(lens, pair, run, patched, chunk, metrics, prefixes).items():
+            for cell, value in zip(chunk, result.tolist()):
+                values[name][cell.index] = value
+    return values, baselines

@@ -35,6 +35,8 @@ class InterventionGrid:
     baseline: the metric of the corrupted run, nothing patched. clean: of the clean run (NaN when the
         prompts differ in length, as the metric then reads other tokens).
     layers, heads: the layers and heads the grid covers. seconds: its wall time.
+    also: the grids of the further metrics measured on the same runs (``also=`` of patch / ablation_grid);
+        their baselines in ``meta["also_baseline"]``.
 
     Example:
         >>> grid = InterventionGrid("patch", "layer", np.array([np.nan, 1.0]), baseline=0.5, clean=2.0,
@@ -52,6 +54,7 @@ class InterventionGrid:
     heads: list[int]
     seconds: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    also: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def effects(self) -> np.ndarray:
@@ -64,8 +67,13 @@ class InterventionGrid:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (lists, floats; NaN as None) for JSON."""
-        values = np.where(np.isfinite(self.values), self.values, np.nan).astype(object)
-        values[~np.isfinite(self.values)] = None
-        return {"method": self.method, "grid": self.grid, "values": values.tolist(), "baseline": self.baseline,
+        return {"method": self.method, "grid": self.grid, "values": _plain(self.values), "baseline": self.baseline,
                 "clean": self.clean if np.isfinite(self.clean) else None, "layers": self.layers,
-                "heads": self.heads, "seconds": self.seconds, "meta": self.meta}
+                "heads": self.heads, "seconds": self.seconds, "meta": self.meta,
+                "also": {name: _plain(values) for name, values in self.also.items()}}
+
+
+def _plain(values: np.ndarray) -> list:
+    out = values.astype(object)
+    out[~np.isfinite(values)] = None
+    return out.tolist()

@@ -116,3 +116,25 @@ def test_a_metric_gives_one_number_per_row_and_a_batch_pads_after_each_row():
              for text in prompts]
     assert batch.shape == (2,) and abs(batch - alone).max() < 1e-4
     assert interventions.ablate(lens, prompts[1], mode="constant", metric=metric).shape == (1,)
+
+
+@pytest.mark.parametrize("kind, mode", [("repo", "integer"), ("repo", "mean"), ("repo", ("interpolate", 0.4)),
+                                        ("cope", "shuffle"), ("cope", "constant"), ("lpi", "shuffle"),
+                                        ("fox", "mean")])
+def test_ablation_grid_cells_equal_ablate_one_cell(kind, mode):
+    lens = tiny_lens(kind)
+    metric = interventions.logit_difference(ord("e"), ord("a"))
+    cells = interventions.ablation_grid(lens, TEXT, metric, mode=mode, reference=REFERENCE, seed=3, batch_size=3,
+                                        progress=False)
+    for layer in (1, 2):
+        for head in range(4):
+            one = interventions.ablate(lens, TEXT, mode=mode, layers=[layer], heads=[head], metric=metric,
+                                       reference=REFERENCE, seed=3)[0]
+            assert cells.values[layer, head] == pytest.approx(one, abs=2e-4), (layer, head)
+    assert cells.clean == pytest.approx(interventions.ablate(lens, TEXT, mode=mode, metric=metric,
+                                                             reference=REFERENCE, seed=3)[0], abs=1e-5)
+    layers = interventions.ablation_grid(lens, TEXT, metric, mode=mode, grid="layer", heads=[0, 3],
+                                         reference=REFERENCE, seed=3, progress=False)
+    one = interventions.ablate(lens, TEXT, mode=mode, layers=[2], heads=[0, 3], metric=metric, reference=REFERENCE,
+                               seed=3)[0]
+    assert layers.values[2] == pytest.approx(one, abs=2e-4)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from repo_lens.studies.reproductions.common import save_study, stem
 from repo_lens.studies.reproductions import position_interventions_report as report
 
-SWEEP = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 QUICK_SWEEP = (0.0, 0.5, 1.0)
 DEPTHS = (0.25, 0.75)  # the clean needle's depth, and where the corrupted prompt moves it
 
@@ -91,17 +91,33 @@ def ablation_conditions(lens: Any, sweep: tuple[float, ...]) -> list[tuple[str, 
     return conditions
 
 
-def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], batch_size: int, progress: bool,
-                   name: str) -> dict[str, Any]:
-    """Every condition of :func:`ablation_conditions`, scored on ``prompts``."""
+def changes_positions(lens: Any, prompt: Any, mode: Any, layers: Any, heads: Any, unchanged: np.ndarray) -> bool:
+    """Whether the ablation moves any position of ``prompt`` (e.g. "integer" leaves RoPE's as they are)."""
     from repo_lens import interventions
 
-    result: dict[str, Any] = {"baseline": scores(lens, prompts, ("interpolate", 0.0), batch_size=batch_size),
-                              "all": {}, "layer": {}, "head": {}, "sweep": {"integer": {}, "constant": {}}}
+    ablated = interventions.ablated_positions(lens, prompt, mode=mode, layers=layers, heads=heads,
+                                              reference=[prompt])
+    return not np.allclose(ablated, unchanged, atol=1e-5)
+
+
+def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], batch_size: int, progress: bool,
+                   name: str) -> dict[str, Any]:
+    """Every condition of :func:`ablation_conditions`, scored on ``prompts``; a condition that moves no
+    position (checked on the first prompt) is recorded as ``None`` and not run."""
+    from repo_lens import interventions
+
+    baseline = scores(lens, prompts, ("interpolate", 0.0), batch_size=batch_size)
+    result: dict[str, Any] = {"baseline": baseline, "all": {}, "layer": {}, "head": {},
+                              "sweep": {"integer": {}, "constant": {}}}
+    unchanged = lens.trace(prompts[0].ids, progress=False).positions
     for group, layer, head, mode in tqdm(ablation_conditions(lens, sweep), desc=f"ablations {name}",
                                          disable=not progress):
         label = interventions.parse_mode(mode).name
-        score = scores(lens, prompts, mode, layer, head, batch_size, reference=prompts[:16])
+        score = None
+        if label != "mean" and changes_positions(lens, prompts[0], mode, layer, head, unchanged):
+            score = scores(lens, prompts, mode, layer, head, batch_size)
+        elif label == "mean":  # the check needs the reference set; the mean of the index is the index
+            score = scores(lens, prompts, mode, layer, head, batch_size, reference=prompts[:16])
         if group == "all":
             result["all"][label] = score
         elif group == "layer":

@@ -10,7 +10,7 @@ ALL_MODES = ("integer", "constant", "mean", "shuffle")
 
 
 def _cell(score: dict[str, float] | None) -> str:
-    return "–" if score is None else f"{score['accuracy']:.2f} ({score['logprob']:.1f})"
+    return "=" if score is None else f"{score['accuracy']:.2f} ({score['logprob']:.1f})"
 
 
 def _name(model: str) -> str:
@@ -18,11 +18,12 @@ def _name(model: str) -> str:
 
 
 def summary_table(results: dict[str, Any]) -> str:
-    """Accuracy (mean answer log-probability) with every edited layer's positions replaced.
+    """Accuracy (mean answer log-probability) with every edited layer's positions replaced; "=" marks an
+    edit that moves no position (not run: the scores are the unchanged ones).
 
     >>> score = {"accuracy": 1.0, "logprob": -0.5}
     >>> print(summary_table({"zoo:m": {"ablations": {"baseline": score, "all": {"integer": score}}}}).splitlines()[2])
-    | m | 1.00 (-0.5) | 1.00 (-0.5) | – | – | – |
+    | m | 1.00 (-0.5) | 1.00 (-0.5) | = | = | = |
     """
     lines = ["| model | unchanged | integer | constant | mean | shuffle |", "|---|---|---|---|---|---|"]
     for model, result in results.items():
@@ -53,13 +54,16 @@ def head_grid(result: dict[str, Any], mode: str, field: str = "accuracy") -> np.
     grid = np.full((len(result["layer_kinds"]), n_heads), np.nan)
     for key, modes in heads.items():
         layer, head = (int(part) for part in key.split("."))
-        if mode in modes:
+        if modes.get(mode) is not None:
             grid[layer, head] = modes[mode][field]
+        elif mode in modes:  # an edit that moves no position: the unchanged score
+            grid[layer, head] = result["ablations"]["baseline"][field]
     return grid
 
 
 def head_table(results: dict[str, Any]) -> str:
-    """Per model, a layer × head table of accuracy with one head made integer / constant."""
+    """Per model, a layer × head table of accuracy with one head made integer / constant (an edit that
+    moves no position shows the unchanged accuracy)."""
     blocks = []
     for model, result in results.items():
         integer, constant = head_grid(result, "integer"), head_grid(result, "constant")
@@ -132,7 +136,8 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             colorbar_title="Δ log p", layer_kinds=kinds, colorscale="PuOr", zmid=0.0, value_format=".3f")
     sweep = go.Figure()
     for index, (model, toward) in enumerate((m, t) for m in results for t in ("integer", "constant")):
-        points = results[model]["ablations"]["sweep"][toward]
+        unchanged = results[model]["ablations"]["baseline"]  # "=": the edit moves no position
+        points = {p: score or unchanged for p, score in results[model]["ablations"]["sweep"][toward].items()}
         look = series_style(index)
         sweep.add_scatter(x=[float(p) for p in points], y=[score["accuracy"] for score in points.values()],
                           name=f"{_name(model)} → {toward}", mode="lines+markers",

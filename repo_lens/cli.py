@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from repo_lens.cli_args import (
     command_line_text,
@@ -21,6 +22,10 @@ from repo_lens.cli_args import (
     whole_number,
 )
 from repo_lens.errors import ContextLengthError, InputError, RepoLensError
+
+if TYPE_CHECKING:
+    from repo_lens.data.corpus_sources import Corpus
+    from repo_lens.studies.study import Option, Study
 
 DEBUG_VARIABLE = "REPO_LENS_DEBUG"
 
@@ -119,11 +124,11 @@ CORPUS_FLAGS = ("corpus", "file", "text_field", "id_field", "text_unit", "split"
                 "window", "stride", "overlap")
 
 
-def _analyze_corpus(args: argparse.Namespace, study):
+def _analyze_corpus(args: argparse.Namespace, study: Study) -> Corpus | None:
     """The corpus of an ``analyze`` run, opened and counted before the model loads (None for a study that
     makes its own inputs, which refuses the corpus flags)."""
     from repo_lens.data.corpus_sources import Selection
-    from repo_lens.studies.analyze import prepare_corpus
+    from repo_lens.studies.runner import prepare_corpus
 
     given = [name for name in CORPUS_FLAGS if getattr(args, name) is not None]
     if not study.reads_corpus:
@@ -151,7 +156,7 @@ def _analyze_corpus(args: argparse.Namespace, study):
     return corpus
 
 
-def _study_options(args: argparse.Namespace, study) -> dict:
+def _study_options(args: argparse.Namespace, study: Study) -> dict:
     """The study's options given as flags (a built-in study's ``--NAME``) or as ``--study-option NAME=VALUE``."""
     from repo_lens.studies.registry import registered
 
@@ -177,9 +182,9 @@ def _study_options(args: argparse.Namespace, study) -> dict:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     import repo_lens
-    from repo_lens.studies.analyze import analyze
     from repo_lens.studies.distributed import load_placement, ranks_from_env
     from repo_lens.studies.registry import get_study
+    from repo_lens.studies.runner import analyze
 
     args.context_flags = {"allow_beyond_context": "--beyond-context"}
     study = get_study(args.study, args.study_module or ())
@@ -424,14 +429,14 @@ def _add_study_option_flags(analyze: argparse.ArgumentParser) -> None:
                 continue
 
 
-def _option_type(option):
+def _option_type(option: Option) -> Callable[[str], Any]:
     """The argparse type of a study option's flag: the command line's own checks where they fit."""
     if option.many and option.kind in (int, float):
         return number_list(option.kind, option.low, option.high, option.example or "1,2")
     if option.kind is int and option.low is not None:
         return whole_number(int(option.low), None if option.high is None else int(option.high))
 
-    def parse(text: str):
+    def parse(text: str) -> Any:
         try:
             return option.parse(text)
         except InputError as error:

@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -293,7 +293,7 @@ def _first_json_object(path: Path) -> dict[str, Any]:
     return first
 
 
-def _open_text(path: Path):
+def _open_text(path: Path) -> TextIO:
     if path.suffix.lower() == ".gz":
         import gzip
 

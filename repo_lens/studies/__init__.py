@@ -3,7 +3,7 @@
 The one home of every batch run in repo_lens; ``repo-lens analyze``, ``repo-lens reproduce`` and the
 scripts in ``analyses/`` all go through it.
 
-- :mod:`repo_lens.studies.analyze`: :func:`analyze`, a registered study over a whole corpus (streamed,
+- :mod:`repo_lens.studies.runner`: :func:`analyze`, a registered study over a whole corpus (streamed,
   cut into windows, nothing dropped in silence) or over its own items; records as Parquet shards
   (:mod:`repo_lens.studies.shards`), the summary with the run's counts; resumable and shared among
   torchrun / accelerate ranks.
@@ -31,7 +31,7 @@ from typing import Any
 from repo_lens.studies.registry import get_study, register_study, study_names
 from repo_lens.studies.study import Option, Study
 
-_LAZY = {"analyze": "repo_lens.studies.analyze", "StudyResult": "repo_lens.studies.analyze",
+_LAZY = {"analyze": "repo_lens.studies.runner", "StudyResult": "repo_lens.studies.runner",
          "trace_windows": "repo_lens.studies.items", "open_corpus": "repo_lens.data.corpus_sources",
          "Corpus": "repo_lens.data.corpus_sources", "Window": "repo_lens.data.windows"}
 

@@ -6,22 +6,24 @@ that building the command line's help loads no model code).
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from repo_lens.errors import InputError
+from repo_lens.protocol import LensProtocol
 from repo_lens.studies.study import Option, Study
 
 MAX_PROMPT_TOKENS = 2**21  # --lengths: far beyond any context; a longer prompt would take hours to build
 SEED_MAX = 2**32 - 1  # what every generator a seed reaches accepts (numpy's legacy one is the narrowest)
 
 
-def _items():
+def _items() -> ModuleType:
     from repo_lens.studies import items
 
     return items
 
 
-def _niah_cells(lens, options: dict[str, Any]) -> list[dict[str, Any]]:
+def _niah_cells(lens: LensProtocol, options: dict[str, Any]) -> list[dict[str, Any]]:
     """The NIAH sweep's cells, lengths × depths × seeds; a length beyond the context needs ``beyond_context``."""
     context = lens.context_length
     too_long = [length for length in options["lengths"] if context and length > context]
@@ -32,7 +34,7 @@ def _niah_cells(lens, options: dict[str, Any]) -> list[dict[str, Any]]:
             for depth in options["depths"] for seed in options["seeds"]]
 
 
-def _niah_records(lens, cells: list[dict[str, Any]], options: dict[str, Any]) -> list[dict[str, Any]]:
+def _niah_records(lens: LensProtocol, cells: list[dict[str, Any]], options: dict[str, Any]) -> list[dict[str, Any]]:
     triples = [(cell["length"], cell["depth"], cell["seed"]) for cell in cells]
     return _items().niah_records(lens, triples, options["beyond_context"], batch_size=len(cells))
 

@@ -10,7 +10,7 @@ truncated to the context); ``analyses/smollm2_niah.py`` runs the same NIAH items
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,9 @@ from repo_lens.analysis import (
 from repo_lens.data import Prompt, encode_with_offsets, niah_single
 from repo_lens.data.windows import Window
 from repo_lens.model.registry import learned_layers
-from repo_lens.protocol import check_batch_size, trace_many
+from repo_lens.protocol import LensProtocol, check_batch_size, trace_many
 from repo_lens.studies.runs import Item
+from repo_lens.trace import Trace
 
 
 def niah_record(lens, length: int, depth: float, seed: int, beyond_context: bool = False,
@@ -132,7 +133,7 @@ def batched_computes(inputs: list, batch_size: int, compute_batch: Callable[[lis
     return [compute_of(index) for index in range(len(inputs))]
 
 
-def position_record(trace, chunk: int = 16, eps: float = 0.2) -> dict[str, Any]:
+def position_record(trace: Trace, chunk: int = 16, eps: float = 0.2) -> dict[str, Any]:
     """Range statistics (RePo Fig. 2) and chunk-pattern shares (Fig. 3) of one trace, by layer (and the ranges
     by layer and head); ``n_chunks`` whole chunks of ``chunk`` tokens (no patterns below one chunk)."""
     ranges = range_stats(trace.positions)
@@ -164,20 +165,21 @@ def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2, ba
     return [(f"text_{index:05d}", compute) for index, compute in enumerate(computes)]
 
 
-def trace_windows(lens, windows: list[Window], options: dict[str, Any]) -> list:
+def trace_windows(lens: LensProtocol, windows: list[Window], options: dict[str, Any]) -> list[Trace]:
     """The traces of a batch of windows in one forward pass (longer than the context only with
     ``options["beyond_context"]``)."""
     return trace_many(lens, [window.ids for window in windows], batch_size=len(windows),
                       allow_beyond_context=bool(options.get("beyond_context", False)))
 
 
-def position_window_records(lens, windows: list[Window], options: dict[str, Any]) -> list[dict[str, Any]]:
+def position_window_records(lens: LensProtocol, windows: list[Window], options: dict[str, Any]) -> list[dict[str, Any]]:
     """:func:`position_record` of each window (``options``: ``chunk``, ``eps``): the ``positions`` study's record."""
     return [position_record(trace, options.get("chunk", 16), options.get("eps", 0.2))
             for trace in trace_windows(lens, windows, options)]
 
 
-def boundary_record(text: str, spans, segmentations: dict[str, list[str]], trace) -> dict[str, Any]:
+def boundary_record(text: str, spans: Sequence[tuple[int, int]] | np.ndarray, segmentations: dict[str, list[str]],
+                    trace: Trace) -> dict[str, Any]:
     """Position increments at the scored CJK gaps of ``text`` (its tokens' character ``spans``) with each
     segmentation's labels (seeds/002): ``NAME_labels`` (n,) and ``NAME_increments`` (L, H, n) per name."""
     increments = trace_increments(trace)
@@ -215,7 +217,7 @@ def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:
     return [(f"sentence_{index:05d}", compute) for index, compute in enumerate(computes)]
 
 
-def boundary_window_records(lens, windows: list[Window], options: dict[str, Any]) -> list[dict[str, Any]]:
+def boundary_window_records(lens: LensProtocol, windows: list[Window], options: dict[str, Any]) -> list[dict[str, Any]]:
     """:func:`boundary_record` of each window, against jieba's segmentation of the window's text and, where
     the document has one (People's Daily), the gold words cut to the window: the ``boundaries`` study's record."""
     records = []
@@ -229,7 +231,7 @@ def boundary_window_records(lens, windows: list[Window], options: dict[str, Any]
     return records
 
 
-def clip_words(words, n_chars: int) -> list[str]:
+def clip_words(words: Sequence[str], n_chars: int) -> list[str]:
     """The segmentation of the first ``n_chars`` characters (the last word cut where the text is cut).
 
     >>> clip_words(["人工智能", "是", "分支"], 6)
@@ -238,7 +240,7 @@ def clip_words(words, n_chars: int) -> list[str]:
     return slice_words(words, 0, n_chars)
 
 
-def slice_words(words, start: int, end: int) -> list[str]:
+def slice_words(words: Sequence[str], start: int, end: int) -> list[str]:
     """The segmentation of characters ``start:end`` of the text ``words`` make (the words at either edge cut).
 
     >>> slice_words(["人工智能", "是", "分支"], 2, 6)
@@ -290,7 +292,7 @@ def summarize_niah(records: Iterable[dict[str, Any]], options: dict[str, Any] | 
             for name, value in record["per_token"].items():
                 sums[name] = sums.get(name, 0.0) + float(value)
 
-    def means(key) -> dict[str, float]:
+    def means(key: Any) -> dict[str, float]:
         return {name: totals[key][name] / counts[key] for name in sorted(totals[key])}
 
     lengths = sorted(key for key in totals if key != "all")

@@ -22,12 +22,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from repo_lens.atomic import atomic_write, atomic_write_bytes
 from repo_lens.errors import InputError, RepoLensError
+
+if TYPE_CHECKING:
+    import pandas
+    import pyarrow
 
 RECORDS, SHARDS = "records", "shards"
 READ_BATCH = 1024  # records in memory at a time when streaming them back
@@ -50,7 +54,7 @@ def plain_value(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def records_table(records: list[dict[str, Any]]):
+def records_table(records: list[dict[str, Any]]) -> pyarrow.Table:
     """The records as a ``pyarrow.Table``, one column per key any record has (null where one lacks it).
 
     >>> records_table([{"a": 1}, {"a": 2, "b": "x"}]).to_pylist()
@@ -148,7 +152,7 @@ def _read(path: Path, read: Any) -> Any:
                          "to recompute that shard, or choose another --out directory") from None
 
 
-def read_records(out: Path, columns: list[str] | None = None):
+def read_records(out: Path, columns: list[str] | None = None) -> pandas.DataFrame:
     """The run's records as one pandas DataFrame (``pandas.read_parquet`` of ``records/``)."""
     import pandas as pd
 

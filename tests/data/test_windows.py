@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from prompt_tokenizers import bpe_tokenizer  # noqa: F401 - a fixture
 
 from repo_lens.data.corpus_sources import Document
-from repo_lens.data.windows import WindowSpec, document_windows, special_prefix, tokenize_document, window_bounds
+from repo_lens.data.windows import (
+    WindowSpec,
+    document_windows,
+    special_prefix,
+    tokenize_document,
+    window_bounds,
+)
 from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
@@ -63,8 +69,8 @@ def test_a_bpe_tokenizer_s_bos_starts_every_window(bpe_tokenizer):  # noqa: F811
 
 
 @pytest.mark.parametrize("spec, message", [
-    (WindowSpec(size=300), "--window 300 is longer than the model's context of 256 tokens; use --window 256 or less, "
-                           "or pass --beyond-context"),
+    (WindowSpec(size=300), ("--window 300 is longer than the model's context of 256 tokens; use --window 256 or "
+                            "less, or pass --beyond-context")),
     (WindowSpec(size=0), "--window .* must be an int >= 1"),
     (WindowSpec(stride=300), "--stride 300 is longer than the window of 256 tokens"),
     (WindowSpec(stride=0), "--stride .* >= 1"),

@@ -93,7 +93,7 @@ def test_positions_and_boundaries_studies(byte_model_dir, tmp_path, monkeypatch,
     assert json.loads(printed.out) == {key: value for key, value in summary.items()
                                        if not key.endswith("by_layer_head")}
     assert "auc_gold_by_layer_head" in summary and summary["counts"]["documents_analysed"] == 2
-    assert f"2 of all 2 documents analysed; 0 longer than 512 tokens cut into windows" in printed.err
+    assert "2 of all 2 documents analysed; 0 longer than 512 tokens cut into windows" in printed.err
 
 
 def test_the_printed_summary_is_whole_json_however_long(tmp_path, capsys, monkeypatch):

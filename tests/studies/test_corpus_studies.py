@@ -20,15 +20,15 @@ from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders import save_checkpoint
 from repo_lens.model.tiny import tiny_model
 from repo_lens.studies import registry, shards
-from repo_lens.studies.analyze import analyze
 from repo_lens.studies.registry import Option, Study, register_study, study_table
+from repo_lens.studies.runner import analyze
 
 CONTEXT = 64
 LENGTHS = (0, 10, 63, 64, 65, 200, 129, 5)  # bytes per document: empty, shorter, equal and longer than the context
 
 
 def _texts() -> list[str]:
-    words = "positions drift while heads attend to needles in haystacks".split()
+    words = ["positions", "drift", "while", "heads", "attend", "to", "needles", "in", "haystacks"]
     rng = np.random.default_rng(0)
     return [" ".join(rng.choice(words, size=60))[:length] for length in LENGTHS]
 
@@ -115,11 +115,11 @@ def test_an_interrupted_run_resumes_at_its_unfinished_shards(lens, tmp_path, mon
             raise OSError(28, "No space left on device")
         real_write(out, index, records, counts)
 
-    monkeypatch.setattr("repo_lens.studies.analyze.write_shard", fail_on_third)
+    monkeypatch.setattr("repo_lens.studies.runner.write_shard", fail_on_third)
     with pytest.raises(OSError):
         analyze(lens, study, _texts(), out=out, shard_size=2, progress=False)
     assert sorted(path.name for path in (out / "shards").iterdir()) == ["part-000000.json", "part-000001.json"]
-    monkeypatch.setattr("repo_lens.studies.analyze.write_shard", real_write)
+    monkeypatch.setattr("repo_lens.studies.runner.write_shard", real_write)
     calls.clear()
     result = analyze(lens, study, _texts(), out=out, shard_size=2, progress=False)
     assert sorted(set(calls)) == [4, 5, 6, 7]  # only the documents of shards 2 and 3
@@ -217,8 +217,8 @@ def test_the_registry_drives_the_help_and_the_docs_table():
 @pytest.mark.parametrize("argv, message, loads", [
     (["--study", "vibes"], "argument --study: invalid choice: 'vibes'", False),
     (["--study", "positions", "--corpus", "{tmp}/missing.jsonl"], "missing.jsonl: no such file", False),
-    (["--study", "positions", "--corpus", "{jsonl}", "--text-field", "body"], "has no field 'body'; its fields are: "
-                                                                               "text, name; pass --text-field", False),
+    (["--study", "positions", "--corpus", "{jsonl}", "--text-field", "body"],
+     "has no field 'body'; its fields are: text, name; pass --text-field", False),
     (["--study", "positions", "--corpus", "{empty}"], "holds no text", False),
     (["--study", "positions", "--corpus", "{jsonl}", "--lengths", "64"], "--lengths applies to the niah study", False),
     (["--study", "niah", "--corpus", "{jsonl}"], "--corpus applies to studies that read a corpus, not niah", False),
@@ -262,7 +262,7 @@ def test_options_are_checked_from_python_too(lens, tmp_path):
     assert Option("n", 1, "", int, low=0).parse("3") == 3
 
 
-@pytest.mark.parametrize("module", ["repo_lens.studies.analyze", "repo_lens.studies.registry",
+@pytest.mark.parametrize("module", ["repo_lens.studies", "repo_lens.studies.runner", "repo_lens.studies.registry",
                                     "repo_lens.studies.shards", "repo_lens.studies.items"])
 def test_doctests(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
@@ -46,7 +46,7 @@ from repo_lens.data.windows import (
     special_prefix,
 )
 from repo_lens.errors import InputError, RepoLensError
-from repo_lens.protocol import check_batch_size
+from repo_lens.protocol import LensProtocol, check_batch_size
 from repo_lens.run_lock import run_lock
 from repo_lens.studies import distributed
 from repo_lens.studies.distributed import Ranks, share
@@ -65,6 +65,9 @@ from repo_lens.studies.shards import (
     write_shard,
 )
 from repo_lens.validation import check_int
+
+if TYPE_CHECKING:
+    import pandas
 
 SMALL_RUN = 1000  # records up to which a run also writes results.json and results.csv
 RUN_FORMAT = 2  # run.json's layout: Parquet shards (1 was one JSON file per item)
@@ -110,7 +113,7 @@ class StudyResult:
     def record_files(self) -> list[Path]:
         return record_files(self.out)
 
-    def records(self, columns: list[str] | None = None):
+    def records(self, columns: list[str] | None = None) -> pandas.DataFrame:
         """The records as a pandas DataFrame (one row per window or item)."""
         return read_records(self.out, columns)
 
@@ -148,7 +151,7 @@ def _corpus_fix() -> str:
     return FIX
 
 
-def plan_run(lens, study: str | Study, corpus: Any = None, *, options: dict[str, Any] | None = None,
+def plan_run(lens: LensProtocol, study: str | Study, corpus: Any = None, *, options: dict[str, Any] | None = None,
              windows: WindowSpec | None = None, limit: int | None = None, sample: int | None = None, seed: int = 0,
              shard_size: int | None = None, settings: dict[str, Any] | None = None) -> Plan:
     """Check a run's inputs and fix its :class:`Plan` (nothing is written yet)."""
@@ -174,7 +177,7 @@ def plan_run(lens, study: str | Study, corpus: Any = None, *, options: dict[str,
     return Plan(study, options, base, shard_size, selection.size, corpus, selection, None, size, stride, prefix)
 
 
-def analyze(lens, study: str | Study, corpus: Any = None, *, out: str | Path, options: dict[str, Any] | None = None,
+def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: str | Path, options: dict[str, Any] | None = None,
             window: int | None = None, stride: int | None = None, overlap: int | None = None,
             beyond_context: bool = False, limit: int | None = None, sample: int | None = None, seed: int = 0,
             shard_size: int | None = None, batch_size: int = 1, progress: bool = True,
@@ -224,7 +227,7 @@ def _shards(plan: Plan, last: int) -> Iterator[tuple[int, list[Any]]]:
         yield index, group
 
 
-def _run_shards(lens, plan: Plan, out: Path, mine: set[int], batch_size: int, progress: bool, ranks: Ranks) -> None:
+def _run_shards(lens: LensProtocol, plan: Plan, out: Path, mine: set[int], batch_size: int, progress: bool, ranks: Ranks) -> None:
     """Compute and write this rank's shards, reading the corpus once up to its last one."""
     unit = "doc" if plan.corpus is not None else "item"
     label = f"analyze {plan.study.name}" + (f" [rank {ranks.rank}/{ranks.world_size}]" if ranks.distributed else "")
@@ -250,7 +253,7 @@ def _advance(bar: tqdm, size: int, share: float) -> None:
     bar.update(size * share)
 
 
-def _corpus_shard(lens, plan: Plan, documents: list, batch_size: int,
+def _corpus_shard(lens: LensProtocol, plan: Plan, documents: list, batch_size: int,
                   tick: Callable[[float], Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The records of a shard of documents (one per window) and its counts."""
     counts: dict[str, Any] = {"documents": len(documents), "skipped": {}, "skipped_ids": [], "cut": 0, "windows": 0,
@@ -277,7 +280,7 @@ def _corpus_shard(lens, plan: Plan, documents: list, batch_size: int,
     return [{**window.columns(), **record} for window, record in zip(windows, records)], counts
 
 
-def _study_records(lens, plan: Plan, inputs: list, batch_size: int, tick: Callable[[float], Any] | None = None,
+def _study_records(lens: LensProtocol, plan: Plan, inputs: list, batch_size: int, tick: Callable[[float], Any] | None = None,
                    longest_first: bool = False) -> list[dict]:
     """The study's record of each input, ``batch_size`` inputs per call (the longest windows together);
     ``tick(share)`` after each batch with its share of the inputs (for the progress bar)."""
@@ -303,7 +306,7 @@ def _study_records(lens, plan: Plan, inputs: list, batch_size: int, tick: Callab
     return records
 
 
-def _finish(lens, plan: Plan, out: Path) -> StudyResult:
+def _finish(lens: LensProtocol, plan: Plan, out: Path) -> StudyResult:
     """Rank 0, once every shard is written: one schema over the shards, the counts, the summary streamed
     over the records, and results.json / results.csv for a small run."""
     harmonize(out)

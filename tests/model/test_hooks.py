@@ -46,16 +46,17 @@ def test_hook_names_and_shapes(lens):
 
 
 def readme_hook_table() -> dict[str, tuple[str, ...]]:
-    """README's "Hook points" table: name (``{l}`` for the layer) -> the dimension names of its shape."""
-    section = (ROOT / "README.md").read_text().split("## Hook points\n", 1)[1].split("\n## ", 1)[0]
+    """The documentation's hook table (docs/guide/hook-points.md): name (``{l}`` for the layer) -> the
+    dimension names of its shape."""
+    section = (ROOT / "docs" / "guide" / "hook-points.md").read_text().split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| \[([^\]]+)\] \|", section, flags=re.MULTILINE)
-    assert rows, "README has no hook table"
+    assert rows, "the hook-points page has no hook table"
     return {name: tuple(part.strip() for part in shape.split(",")) for name, shape in rows}
 
 
 def test_readme_hook_table_is_every_hook_with_its_shape():
     """Every hook of a model of each registered mechanism (OLMo-2 blocks with GQA, so q_norm, k_norm and
-    repeated keys all take part) is in README's table, every row of the table is one of them, and a
+    repeated keys all take part) is in the documented table, every row of the table is one of them, and a
     run_with_cache gives each the documented shape; every dimension size differs from the others."""
     sizes = {"batch": 3, "pos": 6, "query_pos": 6, "key_pos": 6, "head": 4, "kv_head": 2, "d_head": 8,
              "d_model": 32}
@@ -71,11 +72,11 @@ def test_readme_hook_table_is_every_hook_with_its_shape():
         assert set(cache.keys()) == set(model.hook_dict), kind  # every hook fires (hook_pattern when hooked)
         for name, value in cache.items():
             documented = re.sub(r"^blocks\.\d+\.", "blocks.{l}.", name)
-            assert documented in table, f"{name} ({kind}) is not in README's hook table"
+            assert documented in table, f"{name} ({kind}) is not in the documented hook table"
             expected = tuple(sizes[dim] for dim in table[documented])
-            assert tuple(value.shape) == expected, f"{name} ({kind}): {tuple(value.shape)}, README {table[documented]}"
+            assert tuple(value.shape) == expected, f"{name} ({kind}): {tuple(value.shape)}, docs {table[documented]}"
             seen.add(documented)
-    assert seen == set(table), f"README lists hooks no model has: {sorted(set(table) - seen)}"
+    assert seen == set(table), f"the docs list hooks no model has: {sorted(set(table) - seen)}"
 
 
 def test_every_hook_point_is_declared_with_its_shape():

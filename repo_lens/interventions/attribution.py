@@ -16,8 +16,8 @@ from repo_lens.errors import InputError
 from repo_lens.interventions.alignment import transplant
 from repo_lens.interventions.metrics import Metric, metric_values
 from repo_lens.interventions.pairs import Pair, prepare_pair
-from repo_lens.interventions.results import GRIDS, InterventionGrid, check_grid
 from repo_lens.interventions.prefix import suffix_inputs
+from repo_lens.interventions.results import GRIDS, InterventionGrid, check_grid
 from repo_lens.interventions.runs import block_inputs, run_from
 
 

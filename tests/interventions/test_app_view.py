@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -9,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 
-from app_helpers import app, app_env, assert_clean, checkpoint_root, figures, messages  # noqa: E402,F401
+from app_helpers import app, app_env, assert_clean, checkpoint_root, figures, messages  # noqa: F401  (fixtures)
 
-from repo_lens.app.intervention_view import intervention_result, mode_argument  # noqa: E402
+from repo_lens.app.intervention_view import intervention_result, mode_argument
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -34,8 +35,8 @@ def test_the_view_shows_the_answer_before_and_after_and_a_head_map(app):
     assert len(shown) == 3  # spaced tokens before and after, the layer x head map
     heat = shown[2]["data"][0]
     assert heat["type"] == "heatmap" and len(heat["z"]) == 3
-    assert all(value != value for value in heat["z"][0])  # layer 0 is RoPE: no cell (NaN)
-    assert all(value == value for row in heat["z"][1:] for value in row)
+    assert all(math.isnan(value) for value in heat["z"][0])  # layer 0 is RoPE: no cell (NaN)
+    assert not any(math.isnan(value) for row in heat["z"][1:] for value in row)
     at.selectbox(key="iv_mode").set_value("constant (NoPE-like)").run()
     assert not messages(at, "error")
     at.multiselect(key="iv_heads").set_value([]).run()

@@ -25,7 +25,9 @@ def _by_hand(lens, kind: str, clean: str, corrupted: str, cells: list[tuple], he
         _, cache = lens.model.run_with_cache(ids_of(clean), names_filter=names)
         values = []
         for layer, head, token in cells:
-            def hook(value, hook, head=head, token=token, name=hook_name(kind, layer)):
+            name = hook_name(kind, layer)
+
+            def hook(value, hook, head=head, token=token, name=name):
                 out = value.clone()
                 rows = list(heads) if head is None else [head]
                 columns = slice(None) if token is None else token

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from repo_lens.studies.reproductions.common import save_study, stem
 from repo_lens.studies.reproductions import position_interventions_report as report
+from repo_lens.studies.reproductions.common import save_study, stem
 
 SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 QUICK_SWEEP = (0.0, 0.5, 1.0)

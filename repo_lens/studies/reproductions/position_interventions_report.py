@@ -96,9 +96,10 @@ def patching_table(results: dict[str, Any]) -> str:
         patching = result["patching"]
         effects = np.asarray(patching["effects"], dtype=float)
         pearson = patching["attribution_pearson"]
-        lines = [f"{_name(model)}: {patching['pairs']} pairs, corrupted log p {patching['baseline_logprob']:.2f}, clean "
-                 f"{patching['clean_logprob']:.2f}, attribution vs exact Pearson "
-                 f"{'–' if pearson is None else f'{pearson:.2f}'}:", "",
+        caption = (f"{_name(model)}: {patching['pairs']} pairs, corrupted log p {patching['baseline_logprob']:.2f}, "
+                   f"clean {patching['clean_logprob']:.2f}, attribution vs exact Pearson "
+                   f"{'–' if pearson is None else f'{pearson:.2f}'}:")
+        lines = [caption, "",
                  "| layer | " + " | ".join(f"h{head}" for head in range(effects.shape[1])) + " |",
                  "|---|" + "---|" * effects.shape[1]]
         for layer in range(effects.shape[0]):
@@ -141,7 +142,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         look = series_style(index)
         sweep.add_scatter(x=[float(p) for p in points], y=[score["accuracy"] for score in points.values()],
                           name=f"{_name(model)} → {toward}", mode="lines+markers",
-                          line=dict(color=look["color"], dash=look["dash"]), marker=dict(symbol=look["symbol"]))
+                          line={"color": look["color"], "dash": look["dash"]}, marker={"symbol": look["symbol"]})
     sweep.update_layout(xaxis_title="p", yaxis_title="NIAH accuracy", yaxis_range=[-0.05, 1.05])
     out["interpolation_sweep"] = styled(sweep, "Interpolating positions: z' = (1 − p)·z + p·target")
     return out

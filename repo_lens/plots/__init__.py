@@ -11,16 +11,43 @@ Example:
     [0.0, 1.0, 2.0]
 """
 
-from repo_lens.plots.attention_mass import attention_mass_figure, attention_mass_layers_figure
+from repo_lens.plots.attention_mass import (
+    attention_mass_figure,
+    attention_mass_layers_figure,
+)
 from repo_lens.plots.boundaries import boundary_auc_figure
-from repo_lens.plots.export import FORMATS, ExportError, export, export_unavailable, figure_bytes, start_export_server
+from repo_lens.plots.export import (
+    FORMATS,
+    ExportError,
+    export,
+    export_unavailable,
+    figure_bytes,
+    start_export_server,
+)
+from repo_lens.plots.heatmaps import (
+    layer_head_heatmap,
+    pattern_fractions_figure,
+    pattern_strip_figure,
+    range_heatmap,
+)
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
-from repo_lens.plots.heatmaps import layer_head_heatmap, pattern_fractions_figure, pattern_strip_figure, range_heatmap
-from repo_lens.plots.notebook import STATIC_RENDERER, TRACE_FIGURE_KINDS, notebook_setup, trace_figure
-from repo_lens.plots.paper import FONT_FAMILIES, PAPER_LAYOUTS, PAPER_PRESETS, paper_figure
+from repo_lens.plots.notebook import (
+    STATIC_RENDERER,
+    TRACE_FIGURE_KINDS,
+    notebook_setup,
+    trace_figure,
+)
+from repo_lens.plots.paper import FONT_FAMILIES, PAPER_LAYOUTS, PAPER_PRESETS
+from repo_lens.plots.paper_layout import paper_figure
 from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
-from repo_lens.plots.style import FONT_FAMILY, KIND_COLORS, OKABE_ITO, PATTERN_COLORS, sample_indices
+from repo_lens.plots.style import (
+    FONT_FAMILY,
+    KIND_COLORS,
+    OKABE_ITO,
+    PATTERN_COLORS,
+    sample_indices,
+)
 
 __all__ = [
     "FONT_FAMILIES",

@@ -292,7 +292,8 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
         if not MIN_DPI <= dpi <= MAX_DPI:
             raise InputError(f"dpi {dpi:g} is out of range; pass {MIN_DPI} to {MAX_DPI} pixels per inch (300 for print)")
     if layout is not None:
-        from repo_lens.plots.paper import DEFAULT_FONT_PT, PNG_DPI, paper_figure
+        from repo_lens.plots.paper import DEFAULT_FONT_PT, PNG_DPI
+        from repo_lens.plots.paper_layout import paper_figure
 
         fig = paper_figure(fig, layout, aspect=aspect, font_pt=DEFAULT_FONT_PT if font_pt is None else font_pt,
                            font=font or "sans")

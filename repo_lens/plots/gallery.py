@@ -22,7 +22,7 @@ def synthetic_trace(n_layers: int = 16, n_heads: int = 16, n_tokens: int = 250, 
     """A trace shaped like a RePo model's (no model needed): RoPE positions 0..T-1 in the first quarter of
     the layers, then learned positions made of flat runs, rising runs and jumps; characters of
     :data:`EXAMPLE_TEXT` as tokens (spaces shown as ␣, as byte models show them)."""
-    from repo_lens.model.registry import DEFAULT_KIND
+    from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
     from repo_lens.trace import Trace
 
     rng = np.random.default_rng(seed)
@@ -36,7 +36,7 @@ def synthetic_trace(n_layers: int = 16, n_heads: int = 16, n_tokens: int = 250, 
     text = (EXAMPLE_TEXT * (n_tokens // len(EXAMPLE_TEXT) + 1))[:n_tokens]
     tokens = ["␣" if char == " " else char for char in text]
     ids = [ord(char) % 256 for char in text]
-    kinds = ["rope"] * rope_layers + [DEFAULT_KIND] * (n_layers - rope_layers)
+    kinds = [ROPE_KIND] * rope_layers + [DEFAULT_KIND] * (n_layers - rope_layers)
     return Trace(tokens=tokens, token_ids=ids, positions=z, layer_kinds=kinds)
 
 

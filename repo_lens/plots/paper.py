@@ -34,8 +34,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import plotly.graph_objects as go
-
 from repo_lens.errors import InputError
 from repo_lens.plots.style import CM_FAMILY, FONT_FAMILY, SERIF_FAMILY
 from repo_lens.validation import check_positive_number
@@ -155,30 +153,3 @@ def _layout_width(layout: Any) -> tuple[str, float]:
         raise InputError(f"paper width {layout!r} ({width_in:.2f} in) is out of range; pass {low:g} to {high:g} in "
                          f"({low * 72.27:.0f} to {high * 72.27:.0f} pt)")
     return layout.strip(), width_in
-
-
-def paper_figure(fig: go.Figure, layout: Any = "one-column", aspect: Any = None, font_pt: Any = DEFAULT_FONT_PT,
-                 font: Any = "sans") -> go.Figure:
-    """A copy of ``fig`` laid out again for a paper: ``layout`` a preset of :data:`PAPER_PRESETS` or a
-    width with a unit; ``font_pt``-point text (axis titles; ticks and legends a point smaller, labels in
-    the plot 1.5 points smaller, at least 5 pt); ``font`` "sans", "serif" (Times) or "cm" (Computer
-    Modern); height ``aspect`` × width, or (None) a height that suits the figure's content.
-
-    Not only the figure-wide font changes: each builder's figure re-lays itself out for the size
-    (spaced-token labels placed again for the width, heatmap values kept only where they fit their
-    cells, legends above the plot and slim colour bars so the plot keeps the width, span names placed
-    again); the title goes (papers put it in the caption).
-
-    Example:
-        >>> fig = paper_figure(go.Figure(go.Bar(y=[1, 2])), "two-column", aspect=0.62)
-        >>> fig.layout.width, fig.layout.height, round(fig.layout.font.size, 2)
-        (648, 402, 10.67)
-    """
-    if not isinstance(fig, go.Figure):
-        raise InputError(f"paper_figure needs a plotly Figure (from a repo_lens.plots builder), got {type(fig).__name__}")
-    target = paper_target(layout, aspect=aspect, font_pt=font_pt, font=font)
-    from repo_lens.plots.paper_layout import relayout
-
-    sized = go.Figure(fig)
-    relayout(sized, target)
-    return sized

@@ -23,8 +23,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
+from repo_lens.errors import InputError
 from repo_lens.plots.labels import label_width_px
-from repo_lens.plots.paper import PaperTarget
+from repo_lens.plots.paper import DEFAULT_FONT_PT, PaperTarget, paper_target
 from repo_lens.plots.style import SEQUENTIAL
 
 LINE_EM = 1.25  # a line of text, in font sizes
@@ -36,6 +37,32 @@ PLOT_ASPECT = 0.6  # plot height / plot width of bars, lines and scatters
 PLOT_HEIGHT_PX = (100, 320)  # the plotting area's height: at least (a heatmap of few rows too), at most
 HEATMAP_ROW_EM = 1.35  # a heatmap row, in tick-label sizes (cells holding values: 1.3 × their font + 2 px)
 EDGE_PX = 4
+_KIND_RELAYOUTS: dict[str, Callable[[go.Figure, PaperTarget], None]] = {}  # filled by register_relayout
+
+
+def paper_figure(fig: go.Figure, layout: Any = "one-column", aspect: Any = None, font_pt: Any = DEFAULT_FONT_PT,
+                 font: Any = "sans") -> go.Figure:
+    """A copy of ``fig`` laid out again for a paper: ``layout`` a preset of :data:`PAPER_PRESETS` or a
+    width with a unit; ``font_pt``-point text (axis titles; ticks and legends a point smaller, labels in
+    the plot 1.5 points smaller, at least 5 pt); ``font`` "sans", "serif" (Times) or "cm" (Computer
+    Modern); height ``aspect`` × width, or (None) a height that suits the figure's content.
+
+    Not only the figure-wide font changes: each builder's figure re-lays itself out for the size
+    (spaced-token labels placed again for the width, heatmap values kept only where they fit their
+    cells, legends above the plot and slim colour bars so the plot keeps the width, span names placed
+    again); the title goes (papers put it in the caption).
+
+    Example:
+        >>> fig = paper_figure(go.Figure(go.Bar(y=[1, 2])), "two-column", aspect=0.62)
+        >>> fig.layout.width, fig.layout.height, round(fig.layout.font.size, 2)
+        (648, 402, 10.67)
+    """
+    if not isinstance(fig, go.Figure):
+        raise InputError(f"paper_figure needs a plotly Figure (from a repo_lens.plots builder), got {type(fig).__name__}")
+    target = paper_target(layout, aspect=aspect, font_pt=font_pt, font=font)
+    sized = go.Figure(fig)
+    relayout(sized, target)
+    return sized
 
 
 def relayout(fig: go.Figure, target: PaperTarget) -> None:
@@ -44,13 +71,13 @@ def relayout(fig: go.Figure, target: PaperTarget) -> None:
                       font=dict(family=target.family, size=target.text_px, color="#000000"),
                       hoverlabel=dict(font_family=target.family))
     kind = fig.layout.meta.get("kind") if isinstance(fig.layout.meta, dict) else None
-    _kind_relayouts().get(kind, relayout_plot)(fig, target)
+    _KIND_RELAYOUTS.get(kind, relayout_plot)(fig, target)
 
 
-def _kind_relayouts() -> dict[str, Callable[[go.Figure, PaperTarget], None]]:
-    from repo_lens.plots import scatter, spaced_tokens
-
-    return {"spaced_tokens": spaced_tokens.paper_layout, "scatter": scatter.paper_layout}
+def register_relayout(kind: str, relayout_kind: Callable[[go.Figure, PaperTarget], None]) -> None:
+    """Figures whose ``layout.meta["kind"]`` is ``kind`` are laid out for a paper by ``relayout_kind``
+    (a builder's module registers its own, so this module imports no builder)."""
+    _KIND_RELAYOUTS[kind] = relayout_kind
 
 
 def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:

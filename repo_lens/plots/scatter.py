@@ -19,6 +19,12 @@ import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
 from repo_lens.plots.labels import LABEL_GAP_PX, label_width_px
+from repo_lens.plots.paper_layout import (
+    LINE_EM,
+    estimated_plot_width,
+    register_relayout,
+    relayout_plot,
+)
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
     LEGEND_ENTRY_PX,
@@ -264,8 +270,6 @@ def _span_notes(spans: Mapping[str, Any], n_tokens: int, plot_width: float, font
 def paper_layout(fig: go.Figure, target: PaperTarget) -> None:
     """The generic paper re-layout (:mod:`repo_lens.plots.paper_layout`), then the span names placed
     again for the paper's plot width and type size."""
-    from repo_lens.plots.paper_layout import LINE_EM, estimated_plot_width, relayout_plot
-
     relayout_plot(fig, target)
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
     if not meta.get("spans"):
@@ -298,3 +302,6 @@ def _head_values(layer_positions: np.ndarray, head: Any, n_heads: int) -> tuple[
         return ["mean of heads"], z.mean(axis=0, keepdims=True)
     index = check_head(head, n_heads, "'all' or 'mean'")
     return [f"head {index}"], z[index][None]
+
+
+register_relayout("scatter", paper_layout)

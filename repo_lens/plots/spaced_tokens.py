@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 from repo_lens.errors import InputError
 from repo_lens.plots.heatmaps import PATTERN_NAMES, pattern_codes
 from repo_lens.plots.labels import label_width_px, place_labels
+from repo_lens.plots.paper_layout import legend_height, register_relayout, relayout_plot
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
     LEGEND_ROW_PX,
@@ -478,8 +479,6 @@ def paper_layout(fig: go.Figure, target: PaperTarget) -> None:
     its rows, read back from the figure, drawn again with the labels placed for the paper's plot width
     and label size (fewer labels, and marks for the rest), none running past the plot's edges; rows as
     high as a label, its marks and the chunk strip need."""
-    from repo_lens.plots.paper_layout import legend_height, relayout_plot
-
     rows = _rows_of_figure(fig)
     if not rows:
         relayout_plot(fig, target)
@@ -560,3 +559,6 @@ def _restyle_overlays(fig: go.Figure, look: RowLook) -> None:
         elif trace.name == "highlighted tokens":
             trace.marker.size = look.font_size + 2
             trace.marker.line.width = 1
+
+
+register_relayout("spaced_tokens", paper_layout)

@@ -8,7 +8,7 @@ Each ``NN_name.py`` here (jupytext percent format: the source, edited and review
 run top to bottom in a fresh kernel of this Python, in this folder, and written to
 ``NN_name.ipynb`` with its outputs. The notebook's metadata records under ``repo_lens`` the SHA-256
 of the code cells that produced the outputs (``code_sha256``), the run's wall time and the
-repo_lens version, so :func:`problems` (and tests/test_notebooks.py) can tell when the stored
+repo_lens version, so :func:`problems` (and tests/notebooks/test_notebooks.py) can tell when the stored
 outputs no longer come from the source, without comparing floating-point output byte for byte.
 """
 

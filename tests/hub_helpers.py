@@ -1,4 +1,4 @@
-"""A Hugging Face Hub cache laid out as huggingface_hub writes it, for the offline Hub tests (tests/test_hub.py,
+"""A Hugging Face Hub cache laid out as huggingface_hub writes it, for the offline Hub tests (tests/model/test_hub.py,
 the app's Hub id box): ``models--ORG--NAME/{blobs/<hash>, refs/<name>, snapshots/<commit>/<file> ->
 ../../blobs/<hash>}``, holding a tiny checkpoint in the published RePo-OLMo2 layout at three commits.
 

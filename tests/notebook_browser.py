@@ -1,5 +1,5 @@
 """An executed notebook opened in a real JupyterLab, in headless Chromium: does a figure cell show a
-plotly chart? Used by tests/test_notebooks.py; as a script it also saves a screenshot:
+plotly chart? Used by tests/notebooks/test_notebooks.py; as a script it also saves a screenshot:
 
     .venv/bin/python tests/notebook_browser.py notebooks/01_quickstart.ipynb \
         --screenshot docs/screenshots/jupyterlab.png

@@ -21,7 +21,7 @@ import pytest
 import repo_lens
 from repo_lens.plots import export_unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 QUICKSTART = """
 import sys

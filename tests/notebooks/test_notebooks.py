@@ -20,7 +20,7 @@ import pytest
 import repo_lens
 from repo_lens.plots import export_unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 _spec = importlib.util.spec_from_file_location("notebook_runner", NOTEBOOK_DIR / "execute.py")
 runner = importlib.util.module_from_spec(_spec)
@@ -165,7 +165,7 @@ def test_notebook_runs_again_with_the_same_kinds_of_output(source):
 
 @pytest.mark.slow
 def test_a_figure_shows_as_a_plotly_chart_in_jupyterlab(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from notebook_browser import CHROMEDRIVER, CHROMIUM, first_chart
 
     if not (CHROMIUM and CHROMEDRIVER):

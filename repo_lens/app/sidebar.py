@@ -226,7 +226,8 @@ def _input(selection: Selection) -> None:
             data = upload.getvalue()
             if len(data) > config.MAX_TEXT_BYTES:
                 selection.problem = (f"{upload.name} is {len(data):,} bytes; the app reads text files of at most "
-                                     f"{config.MAX_TEXT_BYTES // 2**20} MB ({config.MAX_TEXT_BYTES:,} bytes). Upload a shorter excerpt.")
+                                     f"{config.MAX_TEXT_BYTES // 2**20} MB ({config.MAX_TEXT_BYTES:,} bytes). "
+                                     "Upload a shorter excerpt.")
             else:
                 try:
                     selection.text = data.decode("utf-8")

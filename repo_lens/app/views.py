@@ -67,7 +67,8 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
     zoom = z1.slider("Zoom: part of the x axis shown (labels are placed again for it)", 0.0, 1.0, (0.0, 1.0),
                      0.01, key="spaced_zoom")
     token = z2.number_input("Highlight token (or click one)", 0, max(n_tokens - 1, 0), value=None,
-                            key=state.HIGHLIGHT_TOKEN, placeholder="token index", help="the token and its ±k neighbours, in every layer")
+                            key=state.HIGHLIGHT_TOKEN, placeholder="token index",
+                            help="the token and its ±k neighbours, in every layer")
     k = int(z3.number_input("± k", 0, 64, 3, key="spaced_k"))
     z4.button("Clear highlight", key="spaced_clear", on_click=_clear_highlight, disabled=token is None,
               icon=":material/close:")

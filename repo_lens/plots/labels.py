@@ -40,7 +40,8 @@ def place_labels(
     inside: bool = False,
 ) -> np.ndarray:
     """Boolean mask of the labels to draw: each centred on its ``x``, none overlapping another (with
-    ``gap_px`` between), only points inside ``x_range`` (with ``inside``, only labels wholly inside it). Greedy from left to right, after the indices
+    ``gap_px`` between), only points inside ``x_range`` (with ``inside``, only labels wholly inside it).
+    Greedy from left to right, after the indices
     in ``first`` (placed first, also left to right, so they win against their neighbours). At most
     ``limit`` labels. ``plot_width_px`` is the drawing area's width, which ``x_range`` spans.
 

@@ -69,7 +69,7 @@ class GatedRates(EdgePotentials):
 
     def rate_bias(self, q: torch.Tensor, k: torch.Tensor | None, n_past: int) -> torch.Tensor:
         """b(i, j) = −dist(i, j)·ω_h·r_ij [batch, head, query, key] in fp32, as their code computes it."""
-        n_queries, n_keys = q.shape[2], n_past + q.shape[2]
+        n_keys = n_past + q.shape[2]
         if "u" in GATINGS[self.gating] and (k is None or k.shape[2] != n_keys):
             raise ValueError("key-gated GRAPE-A needs every key; run it in the GRAPE authors' attention")
         query_index = torch.arange(n_past, n_keys, device=q.device)

@@ -13,7 +13,6 @@ first step resolved, the weights and tokenizer files they name. ``HF_HUB_OFFLINE
 from __future__ import annotations
 
 import glob
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

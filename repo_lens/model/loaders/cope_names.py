@@ -10,8 +10,10 @@ import re
 
 import torch
 
+from repo_lens.model.loaders.renames import compile_rules, rename_by_rules
+
 _L = r"(?:module\.)?core\.layers\.(\d+)\."
-_RULES = [(re.compile("^" + theirs), ours) for theirs, ours in (
+_RULES = compile_rules((
     (r"(?:module\.)?embed_toks\.", "embed."),
     (r"(?:module\.)?abs_pos_emb$", "abs_pos_emb"),
     (r"(?:module\.)?out_norm\.", "final_norm."),
@@ -25,7 +27,8 @@ _RULES = [(re.compile("^" + theirs), ours) for theirs, ours in (
     (_L + r"attn\.attn\.rel_pos_emb\.emb$", r"blocks.\1.attn.{rel}.emb"),
     (_L + r"(attn_norm|ff_norm)\.", r"blocks.\1.\2."),
     (_L + r"ff\.(fc1|fc2)\.", r"blocks.\1.mlp.\2."),
-)]
+))
+_LAYER = re.compile(_L)
 
 
 def cope_to_lens_name(name: str, kinds: list[str]) -> str:
@@ -36,15 +39,12 @@ def cope_to_lens_name(name: str, kinds: list[str]) -> str:
     >>> cope_to_lens_name("module.core.layers.0.ff.fc1.bias", ["cope"])
     'blocks.0.mlp.fc1.bias'
     """
-    for pattern, ours in _RULES:
-        renamed, count = pattern.subn(ours, name)
-        if count:
-            if "{rel}" in renamed:
-                layer = int(pattern.match(name).group(1))
-                renamed = renamed.replace("{rel}", "positions" if layer < len(kinds) and kinds[layer] == "rel"
-                                          else "positions.relative")
-            return renamed
-    return name
+    renamed = rename_by_rules(name, _RULES)
+    if "{rel}" in renamed:  # the shared relative embeddings: the layer's mechanism, or beside its CoPE
+        layer = int(_LAYER.match(name).group(1))
+        renamed = renamed.replace("{rel}", "positions" if layer < len(kinds) and kinds[layer] == "rel"
+                                  else "positions.relative")
+    return renamed
 
 
 def lens_tensor(name: str, tensor: torch.Tensor, d_head: int, nodiv: bool) -> torch.Tensor:

@@ -5,7 +5,6 @@ option of their ``ForgettingAttentionLayer`` is run by :class:`repo_lens.model.a
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +13,18 @@ import torch
 from repo_lens.model.loaders.fox_config import MODEL_TYPE, fox_model_config
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
 from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
+from repo_lens.model.loaders.renames import compile_rules, rename_by_rules
 from repo_lens.model.loaders.shards import read_safetensors, weight_files
 from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
 
 CODE = "github zhixuan-lin/forgetting-transformer"
 _L = r"model\.layers\.(\d+)\."
-_RULES = [(re.compile("^" + theirs), ours) for theirs, ours in (
+_RULES = compile_rules((
     (r"model\.embeddings\.", "embed."), (r"lm_head\.", "unembed."), (r"model\.norm\.", "final_norm."),
     (_L + r"attn_norm\.", r"blocks.\1.input_layernorm."), (_L + r"mlp_norm\.", r"blocks.\1.post_attention_layernorm."),
     (_L + r"attn\.output_norm\.", r"blocks.\1.attn.out_norm."), (_L + r"attn\.fgate_", r"blocks.\1.attn.positions.fgate_"),
     (_L + r"attn\.", r"blocks.\1.attn."), (_L + r"mlp\.", r"blocks.\1.mlp."),
-)]
+))
 
 
 def is_fox_config(config: dict[str, Any]) -> bool:
@@ -37,11 +37,7 @@ def fox_to_lens_name(name: str) -> str:
     >>> fox_to_lens_name("model.layers.2.attn.fgate_proj.weight")
     'blocks.2.attn.positions.fgate_proj.weight'
     """
-    for pattern, ours in _RULES:
-        renamed, count = pattern.subn(ours, name)
-        if count:
-            return renamed
-    return name
+    return rename_by_rules(name, _RULES)
 
 
 def _lens_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
+from repo_lens.model.loaders.renames import compile_rules, rename_by_rules
+
 _L = r"transformer\.h\.(\d+)\."
 # (their name's prefix, ours), tried in order; \1 is the layer
-_RULES = [(re.compile("^" + theirs), ours) for theirs, ours in (
+_RULES = compile_rules((
     (r"transformer\.wte\.", "embed."),
     (r"lm_head\.", "unembed."),
     (r"ln_f\.", "final_norm."),
@@ -27,7 +29,7 @@ _RULES = [(re.compile("^" + theirs), ours) for theirs, ours in (
     (_L + r"attn\.core\.fgate_", r"blocks.\1.attn.positions.fgate_"),
     (_L + r"attn\.(?:query|key|querykey)gated_bias\.", r"blocks.\1.attn.positions."),
     (_L + r"attn\.(omega_proj|c_p)\.", r"blocks.\1.attn.positions.\2."),
-)]
+))
 
 
 def grape_to_lens_name(name: str) -> str:
@@ -40,11 +42,7 @@ def grape_to_lens_name(name: str) -> str:
     >>> grape_to_lens_name("transformer.h.1.attn.keygated_bias.u")
     'blocks.1.attn.positions.u'
     """
-    for pattern, ours in _RULES:
-        renamed, count = pattern.subn(ours, name)
-        if count:
-            return renamed
-    return name
+    return rename_by_rules(name, _RULES)
 
 
 def _theirs(variant: str) -> list[tuple[re.Pattern, str]]:
@@ -65,7 +63,7 @@ def _theirs(variant: str) -> list[tuple[re.Pattern, str]]:
              (r"blocks\.(\d+)\.mlp\.down_proj\.", r"transformer.h.\1.mlp.c_proj.")]
     rules += [(rf"blocks\.(\d+)\.attn\.{re.escape(ours)}", rf"transformer.h.\1.attn.{theirs}")
               for ours, theirs in attention.items()]
-    return [(re.compile("^" + ours), theirs) for ours, theirs in rules]
+    return compile_rules(rules)
 
 
 def lens_to_grape_name(name: str, variant: str) -> str:
@@ -76,8 +74,4 @@ def lens_to_grape_name(name: str, variant: str) -> str:
     >>> lens_to_grape_name("blocks.0.attn.q_norm.weight", "llama-mha-fox")
     'transformer.h.0.attn.core.q_norm.weight'
     """
-    for pattern, theirs in _theirs(variant):
-        renamed, count = pattern.subn(theirs, name)
-        if count:
-            return renamed
-    return name
+    return rename_by_rules(name, _theirs(variant))

@@ -66,16 +66,3 @@ class LlamaBlock(_Block):
 
 
 BLOCKS = {"olmo2": Olmo2Block, "llama": LlamaBlock}
-
-
-def block_class(family: str) -> type[_Block]:
-    """The block of a family; ``"authors"`` (the GRAPE and FoX authors' pre-norm blocks) is imported on use.
-
-    >>> block_class("llama").__name__
-    'LlamaBlock'
-    """
-    if family == "authors":
-        from repo_lens.model.authors.block import AuthorsBlock
-
-        return AuthorsBlock
-    return BLOCKS[family]

@@ -8,7 +8,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from repo_lens.model.blocks import block_class
+from repo_lens.model.families import block_class
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.increments import shared_delta_mlp

@@ -3,7 +3,9 @@ peak memory flat in the corpus size).
 
 A JSON-lines corpus of --documents documents of mixed length (log-uniform between --min-bytes and
 --max-bytes, 2 % of them 1,000-3,000 bytes, longer than a 1K context, and 1 % empty) goes through
-`analyze --study positions` on a zoo model (default zoo:bytes1k-repo, 1,024-byte context):
+`analyze --study positions` on a zoo model (default zoo:bytes1k-repo, 1,024-byte context). The first
+8 documents are 3,000 bytes in both corpora, so both hold the same largest forward batch (16 full
+windows, whose attention dominates the peak) and the peaks compare corpus sizes alone:
 
 * end to end, in a fresh process per size (corpus counted and read, documents cut into windows,
   traced, records computed, Parquet shards written, summary streamed back): documents/s, tokens/s
@@ -42,13 +44,18 @@ WORDS = ("the of and a to in is was he for it with as his on be at by had are bu
          "see men work long get here between both life being under never day same another know while last")
 
 
+FULL_FIRST = 8  # documents of 3,000 bytes at the start: 3 windows each, 16 of them full 1,024-byte windows
+
+
 def make_corpus(path: Path, documents: int, min_bytes: int, max_bytes: int, seed: int = 0) -> None:
-    """``documents`` JSON lines of mixed length: log-uniform in [min_bytes, max_bytes], 2 % long, 1 % empty."""
+    """``documents`` JSON lines of mixed length: log-uniform in [min_bytes, max_bytes], 2 % long, 1 % empty,
+    the first ``FULL_FIRST`` of 3,000 bytes."""
     rng = np.random.default_rng(seed)
     lengths = np.exp(rng.uniform(math.log(min_bytes), math.log(max_bytes), size=documents)).astype(int)
     long = rng.random(documents) < 0.02
     lengths[long] = rng.integers(1000, 3000, size=int(long.sum()))
     lengths[rng.random(documents) < 0.01] = 0
+    lengths[:FULL_FIRST] = 3000  # the first shard holds a batch of 16 full windows in any corpus: the same largest batch
     vocabulary = np.array(WORDS.split())
     with path.open("w", encoding="utf-8") as out:
         for index, length in enumerate(lengths):
@@ -162,10 +169,10 @@ def main() -> None:
     if args.child:
         return child(args)
     folder = Path(tempfile.mkdtemp(prefix="bench-corpus-"))
-    corpora = {}
-    for count in (args.small, args.documents):
-        corpora[count] = folder / f"corpus-{count}.jsonl"
-        make_corpus(corpora[count], count, args.min_bytes, args.max_bytes)
+    corpora = {count: folder / f"corpus-{count}.jsonl" for count in (args.small, args.documents)}
+    make_corpus(corpora[args.documents], args.documents, args.min_bytes, args.max_bytes)
+    with corpora[args.documents].open(encoding="utf-8") as large:  # the smaller corpus: the larger one's start
+        corpora[args.small].write_text("".join(line for _, line in zip(range(args.small), large)), encoding="utf-8")
     print(f"analyze --study positions on {args.model}, batch size {args.batch_size}, {args.threads} thread(s), "
           f"{os.cpu_count()} CPU cores (load {os.getloadavg()[0]:.1f}); documents of {args.min_bytes}-{args.max_bytes} "
           "bytes (log-uniform), 2 % of 1,000-3,000, 1 % empty", flush=True)

@@ -14,7 +14,7 @@ from repo_lens.model.additive import ContextualPositions
 def interpolated_bias(q: torch.Tensor, gates: torch.Tensor, embeddings: torch.Tensor, max_position: int) -> torch.Tensor:
     """[..., query, key] CoPE bias from masked gates [..., query, key], queries [..., query, d] and e [d, npos].
 
-    >>> q = torch.ones(1, 2); e = torch.tensor([[0.0, 1.0, 2.0]])
+    >>> q = torch.ones(1, 1); e = torch.tensor([[0.0, 1.0, 2.0]])
     >>> interpolated_bias(q, torch.tensor([[0.5, 1.0]]), e, 2).tolist()
     [[1.5, 1.0]]
     """

@@ -21,7 +21,7 @@ def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     """x [batch, head, pos, d_head] rotated by ``angles`` [batch, head, pos, d_head/2] (cos and sin
     in fp32, the result cast back to x's dtype as their ``type_as``).
 
-    >>> rotate(torch.tensor([[[[1.0, 0.0]]]]), torch.tensor([[[[torch.pi / 2]]]])).round().tolist()
+    >>> (rotate(torch.tensor([[[[1.0, 0.0]]]]), torch.tensor([[[[torch.pi / 2]]]])).round() + 0.0).tolist()
     [[[[0.0, -1.0]]]]
     """
     cos, sin = angles.cos(), angles.sin()

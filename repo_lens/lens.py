@@ -125,7 +125,7 @@ class Lens:
                 for index, (positions, summed) in zip(batch, captured):
                     traces[index] = self._assemble(*prepared[index], positions, summed)
                 bar.update(len(batch))
-        return traces
+        return [trace for trace in traces if trace is not None]  # every index is in one batch
 
     def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool = False) -> Trace:
         ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)

@@ -10,7 +10,7 @@ and fit them to the context through :func:`prepare_ids`, and expand a list of te
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from tqdm.auto import tqdm
 
@@ -131,7 +131,8 @@ def trace_many(lens: LensProtocol, inputs: Sequence[Any], *, batch_size: int = 1
     check_batch_size(batch_size)
     if batch_size > 1 and hasattr(lens, "trace_batch"):
         return lens.trace_batch(list(inputs), batch_size=batch_size, progress=progress, **options)
-    return [lens.trace(one, progress=progress, **options) for one in inputs]
+    # one text or one id sequence at a time: trace gives a single Trace for each
+    return [cast("Trace", lens.trace(one, progress=progress, **options)) for one in inputs]
 
 
 def trace_each(trace_one: Callable[[Any], Trace], inputs: Any, *, progress: bool = True) -> Trace | list[Trace]:

@@ -333,7 +333,7 @@ def _json_problem(value: Any, where: str, open_containers: set[int]) -> tuple[st
         for key, item in items:
             if isinstance(value, dict) and not isinstance(key, (str, int, float, bool)) and key is not None:
                 return where, f"has the key {key!r} ({type(key).__name__}), not a str"
-            found = _json_problem(item, key if where == "the trace" else f"{where}[{key!r}]", open_containers)
+            found = _json_problem(item, str(key) if where == "the trace" else f"{where}[{key!r}]", open_containers)
             if found[1]:
                 return found
         open_containers.discard(id(value))

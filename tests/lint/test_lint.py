@@ -24,3 +24,11 @@ def ruff() -> str:
 def test_ruff_is_clean(target):
     result = subprocess.run([ruff(), "check", target], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_passes_on_the_public_api():
+    mypy = shutil.which("mypy", path=str(Path(sys.executable).parent)) or shutil.which("mypy")
+    if mypy is None:
+        pytest.fail("mypy is not installed; it comes with the dev extra (make setup)")
+    result = subprocess.run([mypy], cwd=ROOT, capture_output=True, text=True, timeout=600)  # files: pyproject.toml
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -331,7 +331,7 @@ def _add_tiny_command(commands: argparse._SubParsersAction) -> None:
     tiny.add_argument("--layers", type=whole_number(1, 256), default=None, help="number of layers, 1..256 (default 4)")
     tiny.add_argument("--shape", default=None,
                       help="a published model's layers, heads, first learned layer and context at a small "
-                           "d_model, e.g. olmo2-1b (SakanaAI/RePo-OLMo2-1B-stage2-L5: 16 × 16, RePo from layer 5, 8K)")
+                           "d_model, e.g. olmo2-1b (SakanaAI/RePo-OLMo2-1B-stage2-L5: 16 × 16, RePo from layer 5)")
     tiny.add_argument("--seed", type=seed_value, default=0)
     tiny.add_argument("--force", action="store_true")
     tiny.set_defaults(handler=cmd_tiny)

@@ -1,4 +1,4 @@
-"""Word-boundary ROC-AUC of position increments (seeds/002's Chinese protocol)."""
+"""Word-boundary ROC-AUC of position increments (the learned-increments post's Chinese protocol)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def _spans(token_char_spans: object, n_chars: int) -> np.ndarray:
 def cjk_boundary_labels(
     text: str, token_char_spans: Sequence[tuple[int, int]] | np.ndarray, words: Sequence[str]
 ) -> BoundaryLabels:
-    """Which tokens score a word boundary, and its label, by seeds/002's protocol.
+    """Which tokens score a word boundary, and its label, by the learned-increments post's protocol.
 
     Only gaps between two CJK characters (no space or punctuation between) are scored. The gap
     before character i is scored by the increment of the *first* token of character i (its lead

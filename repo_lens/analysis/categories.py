@@ -1,4 +1,4 @@
-"""Token categories for increments-by-category tables (seeds/002): bytes and subword tokens."""
+"""Token categories for increments-by-category tables (the learned-increments post): bytes and subword tokens."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""seeds/002's entity-grouping test: is the space inside "New York" smaller than inside "York New"?
+"""The learned-increments post's entity-grouping test: is the space inside "New York" smaller than inside "York New"?
 
 The post ran prompts with a two-word entity in real or reversed order and compared the
 learned increment at the space token (between the two words) with a two-sided Wilcoxon
@@ -121,7 +121,7 @@ class EntityGroupingResult:
 
 
 def entity_grouping_test(real: np.ndarray, reversed_: np.ndarray) -> EntityGroupingResult:
-    """Paired comparison of boundary increments for real vs reversed entity order (seeds/002).
+    """Paired comparison of boundary increments for real vs reversed entity order (the learned-increments post).
 
     ``real`` and ``reversed_`` are (n, ...) increments at the word boundary, row i of each from
     the same entity and carrier (e.g. (n, L, H)). The test is scipy's two-sided Wilcoxon

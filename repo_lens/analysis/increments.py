@@ -1,4 +1,4 @@
-"""Per-token position increments and their statistics by token category (seeds/002)."""
+"""Per-token position increments and their statistics by token category (the learned-increments post)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def position_increments(positions: np.ndarray, origin: float = 0.0) -> np.ndarra
     """Increments z_t - z_{t-1} along the last (token) axis, same shape as ``positions``.
 
     The first token's increment is z_0 - ``origin``. With the default ``origin=0`` this inverts a
-    cumulative sum exactly as seeds/002 builds positions (z = cumsum(delta) gives back delta,
+    cumulative sum exactly as the learned-increments post builds positions (z = cumsum(delta) gives back delta,
     including the first token's delta). For mechanisms whose first position is arbitrary (RePo)
     pass ``origin=np.nan`` to mark it undefined; the category and correlation analyzers skip NaN.
 
@@ -129,7 +129,7 @@ class CategoryIncrements:
 
 
 def increments_by_category(increments: np.ndarray, categories: np.ndarray) -> CategoryIncrements:
-    """Mean, median and count of increments per token category, per head and overall (seeds/002's
+    """Mean, median and count of increments per token category, per head and overall (the learned-increments post's
     table of learned increment by byte category).
 
     ``increments`` is (..., T) (e.g. (L, H, T) from :func:`position_increments`, or a 1-D delta);

@@ -1,4 +1,4 @@
-"""Attention look-back distance and its correlation with position increments (seeds/002)."""
+"""Attention look-back distance and its correlation with position increments (the learned-increments post)."""
 
 from __future__ import annotations
 

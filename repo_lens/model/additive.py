@@ -1,15 +1,15 @@
 """Mechanisms that add a bias to the attention logits instead of rotating q and k.
 
-- ``fox``: Forgetting Transformer forget gates (the GRAPE-A special case in seeds/003):
+- ``fox``: Forgetting Transformer forget gates (the GRAPE-A special case in the GRAPE paper):
   f_t = sigmoid(w_h·h_t + b_h) per head; logit_ij += Σ_{l=j+1}^{i} log f_l. We publish
   δ_t = −log f_t through ``hook_delta`` and positions = Σ_{s≤t} δ_s (``hook_pos``), so the bias is
   −(position_i − position_j): a head that forgets fast spreads tokens far apart.
-- ``cope``: contextual position encoding (seeds/004, Eq. 3–9 and Listing 1): gates
+- ``cope``: contextual position encoding (the CoPE paper, Eq. 3–9 and Listing 1): gates
   g_ij = sigmoid(q_i·k_j/√d) (the scaled logits, as in the paper's code), p_ij = Σ_{t=j}^{i} g_it
   clamped to p_max, logit_ij += interpolation of q_i·e[⌊p_ij⌋] and q_i·e[⌈p_ij⌉].
-- ``grape-ap``: path-integral additive GRAPE (seeds/003): logit_tj += Σ_{l=j+1}^{t} ψ(t, l) with
+- ``grape-ap``: path-integral additive GRAPE (the GRAPE paper): logit_tj += Σ_{l=j+1}^{t} ψ(t, l) with
   the edge potential ψ(t, l) = log sigmoid(q_t·k_l/√d + b_h) — a query-dependent forget gate, so
-  FoX is the special case where ψ does not depend on t. (seeds/003 gives b_h(t, j) = Σ ψ_h(t, l)
+  FoX is the special case where ψ does not depend on t. (the GRAPE paper gives b_h(t, j) = Σ ψ_h(t, l)
   but not ψ; this is our reading, documented in the README.)
 
 CoPE and GRAPE-AP positions depend on the query. Their ``hook_pos`` shows the positions *as seen
@@ -112,7 +112,7 @@ class _QueryKeyPositions(nn.Module):
 
 
 class ContextualPositions(_QueryKeyPositions):
-    """CoPE (seeds/004). ``position_embeddings`` is e[0..p_max] as columns, shared by the layer's heads."""
+    """CoPE (the CoPE paper). ``position_embeddings`` is e[0..p_max] as columns, shared by the layer's heads."""
 
     kind = "cope"
 

@@ -1,4 +1,4 @@
-"""ALiBi (Press et al., 2022): a fixed linear bias, GRAPE-A's other exact special case (seeds/003).
+"""ALiBi (Press et al., 2022): a fixed linear bias, GRAPE-A's other exact special case (the GRAPE paper).
 
 Head h adds −m_h·(i − j) to the logit of query i on key j; q and k are not rotated. The slopes are
 fixed, not learned: m_h = 2^(−8h/H) for h = 1..H when H is a power of two. For other H we follow the

@@ -1,4 +1,4 @@
-"""Byte-level tokenizer (seeds/002): ids 0..255 are the UTF-8 bytes, 256 separates documents."""
+"""Byte-level tokenizer (the learned-increments post): ids 0..255 are the UTF-8 bytes, 256 separates documents."""
 
 from __future__ import annotations
 

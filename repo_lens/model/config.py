@@ -45,7 +45,7 @@ class ModelConfig:
     repo_dim: int | None = None
     # position assigned by "nope" layers (RePo App. A: NoPE == RoPE at a constant position)
     nope_position: float = 0.0
-    # learned position increments (seeds/002): DeltaMLP width (None = d_model // 4) and the
+    # learned position increments (the learned-increments post): DeltaMLP width (None = d_model // 4) and the
     # per-layer variant's bound on δ
     lpi_hidden: int | None = None
     lpi_max_delta: float = 10.0

@@ -1,10 +1,10 @@
 """Mechanisms whose positions are a running sum of learned per-token increments.
 
 - ``lpi``: learned position increments with one DeltaMLP shared by every layer, reading the
-  token embeddings (seeds/002): δ = softplus(MLP(e)), position = Σ_{s≤t} δ_s.
+  token embeddings (the learned-increments post): δ = softplus(MLP(e)), position = Σ_{s≤t} δ_s.
 - ``lpi-layer``: one bounded DeltaMLP per layer reading that layer's attention input:
-  δ = max_delta · sigmoid(MLP(h)) (seeds/002 bounds it at 10 so it cannot explode).
-- ``grape-m``: multiplicative GRAPE with a content-dependent phase (seeds/003): one
+  δ = max_delta · sigmoid(MLP(h)) (the learned-increments post bounds it at 10 so it cannot explode).
+- ``grape-m``: multiplicative GRAPE with a content-dependent phase (the GRAPE paper): one
   ω = softplus(W h + b) per head, phase = exclusive running sum Σ_{s<t} ω_s.
 
 All three rotate q and k with RoPE's frequencies at these real-valued positions, so q·k depends
@@ -28,7 +28,7 @@ SOFTPLUS_ONE = math.log(math.e - 1.0)  # softplus(SOFTPLUS_ONE) == 1
 
 
 class DeltaMLP(nn.Module):
-    """Linear → GELU → Linear (seeds/002's DeltaMLP before its output squashing)."""
+    """Linear → GELU → Linear (the learned-increments post's DeltaMLP before its output squashing)."""
 
     def __init__(self, d_model: int, d_hidden: int, n_out: int, output_bias: float) -> None:
         super().__init__()
@@ -69,7 +69,7 @@ class CumulativePositions(nn.Module):
 
 
 class SharedIncrementPositions(CumulativePositions):
-    """seeds/002, shared variant: one δ per token from the embeddings, the same in every layer and
+    """The learned-increments post, shared variant: one δ per token from the embeddings, the same in every layer and
     head. The DeltaMLP lives on the model (``LensModel.increments``); its δ arrives as ``shared``."""
 
     kind = "lpi"
@@ -81,7 +81,7 @@ class SharedIncrementPositions(CumulativePositions):
 
 
 class LayerIncrementPositions(CumulativePositions):
-    """seeds/002, per-layer variant: δ = max_delta · sigmoid(DeltaMLP(h)) from this layer's input,
+    """The learned-increments post, per-layer variant: δ = max_delta · sigmoid(DeltaMLP(h)) from this layer's input,
     initialised so δ = 1 (integer RoPE) everywhere."""
 
     kind = "lpi-layer"

@@ -36,7 +36,7 @@ class LensModel(HookedRootModule):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         if "lpi" in cfg.layer_mechanisms:
-            self.increments = shared_delta_mlp(cfg)  # seeds/002's shared DeltaMLP, read from the embeddings
+            self.increments = shared_delta_mlp(cfg)  # the learned-increments post's shared DeltaMLP, read from the embeddings
             self.hook_delta = HookPoint()  # [batch, pos]
         block = block_class(cfg.family)
         self.blocks = nn.ModuleList(block(cfg, layer) for layer in range(cfg.n_layers))

@@ -14,7 +14,7 @@ scripts in ``analyses/`` all go through it.
   ``results.csv``, ``summary.json``) for lists of items, e.g. ``reproduce``'s.
 - :mod:`repo_lens.studies.report`: tables for the terminal and for files (per-layer position
   summary, records as CSV).
-- :mod:`repo_lens.studies.increment_tables`: seeds/002's three tables on any byte-level lens.
+- :mod:`repo_lens.studies.increment_tables`: the learned-increments post's three tables on any byte-level lens.
 - :mod:`repo_lens.studies.reproductions`: one module per reproduced result of the sources, their
   registry ``STUDIES`` and :func:`~repo_lens.studies.reproductions.reproduce`.
 

@@ -62,7 +62,7 @@ POSITIONS = Study(
     records_help="range of positions per layer and head; constant / mono / hybrid chunk shares per layer")
 
 BOUNDARIES = Study(
-    "boundaries", "Chinese word-boundary AUC of position increments (seeds/002), gold and jieba",
+    "boundaries", "Chinese word-boundary AUC of position increments (the learned-increments post), gold and jieba",
     record=lambda lens, windows, options: _items().boundary_window_records(lens, windows, options),
     summary=lambda records, options: _items().summarize_boundaries(records, options),
     default_corpus="peoples-daily",

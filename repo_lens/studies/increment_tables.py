@@ -1,4 +1,4 @@
-"""seeds/002's three analyses of learned position increments, on any byte-level lens.
+"""The learned-increments post's three analyses of learned position increments, on any byte-level lens.
 
 - :func:`category_table`: mean increment per byte category and layer over held-out text.
 - :func:`boundary_table`: Chinese word-boundary ROC-AUC per layer (gold and jieba segmentation).
@@ -49,7 +49,7 @@ def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[st
 
 
 def boundary_table(lens, sentences: Sequence[Any], progress: bool = True) -> dict[str, Any]:
-    """Pooled ROC-AUC per layer of head-averaged increments at scored CJK gaps (seeds/002's protocol),
+    """Pooled ROC-AUC per layer of head-averaged increments at scored CJK gaps (the learned-increments post's protocol),
     against the sentences' gold words and against jieba (the records of :func:`boundary_items`)."""
     records = [compute() for _, compute in tqdm(boundary_items(lens, sentences), desc="word boundaries",
                                                  disable=not progress)]

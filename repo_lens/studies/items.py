@@ -181,7 +181,7 @@ def position_window_records(lens: LensProtocol, windows: list[Window], options: 
 def boundary_record(text: str, spans: Sequence[tuple[int, int]] | np.ndarray, segmentations: dict[str, list[str]],
                     trace: Trace) -> dict[str, Any]:
     """Position increments at the scored CJK gaps of ``text`` (its tokens' character ``spans``) with each
-    segmentation's labels (seeds/002): ``NAME_labels`` (n,) and ``NAME_increments`` (L, H, n) per name."""
+    segmentation's labels (the learned-increments post): ``NAME_labels`` (n,) and ``NAME_increments`` (L, H, n) per name."""
     increments = trace_increments(trace)
     record: dict[str, Any] = {"n_tokens": len(trace)}
     for name, words in segmentations.items():
@@ -192,7 +192,7 @@ def boundary_record(text: str, spans: Sequence[tuple[int, int]] | np.ndarray, se
 
 
 def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:
-    """Position increments at scored CJK gaps, with gold and jieba labels (seeds/002), per sentence
+    """Position increments at scored CJK gaps, with gold and jieba labels (the learned-increments post), per sentence
     (truncated to the context); ``batch_size`` sentences share a forward pass (the same records).
 
     ``sentences``: objects with ``text`` and gold ``words`` (e.g. :func:`repo_lens.data.peoples_daily`).

@@ -64,7 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "flipflop": dict(task="flipflop", d_model=128, n_layers=4, n_heads=4, d_mlp=512, context=128,
                      batch_size=16, steps=1500, lr=1e-3, warmup=100, eval_every=250, checkpoint_every=250,
                      ship_dtype="bfloat16"),
-    # issue 17: 1,024-byte context, rows of 512 or 1,024 bytes so RULER's NIAH prompts fit in
+    # the retrieval models: 1,024-byte context, rows of 512 or 1,024 bytes so RULER's NIAH prompts fit in
     # distribution (repo_lens/train/mixture.py). The first 1,100 steps are repeat rows only: the copy
     # (induction) circuit forms there as a phase change, which it never did in 4,000 steps of the mix
     # alone. Then a retrieval-heavy mix (70 % NIAH + recall; few-shot, table, text and repeat rows

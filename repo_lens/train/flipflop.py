@@ -1,4 +1,4 @@
-"""The Flip-Flop language (Liu et al. 2024, used by CoPE, seeds/004 §5.1).
+"""The Flip-Flop language (Liu et al. 2024, used by CoPE, the CoPE paper §5.1).
 
 A sequence is T/2 (instruction, bit) pairs. Instructions are w(rite), r(ead) and i(gnore); the
 first is always w and the last always r; the bit after r must equal the bit of the latest w.

@@ -41,7 +41,7 @@ class TrainResult:
 def layer_mechanisms(cfg: TrainConfig) -> list[str]:
     """A mechanism whose source keeps RoPE in the lower layers (RePo) starts at ``repo_from`` (default
     ⌈L/3⌉, RePo §3.2); every other mechanism replaces the position encoding of every layer, as its
-    source does (seeds/002, 003, 004). The registry says which is which."""
+    source does (the learned-increments post and the GRAPE and CoPE papers). The registry says which is which."""
     return default_layer_kinds(cfg.mechanism, cfg.n_layers, first_layer=cfg.repo_from)
 
 

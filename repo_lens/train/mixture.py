@@ -1,4 +1,4 @@
-"""A byte-level training mixture where retrieval and structure matter (issue 17).
+"""A byte-level training mixture where retrieval and structure matter.
 
 Every batch row is exactly ``length + 1`` bytes: text from the bilingual corpus, or a prompt
 (RULER-style NIAH, multi-key NIAH, a few-shot prompt, a table question, or "recall": dense

@@ -1,4 +1,4 @@
-"""seeds/002's findings on learned position increments, re-measured on the zoo's LPI models.
+"""The learned-increments post's findings on learned position increments, re-measured on the zoo's LPI models.
 
 For each model: mean increment per byte category and layer over held-out English and Chinese
 text (the zoo's validation documents), Chinese word-boundary ROC-AUC per layer on held-out People's
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from repo_lens.studies.reproductions.common import held_out_documents, save_study, stem
 
-# seeds/002's tables (shared model: whole-model δ; per-layer model: L0 for categories)
+# the learned-increments post's tables (shared model: whole-model δ; per-layer model: L0 for categories)
 POST_CATEGORIES = {
     "shared": {"lowercase": 0.79, "continuation": 0.80, "cjk_lead": 0.92, "space": 1.05, "uppercase": 1.10,
                "punctuation": 1.18, "newline": 2.12, "separator": 2.90},
@@ -47,7 +47,7 @@ def analyse(model: str, windows: int, sentences: int, progress: bool) -> dict:
 
 
 def findings_markdown(results: dict) -> str:
-    lines = ["# seeds/002 findings on our models", ""]
+    lines = ["# the learned-increments post findings on our models", ""]
     for model, result in results.items():
         categories = result["categories"]["layers"]
         lines += [f"## {model} ({', '.join(sorted(set(result['layer_kinds'])))})", "",
@@ -80,7 +80,7 @@ def figures_of(results: dict) -> dict:
             layers, [c for c in CATEGORY_ORDER if c in layers[0]], title=f"{model}: mean increment by byte category")
         figures[f"{name}_boundary_auc"] = layer_series_figure(
             {"gold": result["boundaries"]["auc_gold"], "jieba": result["boundaries"]["auc_jieba"],
-             "seeds/002 (jieba)": POST_AUC}, "ROC-AUC", f"{model}: Chinese word-boundary AUC", reference=0.5)
+             "the learned-increments post (jieba)": POST_AUC}, "ROC-AUC", f"{model}: Chinese word-boundary AUC", reference=0.5)
         figures[f"{name}_entities"] = layer_series_figure(
             {"real order": result["entities"]["mean_real"], "reversed": result["entities"]["mean_reversed"]},
             "mean δ at the space", f"{model}: 'New York' vs 'York New'")
@@ -89,7 +89,7 @@ def figures_of(results: dict) -> dict:
 
 def increment_findings_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
                              progress: bool = True) -> dict:
-    """seeds/002's tables on ``models`` (30 held-out documents per language, 250 Chinese paragraphs; quick: 8 and 100)."""
+    """The learned-increments post's tables on ``models`` (30 held-out documents per language, 250 Chinese paragraphs; quick: 8 and 100)."""
     windows, sentences = (8, 100) if quick else (30, 250)
     results = {model: analyse(model, windows, sentences, progress) for model in models}
     markdown = findings_markdown(results)

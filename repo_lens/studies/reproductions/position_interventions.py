@@ -1,4 +1,4 @@
-"""Issue 33: causal studies of positions on the 1,024-byte retrieval models.
+"""Causal studies of positions on the 1,024-byte retrieval models.
 
 On the held-out NIAH prompts of the model cards (RULER noise haystack at the training context, needle
 depths spread over 0–1, the same seeds as ``niah_accuracy``), each layer's and each head's positions

@@ -1,4 +1,4 @@
-"""In-context and beyond-context NIAH accuracy of the models trained on the retrieval mixture (issue 17).
+"""In-context and beyond-context NIAH accuracy of the models trained on the retrieval mixture.
 
 The prompts are the mixture's held-out evaluation prompts (``RetrievalMixTask.niah_prompts``: RULER's
 template, answer appended, needle depths evenly spread over 0–1, seeds disjoint from training's), the

@@ -7,6 +7,7 @@ import re
 import torch
 
 from repo_lens.errors import CheckpointError
+from repo_lens.model.loaders.renames import rename_by_rules
 from repo_lens.model.transformer import LensModel
 
 # HF names -> repo_lens module paths, applied in order
@@ -31,11 +32,7 @@ def hf_to_lens_name(name: str) -> str:
     >>> hf_to_lens_name("model.layers.5.self_attn.gate_map.weight")
     'blocks.5.attn.positions.gate_map.weight'
     """
-    for pattern, replacement in _HF_RENAMES:
-        renamed, count = pattern.subn(replacement, name)
-        if count:
-            return renamed
-    return name
+    return rename_by_rules(name, _HF_RENAMES)
 
 
 def load_weights_strict(

@@ -26,7 +26,9 @@ class PublishedShape:
 
 
 # SakanaAI/RePo-OLMo2-1B-stage2-L5: 16 layers × 16 heads, pe_config dynmaic_pe_start_layer 5
-# (0-based: layers 0–4 RoPE, 5–15 RePo; not ⌈16/3⌉ = 6), 8K context. At 4,096 tokens the
+# (0-based: layers 0–4 RoPE, 5–15 RePo; not ⌈16/3⌉ = 6), trained at 4,096 tokens. The tiny stand-in's
+# context is 8,192 so checks past the trained length need no flag (repo_lens always reads the limit
+# from a checkpoint's own config). At 4,096 tokens the
 # 16 × 16 causal attentions dominate the CPU time; CPU attention kernels run d_head 16 faster
 # than 8, and d_model 128 with d_mlp 256 keeps the rest small (a trace in ~3.5 s on 2 cores).
 PUBLISHED_SHAPES: dict[str, PublishedShape] = {

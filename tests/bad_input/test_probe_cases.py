@@ -81,7 +81,7 @@ API_CASES: list[tuple[str, Callable, type, str]] = [
     ("api-load-source-unknown-user", lambda lens, t, tmp, ckpt: repo_lens.load("~no-such-user-probe/ckpt"),
      InputError, "cannot use the source '~no-such-user-probe/ckpt'"),
     ("api-load-source-bytes", lambda lens, t, tmp, ckpt: repo_lens.load(os.fsencode(ckpt)), InputError,
-     "source must be 'zoo:NAME' or a path"),
+     "source must be 'zoo:NAME', a path or a Hub id 'org/name'"),
     ("api-trace-ragged-ids", lambda lens, t, tmp, ckpt: lens.trace([[1, 2], [3]], progress=False), InputError,
      "ragged nested sequence"),
     ("api-trace-truncate-str", lambda lens, t, tmp, ckpt: lens.trace("a" * 600, truncate="no", progress=False),

@@ -215,20 +215,20 @@ def _corpus_files(source: str) -> list[tuple[Path, str]]:
 
 def _file_corpus(source: str, files: list[tuple[Path, str]], text_field: str | None, id_field: str | None,
                  text_unit: str) -> Corpus:
-    kinds = {_format_of(path) for path, _ in files}
+    formats = {path: _format_of(path) or TEXT for path, _ in files}  # every file's format is known here
+    kinds = set(formats.values())
     if (text_field or id_field) and kinds == {TEXT}:
         raise InputError(f"--text-field / --id-field apply to JSON lines, Parquet and saved datasets; {source} is "
                          "plain text (a document per blank-line paragraph; --text-unit file for one per file)")
     field = text_field or "text"
-    id_types = {path: _check_fields(path, field, id_field) for path, kind in
-                ((path, _format_of(path)) for path, _ in files) if kind != TEXT}
+    id_types = {path: _check_fields(path, field, id_field) for path, kind in formats.items() if kind != TEXT}
     readers = {TEXT: lambda path, label: _text_rows(path, label, text_unit),
                JSONL: lambda path, label: _jsonl_rows(path, label, field, id_field, id_types[path]),
                PARQUET: lambda path, label: _parquet_rows(path, label, field, id_field)}
 
     def rows() -> Iterator[Row]:
         for path, label in files:
-            yield from readers[_format_of(path)](path, label)
+            yield from readers[formats[path]](path, label)
 
     description = {"source": source, "format": "+".join(sorted(kinds)), "files": len(files),
                    "bytes": sum(path.stat().st_size for path, _ in files)}

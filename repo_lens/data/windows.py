@@ -143,7 +143,7 @@ def tokenize_document(tokenizer: Any, text: str) -> Tokenized:
         return Tokenized(codes.astype(np.int64), np.stack([chars, chars + 1], axis=1), lead)
     ids, offsets = encode_with_offsets(tokenizer, text, add_special_tokens=False)
     spans = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    breakable = np.ones(len(ids), dtype=bool)
+    breakable: np.ndarray = np.ones(len(ids), dtype=bool)
     breakable[1:] = spans[1:, 0] >= spans[:-1, 1]  # a token that starts inside the previous one's character
     return Tokenized(np.asarray(ids, dtype=np.int64), spans, breakable)
 

@@ -165,7 +165,7 @@ def plan_run(lens: LensProtocol, study: str | Study, corpus: Any = None, *, opti
         if given:
             raise InputError(f"--{given[0]} applies to studies that read a corpus, not {study.name}, which makes "
                              "its own inputs; leave it out")
-        items = list(study.items(lens, options))
+        items = list(study.items(lens, options)) if study.items is not None else []
         return Plan(study, options, {**base, "items": len(items)}, shard_size, len(items), items=items)
     corpus = prepare_corpus(corpus, study)
     selection = Selection(corpus.count(), limit, sample, seed)
@@ -214,7 +214,8 @@ def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: 
 
 def _shards(plan: Plan, last: int) -> Iterator[tuple[int, list[Any]]]:
     """(index, inputs) of the shards up to ``last``: documents of the selection, or the study's items."""
-    source = plan.selection.documents(plan.corpus) if plan.corpus is not None else iter(plan.items or [])
+    source = (plan.selection.documents(plan.corpus) if plan.corpus is not None and plan.selection is not None
+              else iter(plan.items or []))
     index, group = 0, []
     for one in source:
         group.append(one)
@@ -327,7 +328,7 @@ def _finish(lens: LensProtocol, plan: Plan, out: Path) -> StudyResult:
 def _merged_counts(plan: Plan, shards: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's counts from its shards' counts."""
     total = {key: sum(shard.get(key, 0) for shard in shards) for key in ("records", "documents", "items")}
-    if plan.corpus is None:
+    if plan.corpus is None or plan.selection is None:
         return {"items": total["items"], "records": total["records"], "shards": len(shards)}
     reasons: dict[str, int] = {}
     for shard in shards:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -125,7 +125,7 @@ class Lens:
                 for index, (positions, summed) in zip(batch, captured):
                     traces[index] = self._assemble(*prepared[index], positions, summed)
                 bar.update(len(batch))
-        return [trace for trace in traces if trace is not None]  # every index is in one batch
+        return cast("list[Trace]", traces)  # length_batches puts every index in exactly one batch
 
     def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool = False) -> Trace:
         ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)

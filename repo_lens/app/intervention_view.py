@@ -16,8 +16,7 @@ import streamlit as st
 
 from repo_lens import InputError, interventions
 from repo_lens.model.registry import learned_layers
-from repo_lens.plots import spaced_tokens_figure
-from repo_lens.plots.heatmaps import layer_head_heatmap
+from repo_lens.plots import layer_head_heatmap, spaced_tokens_figure
 
 from repo_lens.app import cache, config
 from repo_lens.app.names import export_name

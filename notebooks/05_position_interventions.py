@@ -15,105 +15,216 @@
 # # Intervening on learned positions
 #
 # The other notebooks describe the positions a model assigns. Whether the model *uses* them is a
-# causal question: replace them and see what breaks. Every attention layer publishes the positions
-# it rotates queries and keys by at the hook point `blocks.{layer}.attn.hook_pos`, shaped
-# `[batch, head, pos]`; a forward hook that returns a new tensor replaces them for the rest of the
-# forward pass (TransformerLens' `run_with_hooks`).
+# causal question: change them and measure what breaks. `repo_lens.interventions` does this for
+# every learned mechanism through one code path:
 #
-# Three replacements, on the RePo layers only:
+# * `ablate(lens, inputs, mode=…, layers=…, heads=…, metric=…)` replaces the positions of some
+#   layers and heads in one forward pass. Modes: `"integer"` (RoPE's positions 0, 1, 2, …),
+#   `"constant"` (no positional signal, as NoPE), `"mean"` (each token index's mean over a reference
+#   set), `"shuffle"` (the tokens' positions permuted), and `("interpolate", p)`, which moves the
+#   learned positions a fraction p of the way to the integers, z' = (1 − p)·z + p·t, as the RePo
+#   authors' training code does with its `dynamic_pe_pdrop` option ("RePo: Language Models with
+#   Context Re-Positioning", arXiv 2512.14391).
+# * `ablation_grid(lens, prompt, metric, mode=…)` ablates one layer, head or token at a time, every
+#   cell batched.
+# * `patch(lens, clean, corrupted, metric)` writes a clean prompt's positions into a corrupted run,
+#   one cell at a time, and `attribute(...)` estimates the same grid from one forward and one
+#   backward pass.
 #
-# * **linear**: 0, 1, 2, …: the positions RoPE would use;
-# * **constant**: 0 for every token, as NoPE;
-# * **shuffled**: each head's own learned positions, permuted over the tokens.
-#
-# and three tasks: next-byte prediction on held-out text, needle-in-a-haystack retrieval, and
-# text reversal, the toy task of the RePo paper ("RePo: Language Models with Context
-# Re-Positioning", arXiv 2512.14391, App. C). The hooks are written out here to show the
-# mechanism; the last section does the same with `repo_lens.interventions`, which packages it.
+# What "integer" and "constant" mean for a mechanism (RePo's z, CoPE's gates, learned increments,
+# FoX's forget gates) comes from the model's registry, so the calls are the same for all of them.
+# A metric maps logits `[batch, pos, vocab]` to one number per prompt; the built-in ones score a
+# prompt's answer span: `answer_logprob`, `niah_exact_match`, `span_loss`, `logit_difference`.
 
 # %%
-import math
-
 import numpy as np
 import plotly.graph_objects as go
-import torch
+from plotly.subplots import make_subplots
 
 import repo_lens
 from repo_lens import interventions
-from repo_lens.data import niah_single, reversal_prompt
+from repo_lens.data import bilingual_splits, niah_prompt, niah_single, reversal_prompt
 
 repo_lens.plots.notebook_setup()
 
 # %% [markdown]
-# ## The interventions as hook functions
+# ## 1. Retrieval: which layers does it need?
 #
-# Each builds a hook `fn(positions, hook)` that rewrites the positions of the given heads (all by
-# default) and keeps the others.
+# `zoo:bytes1k-repo` (RoPE in its two lowest layers, RePo above) finds the needle in RULER prompts
+# that fill its 1,024-byte context (notebook 03). Sixteen prompts, the needle at depths from the
+# start to the end of the haystack, scored by exact match (every answer byte is the model's most
+# likely next byte) and by the answer's log-probability (nats, summed over its bytes). Each mode is
+# applied to every RePo layer at once (`layers=None`: every learned layer), then to one layer.
 
 # %%
-def linear(heads=slice(None)):
-    def fn(positions, hook):
-        out = positions.clone()
-        out[:, heads] = torch.arange(out.shape[-1], dtype=out.dtype, device=out.device)
-        return out
-    return fn
+lens = repo_lens.load("zoo:bytes1k-repo", device="cpu")
+learned = [site.layer for site in interventions.select_sites(lens.model, None)]
+prompts = [niah_single(lens.tokenizer, lens.context_length, depth=depth) for depth in np.linspace(0, 1, 16)]
+exact_match, answer_logprob = interventions.niah_exact_match(prompts), interventions.answer_logprob(prompts)
+print(lens.layer_kinds, "| learned layers", learned)
 
 
-def constant(heads=slice(None)):
-    def fn(positions, hook):
-        out = positions.clone()
-        out[:, heads] = 0.0
-        return out
-    return fn
+def scores(mode, layers=None, heads=None):
+    """(accuracy, mean answer log p) of the prompts with the positions of ``layers`` × ``heads`` replaced."""
+    logits = interventions.ablate(lens, prompts, mode=mode, layers=layers, heads=heads, reference=prompts)
+    return exact_match(logits).mean().item(), answer_logprob(logits).mean().item()
 
 
-def shuffled(heads=slice(None), seed=0):
-    def fn(positions, hook):
-        generator = torch.Generator().manual_seed(seed)
-        order = torch.randperm(positions.shape[-1], generator=generator).to(positions.device)
-        out = positions.clone()
-        out[:, heads] = positions[:, heads][..., order]
-        return out
-    return fn
+MODES = ["integer", "constant", "mean", "shuffle"]
+rows = {"unchanged": scores(("interpolate", 0.0))}
+rows.update({f"{mode}, every RePo layer": scores(mode) for mode in MODES})
+rows.update({f"{mode}, layer {layer}": scores(mode, layers=[layer]) for layer in learned for mode in MODES})
+print(f"{'positions':28} {'accuracy':>9} {'log p':>8}")
+for label, (accuracy, logprob) in rows.items():
+    print(f"{label:28} {accuracy:9.2f} {logprob:8.2f}")
 
-
-def hooks(make, layers, **options):
-    """(hook name, function) pairs for run_with_hooks: ``make(**options)`` in each of ``layers``."""
-    return [(f"blocks.{layer}.attn.hook_pos", make(**options)) for layer in layers]
-
-
-INTERVENTIONS = {"linear": linear, "constant": constant, "shuffled": shuffled}
+# %%
+fig = go.Figure()
+for index, layers in enumerate(["every RePo layer", *[f"layer {layer}" for layer in learned]]):
+    fig.add_bar(name=layers, x=MODES, y=[rows[f"{mode}, {layers}"][0] for mode in MODES],
+                marker_color=repo_lens.plots.OKABE_ITO[index])
+fig.add_hline(y=rows["unchanged"][0], line_dash="dot", annotation_text="unchanged")
+fig.update_layout(barmode="group", title="bytes1k-repo: NIAH accuracy with learned positions replaced",
+                  xaxis_title="replacement", yaxis_title="exact match", yaxis_range=[0, 1.05])
 
 # %% [markdown]
-# ## 1. Next-byte prediction
+# The rows above say which layer's positions retrieval reads: every replacement in the lower RePo
+# layer breaks it, while the upper one can take any of them and still retrieve, so the retrieval
+# circuit reads the lower layer's learned positions and not the upper one's.
 #
-# `zoo:bytes-repo` (RoPE in its lowest layers, RePo above) on the first held-out English and Chinese
-# document, cut to its context: the loss in bits per byte with its learned positions, and the change
-# when the RePo layers' positions are replaced. A control replaces the positions of the RoPE layers
-# by a constant, to show what losing order information costs this model.
+# ## 2. Which heads?
+#
+# `ablation_grid` ablates one head at a time. It runs the prompt once, then all cells batched, each
+# starting from the cached residual stream at its layer (the layers below it do not change). Its
+# `values` hold the metric per cell (NaN for the RoPE layers, which have no learned positions);
+# `also=` measures further metrics on the same runs. The maps average the sixteen prompts.
 
 # %%
-lens = repo_lens.load("zoo:bytes-repo", device="cpu")
-repo_layers = [layer for layer, kind in enumerate(lens.layer_kinds) if kind == "repo"]
-rope_layers = [layer for layer, kind in enumerate(lens.layer_kinds) if kind == "rope"]
-print(lens.layer_kinds, "| RePo layers", repo_layers)
-
-splits = repo_lens.data.bilingual_splits()
-ids = {lang: torch.tensor([lens.encode(splits[lang][1][0])[: lens.context_length]]) for lang in ("en", "zh")}
-
-
-@torch.inference_mode()
-def bits_per_byte(model, x, fwd_hooks=()):
-    logits = model.run_with_hooks(x, fwd_hooks=list(fwd_hooks))
-    return torch.nn.functional.cross_entropy(logits[0, :-1].float(), x[0, 1:]).item() / math.log(2)
+def head_maps(mode):
+    """Mean exact match and answer log p over the prompts, one head's positions replaced at a time."""
+    grids = [interventions.ablation_grid(lens, prompt, interventions.answer_logprob(prompt), mode=mode,
+                                         also={"exact": interventions.niah_exact_match(prompt)}, progress=False)
+             for prompt in prompts]
+    return np.mean([grid.also["exact"] for grid in grids], axis=0), np.mean([grid.values for grid in grids], axis=0)
 
 
-baseline = {lang: bits_per_byte(lens.model, x) for lang, x in ids.items()}
-settings = {f"{name}, RePo layers": hooks(make, repo_layers) for name, make in INTERVENTIONS.items()}
-settings["control: constant, RoPE layers"] = hooks(constant, rope_layers)
-changes = {label: {lang: bits_per_byte(lens.model, x, fwd) - baseline[lang] for lang, x in ids.items()}
-           for label, fwd in settings.items()}
+maps = {mode: head_maps(mode) for mode in ("integer", "constant")}
+for mode, (accuracy, logprob) in maps.items():
+    for layer in learned:
+        print(f"{mode:8} L{layer}: accuracy " + " ".join(f"h{h} {accuracy[layer, h]:.2f}" for h in range(lens.n_heads))
+              + " | log p " + " ".join(f"{logprob[layer, h]:.2f}" for h in range(lens.n_heads)))
 
+# %%
+repo_lens.plots.layer_head_heatmap(maps["integer"][0], title="bytes1k-repo: NIAH accuracy, one head's positions made integer",
+                                   colorbar_title="accuracy", layer_kinds=lens.layer_kinds, zmin=0.0, zmax=1.0)
+
+# %% [markdown]
+# Within the lower RePo layer, two heads carry retrieval and the other two can lose their positions
+# without harm; integer positions hurt more than constant ones, as these heads learnt nothing
+# RoPE-like to fall back on.
+#
+# ## 3. The authors' interpolation
+#
+# `("interpolate", p)` moves every RePo layer's positions a fraction p toward the integers in the
+# same forward pass, so later layers see the earlier layers' change, as the authors' forward does;
+# `("interpolate", p, "constant")` moves them toward a constant instead, which shrinks them and
+# keeps their order.
+
+# %%
+SWEEP = [0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+sweep = {toward: [scores(("interpolate", p, toward))[0] for p in SWEEP] for toward in ("integer", "constant")}
+print("p          " + "".join(f"{p:>7}" for p in SWEEP))
+for toward, accuracies in sweep.items():
+    print(f"{toward:10} " + "".join(f"{accuracy:7.2f}" for accuracy in accuracies))
+
+fig = go.Figure()
+for index, (toward, accuracies) in enumerate(sweep.items()):
+    fig.add_scatter(x=SWEEP, y=accuracies, mode="lines+markers", name=f"toward {toward}",
+                    line_color=repo_lens.plots.OKABE_ITO[index])
+fig.update_layout(title="bytes1k-repo: NIAH accuracy vs interpolation p", xaxis_title="p", xaxis_type="log",
+                  yaxis_title="exact match", yaxis_range=[0, 1.05])
+
+# %% [markdown]
+# The learned positions of a RePo head span a few to a few dozen units over the prompt (notebook 03
+# prints the ranges), while the integers run to the prompt's length, so a small step toward the
+# integers moves them far; a step toward a constant only shrinks them.
+#
+# ## 4. Patching: which heads carry where the needle is?
+#
+# A clean prompt and a corrupted one with the same key and value, the needle moved from a quarter to
+# three quarters of the way through the haystack (equal lengths, so tokens align one to one).
+# `patch` writes the clean run's positions of one head into the corrupted run and measures the
+# answer's log-probability; `effects` is the change from the corrupted run. `attribute` estimates
+# the same map from one forward and one backward pass (∂metric/∂z · (z_clean − z_corrupted)).
+
+# %%
+def needle_moved(seed):
+    for candidate in range(seed, seed + 50):
+        clean, moved = (niah_prompt(lens.tokenizer, lens.context_length, depth=depth, seed=candidate,
+                                    add_special_tokens=False) for depth in (0.25, 0.75))
+        if len(clean) == len(moved):
+            return clean, moved
+
+
+pairs = [needle_moved(100 * seed) for seed in range(4)]
+exact, estimate = [], []
+for clean, moved in pairs:
+    metric = interventions.answer_logprob(moved)
+    exact.append(interventions.patch(lens, clean, moved, metric, progress=False))
+    estimate.append(interventions.attribute(lens, clean, moved, metric))
+effects = np.mean([grid.effects for grid in exact], axis=0)
+estimated = np.mean([grid.effects for grid in estimate], axis=0)
+cells = np.isfinite(effects)
+print(f"log p, corrupted runs: {np.mean([g.baseline for g in exact]):.2f}, clean runs: {np.mean([g.clean for g in exact]):.2f}")
+for layer in learned:
+    print(f"L{layer} patched effect " + " ".join(f"h{h} {effects[layer, h]:+.2f}" for h in range(lens.n_heads))
+          + " | attributed " + " ".join(f"{estimated[layer, h]:+.2f}" for h in range(lens.n_heads)))
+print(f"Pearson r (patched vs attributed, every cell of every pair): "
+      f"{np.corrcoef(np.ravel([g.effects[cells] for g in exact]), np.ravel([g.effects[cells] for g in estimate]))[0, 1]:.2f}")
+
+# %%
+fig = make_subplots(rows=1, cols=2, subplot_titles=("patched (exact)", "attributed (gradient)"))
+largest = float(np.nanmax(np.abs(effects)))
+for column, values in enumerate((effects, estimated), start=1):
+    fig.add_heatmap(z=values[learned], x=[f"h{h}" for h in range(lens.n_heads)], y=[f"L{layer}" for layer in learned],
+                    colorscale="RdBu", zmid=0.0, zmin=-largest, zmax=largest, coloraxis=None,
+                    showscale=column == 2, colorbar_title="Δ log p", row=1, col=column)
+fig.update_yaxes(autorange="reversed")
+fig.update_layout(title="bytes1k-repo: clean positions of one head written into the moved-needle run")
+
+# %% [markdown]
+# A head whose patched effect is far from zero holds positions that differ between the two prompts
+# in a way the answer depends on: the same two heads of the lower RePo layer that the ablations of
+# section 2 flag. The attribution map costs one forward and one backward pass for the whole grid,
+# but it is a first-order estimate, and the answer is far from linear in a position that moves by
+# many units (a rotation angle wraps around): it finds one of the two heads and misses the other,
+# as the Pearson r above shows. Use it to rank the cells of a large grid, then patch the top ones
+# exactly.
+#
+# ## 5. Next-byte prediction
+#
+# `zoo:bytes-repo` on the first held-out English and Chinese document: the mean next-byte loss in
+# bits (`span_loss` over every byte, divided by ln 2) with its learned positions, and the change when
+# every RePo layer's are replaced. A control replaces the RoPE layers' positions by a constant, to
+# show what losing order information costs this model.
+
+# %%
+byte_lens = repo_lens.load("zoo:bytes-repo", device="cpu")
+rope_layers = [layer for layer, kind in enumerate(byte_lens.layer_kinds) if kind == "rope"]
+splits = bilingual_splits()
+documents = {lang: byte_lens.encode(splits[lang][1][0])[: byte_lens.context_length] for lang in ("en", "zh")}
+
+
+def bits_per_byte(ids, mode=("interpolate", 0.0), layers=None):
+    loss = interventions.span_loss((np.asarray(ids), (1, len(ids))))
+    return interventions.ablate(byte_lens, ids, mode=mode, layers=layers, metric=loss)[0] / np.log(2)
+
+
+baseline = {lang: bits_per_byte(ids) for lang, ids in documents.items()}
+settings = {f"{mode}, RePo layers": (mode, None) for mode in ("integer", "constant", "shuffle")}
+settings["control: constant, RoPE layers"] = ("constant", rope_layers)
+changes = {label: {lang: bits_per_byte(ids, mode, layers) - baseline[lang] for lang, ids in documents.items()}
+           for label, (mode, layers) in settings.items()}
 print(f"{'positions':32} {'en':>8} {'zh':>8}")
 print(f"{'learned (bits per byte)':32} {baseline['en']:8.3f} {baseline['zh']:8.3f}")
 for label, change in changes.items():
@@ -121,125 +232,44 @@ for label, change in changes.items():
 
 # %%
 fig = go.Figure()
-for index, lang in enumerate(ids):
+for index, lang in enumerate(documents):
     fig.add_bar(name=lang, x=list(changes), y=[change[lang] for change in changes.values()],
                 marker_color=repo_lens.plots.OKABE_ITO[index])
 fig.update_layout(barmode="group", title="bytes-repo: loss change when positions are replaced",
                   yaxis_title="Δ bits per byte (replaced − learned)")
 
 # %% [markdown]
-# Compare the RePo rows with the control in the output above: the size of each change says how much
-# this model's next-byte predictions depend on the positions of those layers.
+# ## 6. Text reversal
 #
-# ## 2. Retrieval
-#
-# `zoo:bytes1k-repo` finds the needle in RULER prompts that fill its context (notebook 03). Does it
-# need its learned positions to do so? NIAH accuracy (all answer bytes the model's most likely next
-# bytes) on 8 prompts, the needle at depths from the start to the end of the haystack: with each
-# RePo layer's positions replaced, then with every RePo head's positions made linear, one at a time.
-
-# %%
-retriever = repo_lens.load("zoo:bytes1k-repo", device="cpu")
-repo_layers_1k = [layer for layer, kind in enumerate(retriever.layer_kinds) if kind == "repo"]
-prompts = [niah_single(retriever.tokenizer, retriever.context_length, depth=depth) for depth in np.linspace(0, 1, 8)]
-
-
-@torch.inference_mode()
-def niah_accuracy(model, fwd_hooks=()):
-    solved = []
-    for length in sorted({len(prompt.ids) for prompt in prompts}):  # prompts of one length share a forward pass
-        group = [prompt for prompt in prompts if len(prompt.ids) == length]
-        x = torch.tensor(np.array([prompt.ids for prompt in group]))
-        predicted = model.run_with_hooks(x, fwd_hooks=list(fwd_hooks)).argmax(-1)
-        for row, prompt in enumerate(group):
-            start, end = prompt.query
-            solved.append(bool((predicted[row, start - 1:end - 1] == x[row, start:end]).all()))
-    return float(np.mean(solved))
-
-
-print(retriever.layer_kinds, "| learned positions: accuracy", niah_accuracy(retriever.model))
-for layer in repo_layers_1k:
-    print(f"L{layer} replaced: " + ", ".join(
-        f"{name} {niah_accuracy(retriever.model, hooks(make, [layer])):.2f}" for name, make in INTERVENTIONS.items()))
-
-# %%
-grid = np.full((retriever.n_layers, retriever.n_heads), np.nan)  # RoPE layers: already linear, left empty
-for layer in repo_layers_1k:
-    for head in range(retriever.n_heads):
-        grid[layer, head] = niah_accuracy(retriever.model, hooks(linear, [layer], heads=[head]))
-repo_lens.plots.layer_head_heatmap(grid, title="bytes1k-repo: NIAH accuracy with one head's positions made linear",
-                                   colorbar_title="accuracy", layer_kinds=retriever.layer_kinds, zmin=0.0, zmax=1.0)
-
-# %% [markdown]
-# The accuracies above locate what retrieval needs: a layer or head whose replacement takes accuracy
-# down is one whose learned positions the retrieval circuit reads.
-#
-# ## 3. Text reversal
-#
-# `zoo:reversal-repo` reverses lists of made-up words,
+# `zoo:reversal-repo` (RePo in every layer) reverses lists of made-up words,
 # `<bos> Reverse the following words : x1 … xL <sep> xL … x1`, and was trained on lists of 2 to 20
 # words; the RePo paper (App. C) finds RePo generalises to longer lists where RoPE and NoPE fail.
-# `reversal_prompt` writes such a prompt with its answer; exact-match accuracy over 50 prompts per
-# length, for the three zoo reversal models and for `reversal-repo` with its positions replaced.
+# Exact match over the reversed words, 50 prompts per length: the three zoo reversal models, then
+# `reversal-repo` with its positions replaced in every layer or made integer in one.
 
 # %%
 reversal = {name: repo_lens.load(f"zoo:{name}", device="cpu") for name in ("reversal-repo", "reversal-rope", "reversal-nope")}
-example = reversal_prompt(reversal["reversal-repo"].tokenizer, 5, seed=0)
-print(example.text, "| spans", example.spans)
 LENGTHS = [10, 20, 25, 30]
 
 
-@torch.inference_mode()
-def reversal_accuracy(lens, n_words, fwd_hooks=()):
-    batch = [reversal_prompt(lens.tokenizer, n_words, seed=seed) for seed in range(50)]
-    x = torch.tensor(np.array([prompt.ids for prompt in batch]))  # one token per word: equal lengths
-    start = batch[0].spans["output"][0]
-    predicted = lens.model.run_with_hooks(x, fwd_hooks=list(fwd_hooks)).argmax(-1)
-    return (predicted[:, start - 1:-1] == x[:, start:]).all(dim=1).float().mean().item()
+def reversal_accuracy(model, n_words, mode=("interpolate", 0.0), layers=None):
+    batch = [reversal_prompt(model.tokenizer, n_words, seed=seed) for seed in range(50)]
+    solved = interventions.niah_exact_match([(prompt.ids, prompt.spans["output"]) for prompt in batch])
+    return interventions.ablate(model, [prompt.ids for prompt in batch], mode=mode, layers=layers, metric=solved).mean()
 
 
-rows = {name: [reversal_accuracy(model, n) for n in LENGTHS] for name, model in reversal.items()}
+table = {name: [reversal_accuracy(model, n) for n in LENGTHS] for name, model in reversal.items()}
 repo = reversal["reversal-repo"]
-every_layer = list(range(repo.n_layers))
-print("reversal-repo layers:", repo.layer_kinds)
-for name, make in INTERVENTIONS.items():
-    rows[f"reversal-repo, {name}"] = [reversal_accuracy(repo, n, hooks(make, every_layer)) for n in LENGTHS]
-for layer in every_layer:
-    rows[f"reversal-repo, linear L{layer}"] = [reversal_accuracy(repo, n, hooks(linear, [layer])) for n in LENGTHS]
-
+for mode in ("integer", "constant", "shuffle"):
+    table[f"reversal-repo, {mode}"] = [reversal_accuracy(repo, n, mode) for n in LENGTHS]
+for layer in range(repo.n_layers):
+    table[f"reversal-repo, integer L{layer}"] = [reversal_accuracy(repo, n, "integer", [layer]) for n in LENGTHS]
 print(f"{'model, positions':30}" + "".join(f"{f'L={n}':>8}" for n in LENGTHS))
-for label, accuracies in rows.items():
+for label, accuracies in table.items():
     print(f"{label:30}" + "".join(f"{value:8.2f}" for value in accuracies))
 
 # %% [markdown]
-# The first three rows compare the mechanisms on lengths within and beyond training; the rows
-# below them show what `reversal-repo` keeps when its learned positions are replaced, in every
-# layer or in one.
-
-# %% [markdown]
-# ## 4. The same with `repo_lens.interventions`
-#
-# `interventions.ablate` applies such replacements by name: `"integer"` (RoPE's positions),
-# `"constant"`, `"shuffle"`, `"mean"`, or `("interpolate", p)`, which moves the learned positions a
-# fraction p of the way toward the integers. What "integer" and
-# "constant" mean for each mechanism comes from the model's registry, so the call is the same for
-# RePo, learned increments or CoPE. With a metric it returns one value per prompt: here NIAH exact
-# match on the retrieval prompts of section 2, with each RePo layer made integer, then for a sweep of p.
-
-# %%
-exact_match = interventions.niah_exact_match(prompts)
-for layer in repo_layers_1k:
-    accuracy = interventions.ablate(retriever, prompts, mode="integer", layers=[layer], metric=exact_match)
-    print(f"L{layer} integer: NIAH accuracy {accuracy.mean():.2f}")
-
-first = repo_layers_1k[0]
-for p in (0.0, 0.02, 0.05, 0.25, 1.0):
-    accuracy = interventions.ablate(retriever, prompts, mode=("interpolate", p), layers=[first], metric=exact_match)
-    print(f"L{first}, positions moved {p:4.0%} of the way to the integers: NIAH accuracy {accuracy.mean():.2f}")
-
-# %% [markdown]
-# The per-layer lines agree with the linear rows of section 2. The sweep
-# shows how far the learned positions of that layer can move toward RoPE's before retrieval fails:
-# they span a range of a few units (notebook 03 prints it for this model and its prompts), while the
-# integers run to the prompt's length, so even a small step toward them moves the positions far.
-
+# The first three rows compare the mechanisms on lengths within and beyond training; the rows below
+# them show what `reversal-repo` keeps when its learned positions are replaced, in every layer or
+# in one. The same questions for a whole study, with the RoPE model as a control, run with
+# `repo-lens reproduce position_interventions`.

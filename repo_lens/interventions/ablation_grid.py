@@ -20,7 +20,7 @@ import torch
 from repo_lens.interventions.ablate import ablate, checked_means
 from repo_lens.interventions.batch import as_single
 from repo_lens.interventions.edits import edit_values, shuffle_orders
-from repo_lens.interventions.metrics import Metric
+from repo_lens.interventions.metrics import Metric, first_logit_row
 from repo_lens.interventions.modes import parse_mode
 from repo_lens.interventions.pairs import Pair
 from repo_lens.interventions.patching import grid_values
@@ -61,11 +61,12 @@ def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, 
     means = checked_means(lens, inputs if reference is None else reference, sites, width) if parsed.name == "mean" else {}
     orders = shuffle_orders(batch.lengths, width, seed) if parsed.name == "shuffle" else None
     pair = Pair(batch, batch, np.arange(width), sites, heads_on, {}, float("nan"), run_prefix(lens.model, batch.ids, 0))
+    metrics = {"metric": metric, **(also or {})}
     with torch.no_grad():
-        run = capture(lens.model, batch.ids, sites, inputs_from=sites[0].layer, prefix=pair.prefix)
+        run = capture(lens.model, batch.ids, sites, inputs_from=sites[0].layer, prefix=pair.prefix,
+                      rows_from=first_logit_row(list(metrics.values()), width))
     edited = {site.layer: edit_values(run.quantities[site.layer], parsed, site.edit, mean=means.get(site.layer),
                                       orders=orders) for site in sites}
-    metrics = {"metric": metric, **(also or {})}
     values, baselines = grid_values(lens, pair, run, edited, grid, metrics, batch_size, progress, "ablating")
     every = float(ablate(lens, inputs, mode=parsed, layers=[site.layer for site in sites],
                          heads=pair.head_list, metric=metric, reference=reference, seed=seed)[0])

@@ -19,6 +19,9 @@ from repo_lens.data.spans import Prompt
 from repo_lens.errors import InputError
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
+# A metric may also say which logits it reads: ``metric.first_row(width)`` -> the first token whose
+# logits it reads, of ``width`` tokens. Grids then compute the logits of that token on only (the
+# others hold NaN); a metric without it gets every token's logits.
 Target = tuple[np.ndarray, tuple[int, int]]
 
 
@@ -57,6 +60,10 @@ class _TokenScores:
             raise InputError(f"this metric scores {len(self.targets)} targets but the logits hold {batch} rows; "
                              "build it for one target (every row) or one per row")
         return list(range(batch))
+
+    def first_row(self, width: int) -> int:
+        """The first token whose logits the metric reads: the one before the earliest answer start."""
+        return min(start for _, (start, _) in self.targets) - 1
 
     def scores(self, logits: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         out = []
@@ -128,11 +135,35 @@ def logit_difference(correct: int, wrong: int, position: int = -1) -> Metric:
     >>> logit_difference(2, 0)(logits).tolist()
     [1.5]
     """
-    def metric(logits: torch.Tensor) -> torch.Tensor:
-        last = logits[:, position].float()
-        return last[:, correct] - last[:, wrong]
+    return LogitDifference(correct, wrong, position)
 
-    return metric
+
+class LogitDifference:
+    """logit[position, correct] − logit[position, wrong] (see :func:`logit_difference`)."""
+
+    def __init__(self, correct: int, wrong: int, position: int) -> None:
+        self.correct, self.wrong, self.position = correct, wrong, position
+
+    def first_row(self, width: int) -> int:
+        return self.position % width
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        last = logits[:, self.position].float()
+        return last[:, self.correct] - last[:, self.wrong]
+
+
+def first_logit_row(metrics: Sequence[Metric], width: int) -> int:
+    """The first token whose logits any of ``metrics`` reads (0 when one does not say).
+
+    >>> first_logit_row([logit_difference(1, 2), answer_logprob((np.arange(9), (6, 8)))], 9)
+    5
+    >>> first_logit_row([logit_difference(1, 2), lambda logits: logits[:, 0, 0]], 9)
+    0
+    """
+    rows = [getattr(metric, "first_row", None) for metric in metrics]
+    if not rows or any(row is None for row in rows):
+        return 0
+    return max(0, min(min(int(row(width)), width - 1) for row in rows))
 
 
 def metric_values(metric: Metric, logits: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 
 from repo_lens.interventions.alignment import alignment
 from repo_lens.interventions.batch import Batch, as_single
-from repo_lens.interventions.metrics import Metric, metric_values
+from repo_lens.interventions.metrics import Metric, first_logit_row, metric_values
 from repo_lens.interventions.prefix import Prefix, run_prefix, shared_prefix
 from repo_lens.interventions.runs import capture
 from repo_lens.interventions.selection import Site, head_mask, select_sites
@@ -66,7 +66,8 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
     shared = shared_prefix(clean_batch.ids, corrupted_batch.ids, mapping)
     prefix = run_prefix(lens.model, corrupted_batch.ids, shared, sites)
     with torch.no_grad():
-        run = capture(lens.model, clean_batch.ids, sites, prefix=prefix)
         same_length = clean_batch.lengths == corrupted_batch.lengths
+        rows_from = first_logit_row([metric], clean_batch.lengths[0]) if same_length else clean_batch.lengths[0]
+        run = capture(lens.model, clean_batch.ids, sites, prefix=prefix, rows_from=rows_from)
         clean_metric = float(metric_values(metric, run.logits)[0]) if same_length else float("nan")
     return Pair(clean_batch, corrupted_batch, mapping, sites, heads_on, run.quantities, clean_metric, prefix)

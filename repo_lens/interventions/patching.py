@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from repo_lens.capture import forward_lock
 from repo_lens.interventions.alignment import transplant
 from repo_lens.interventions.cells import Cell, cell_mask, grid_cells
-from repo_lens.interventions.metrics import Metric, metric_values
+from repo_lens.interventions.metrics import Metric, first_logit_row, metric_values
 from repo_lens.interventions.pairs import Pair, prepare_pair
 from repo_lens.interventions.prefix import first_changed, run_prefix, suffix_inputs
 from repo_lens.interventions.results import GRIDS, InterventionGrid, check_grid
@@ -72,7 +72,8 @@ class _Prefixes:
 def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, torch.Tensor], chunk: Sequence[Cell],
               metrics: Mapping[str, Metric], prefixes: _Prefixes) -> dict[str, torch.Tensor]:
     """Each metric of each cell of ``chunk`` (ordered by layer) in one batched pass: from its layer on, and
-    from the first token the chunk changes on (the tokens before it keep the corrupted run's state)."""
+    from the first token the chunk changes on (the tokens before it keep the corrupted run's state),
+    computing the logits of only the tokens the metrics read (``first_row``; NaN before them)."""
     model, shared = lens.model, pair.prefix.length
     first = first_changed(chunk, pair.heads, patched, corrupted.quantities, floor=shared)
     if first == pair.corrupted.lengths[0]:  # the clean positions equal the corrupted ones: nothing changes
@@ -89,10 +90,11 @@ def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, tor
     increments = corrupted.inputs[start][-1]
     increments = increments[:, first - shared:] if isinstance(increments, torch.Tensor) else increments
     rest = suffix_inputs(prefixes(first), increments, first)
+    unread = max(0, first_logit_row(list(metrics.values()), pair.corrupted.lengths[0]) - first)
     with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=_hooks(pair, patched, chunk, counts, first)):
-        logits = run_from(model, start, corrupted.inputs[start][0][:0, first - shared:], rest, join)
-    before = corrupted.logits[:, :first]
-    logits = torch.cat((before.expand(len(chunk), *before.shape[1:]), logits), dim=1)
+        logits = run_from(model, start, corrupted.inputs[start][0][:0, first - shared:], rest, join, rows_from=unread)
+    before = corrupted.logits[:, :first].expand(len(chunk), -1, -1)
+    logits = torch.cat((before, logits.new_full((len(chunk), unread, logits.shape[-1]), float("nan")), logits), dim=1)
     return {name: metric_values(metric, logits) for name, metric in metrics.items()}
 
 
@@ -124,10 +126,11 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
     started = time.perf_counter()
     pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align)
     with torch.no_grad():
-        run = capture(lens.model, pair.corrupted.ids, pair.sites, inputs_from=pair.first_layer, prefix=pair.prefix)
+        metrics = {"metric": metric, **(also or {})}
+        run = capture(lens.model, pair.corrupted.ids, pair.sites, inputs_from=pair.first_layer, prefix=pair.prefix,
+                      rows_from=first_logit_row(list(metrics.values()), pair.corrupted.lengths[0]))
     patched = {site.layer: transplant(pair.clean_quantities[site.layer], run.quantities[site.layer], pair.mapping,
                                       site.edit.pairwise) for site in pair.sites}
-    metrics = {"metric": metric, **(also or {})}
     values, baselines = grid_values(lens, pair, run, patched, grid, metrics, batch_size, progress, "patching")
     return InterventionGrid("patch", grid, values.pop("metric"), baselines.pop("metric"), pair.clean_metric,
                             [s.layer for s in pair.sites], pair.head_list, round(time.perf_counter() - started, 4),

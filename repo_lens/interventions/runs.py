@@ -34,11 +34,13 @@ class Captured:
 
 
 def capture(model: Any, ids: torch.Tensor, sites: Sequence[Site], *, inputs_from: int | None = None,
-            hooks: Sequence[Hook] = (), prefix: Prefix | None = None) -> Captured:
+            hooks: Sequence[Hook] = (), prefix: Prefix | None = None, rows_from: int = 0) -> Captured:
     """One forward pass of ``ids`` (with the extra forward ``hooks``), keeping each site's quantity and,
     with ``inputs_from``, the inputs of blocks ``inputs_from``.. (call under no_grad). With ``prefix``
     (:func:`repo_lens.interventions.prefix.run_prefix` of the same first tokens), only the tokens after
-    it run; quantities and logits still cover every token.
+    it run; quantities and logits still cover every token. ``rows_from``: only the logits of tokens
+    ``rows_from``.. are wanted (the last block runs its queries and MLP for them alone where the
+    model can); the logits of the tokens before it after the prefix are NaN.
 
     >>> from repo_lens.model.tiny import tiny_model
     >>> from repo_lens.interventions.selection import select_sites
@@ -64,13 +66,18 @@ def capture(model: Any, ids: torch.Tensor, sites: Sequence[Site], *, inputs_from
     fwd_hooks = [*hooks, *[(site.hook, keep(site.layer)) for site in sites]]
     layers = range(inputs_from, len(model.blocks)) if inputs_from is not None else range(0)
     start = 0 if prefix is None else prefix.length
+    unread = max(0, rows_from - start) if getattr(model, "ROWS_FROM", False) else 0
     with forward_lock(model), model.hooks(fwd_hooks=fwd_hooks):
         handles = [model.blocks[layer].register_forward_pre_hook(keep_inputs(layer)) for layer in layers]
         try:
-            captured.logits = model(ids[:, start:], cache=None if prefix is None else prefix.fresh_cache())
+            cache = None if prefix is None else prefix.fresh_cache()
+            captured.logits = model(ids[:, start:], cache=cache, rows_from=unread) if unread else model(ids[:, start:], cache=cache)
         finally:
             for handle in handles:
                 handle.remove()
+    if unread:
+        skipped = captured.logits.new_full((ids.shape[0], unread, captured.logits.shape[-1]), float("nan"))
+        captured.logits = torch.cat((skipped, captured.logits), dim=1)
     if start:
         captured.logits = torch.cat((prefix.logits, captured.logits), dim=1)
         captured.quantities = {site.layer: prefix.full(site.layer, captured.quantities[site.layer], site.edit.pairwise)
@@ -89,10 +96,12 @@ def rows_of(args: tuple[Any, ...], rows: int) -> tuple[Any, ...]:
 
 
 def run_from(model: Any, start: int, x: torch.Tensor, rest: tuple[Any, ...] | Callable[[int, int], tuple[Any, ...]],
-             join: Callable[[int, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+             join: Callable[[int, torch.Tensor], torch.Tensor] | None = None, rows_from: int = 0) -> torch.Tensor:
     """Logits of blocks ``start``.. on the residual stream ``x``. ``rest``: the blocks' other inputs as
     :func:`capture` kept them, or a function (layer, rows) -> those inputs. ``join(layer, x)`` may add
-    rows before each layer. Attach hooks and hold :func:`repo_lens.capture.forward_lock` around the call.
+    rows before each layer. ``rows_from``: only the logits of tokens ``rows_from``.. of ``x`` are
+    wanted, so the last block runs its queries and MLP for those tokens only. Attach hooks and hold
+    :func:`repo_lens.capture.forward_lock` around the call.
 
     >>> from repo_lens.model.tiny import tiny_model
     >>> model, ids = tiny_model("repo"), torch.tensor([[1, 2, 3]])
@@ -100,11 +109,16 @@ def run_from(model: Any, start: int, x: torch.Tensor, rest: tuple[Any, ...] | Ca
     >>> torch.allclose(run_from(model, 2, run.inputs[2][0], run.inputs[2][1:]), run.logits, atol=1e-5)
     True
     """
+    last = len(model.blocks) - 1
     for layer in range(start, len(model.blocks)):
         if join is not None:
             x = join(layer, x)
         args = rest(layer, x.shape[0]) if callable(rest) else rows_of(rest, x.shape[0])
-        x = model.blocks[layer](x, *args)
+        block = model.blocks[layer]
+        if layer == last and rows_from:
+            x = block(x, *args, rows_from=rows_from) if getattr(block, "ROWS_FROM", False) else block(x, *args)[:, rows_from:]
+        else:
+            x = block(x, *args)
     return model.unembed(model.final_norm(x))
 
 

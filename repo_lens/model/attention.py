@@ -81,8 +81,12 @@ class Attention(nn.Module):
             x = x.repeat_interleave(self.n_heads // x.shape[1], dim=1)
         return x
 
+    QUERY_ROWS = True  # forward takes query_from (blocks check this before passing it)
+
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
-                shared: torch.Tensor | None = None) -> torch.Tensor:
+                shared: torch.Tensor | None = None, query_from: int = 0) -> torch.Tensor:
+        """The attention output of ``h`` [batch, pos, d_model]; with ``query_from``, only of the rows from
+        there on (every token still a key: what a caller that reads only the last rows needs)."""
         batch, pos, _ = h.shape
         mechanism = self.positions
         state = cache.position_states[self.layer] if cache is not None else None
@@ -97,6 +101,8 @@ class Attention(nn.Module):
         q, k = self.hook_rot_q(q.transpose(1, 2)).transpose(1, 2), self.hook_rot_k(k.transpose(1, 2)).transpose(1, 2)
         if cache is not None:
             k, v = cache.append(self.layer, k, v)
+        if query_from and mechanism.role == "rotary":  # the queries' own positions are already applied
+            q, pos, query_from = q[:, :, query_from:], pos - query_from, 0
         n_keys = k.shape[2]
         plain = mechanism.role == "rotary"
         allowed = None if plain and n_keys == pos else causal_mask(pos, n_keys, h.device)
@@ -119,8 +125,8 @@ class Attention(nn.Module):
             z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias).to(v.dtype)
         if self.hook_pattern.fwd_hooks:
             z = self._attend_through_pattern(q, k, v, z, allowed, bias)
-        z = self.hook_z(z.transpose(1, 2))
-        return self.o_proj(z.reshape(batch, pos, self.n_heads * self.d_head))
+        z = self.hook_z(z.transpose(1, 2))[:, query_from:]
+        return self.o_proj(z.reshape(batch, pos - query_from, self.n_heads * self.d_head))
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5

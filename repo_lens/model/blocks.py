@@ -23,6 +23,7 @@ class _Block(nn.Module):
     NORMS: dict[str, str] = {}
     WEIGHT_BEFORE_CAST = True
     ATTENTION: type[nn.Module] = Attention  # the attention module class (the authors' blocks use their own)
+    ROWS_FROM = True  # forward takes rows_from (repo_lens.interventions checks this before passing it)
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -42,9 +43,17 @@ class _Block(nn.Module):
         return x if name is None else getattr(self, name)(x)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
-                shared: torch.Tensor | None = None) -> torch.Tensor:
+                shared: torch.Tensor | None = None, rows_from: int = 0) -> torch.Tensor:
+        """The block's output for ``x`` [batch, pos, d_model]; with ``rows_from``, only rows ``rows_from``..
+        (every row still attended to; the MLP and the queries run for those rows only where the
+        attention module can)."""
         resid_pre = self.hook_resid_pre(x)
-        attn = self.attn(self._norm("before_attention", resid_pre), cache, offset, shared)
+        normed = self._norm("before_attention", resid_pre)
+        if rows_from and getattr(self.attn, "QUERY_ROWS", False):
+            attn = self.attn(normed, cache, offset, shared, query_from=rows_from)
+        else:
+            attn = self.attn(normed, cache, offset, shared)[:, rows_from:]
+        resid_pre = resid_pre[:, rows_from:]
         attn_out = self.hook_attn_out(self._norm("after_attention", attn))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self._norm("after_mlp", self.mlp(self._norm("before_mlp", resid_mid))))

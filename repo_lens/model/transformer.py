@@ -46,14 +46,19 @@ class LensModel(HookedRootModule):
             self.unembed.weight = self.embed.weight
         self.setup()
 
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    ROWS_FROM = True  # forward takes rows_from
+
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None, rows_from: int = 0) -> torch.Tensor:
         """LongTensor [batch, pos] -> logits [batch, pos, vocab]. With ``cache``, input_ids are the
-        tokens after the cached ones and the cache is extended in place."""
+        tokens after the cached ones and the cache is extended in place. With ``rows_from``, only the
+        logits of tokens ``rows_from``.. ([batch, pos − rows_from, vocab]): the last block runs its
+        queries and MLP for those tokens alone (every token still fills the cache)."""
         offset = cache.seq_len if cache is not None else 0
         x = self.hook_embed(self.embed(input_ids))
         shared = self.hook_delta(F.softplus(self.increments(x))[..., 0]) if hasattr(self, "increments") else None
-        for block in self.blocks:
-            x = block(x, cache, offset, shared)
+        last = len(self.blocks) - 1
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache, offset, shared, rows_from=rows_from) if layer == last and rows_from else block(x, cache, offset, shared)
         return self.unembed(self.final_norm(x))
 
     def new_cache(self) -> KVCache:

@@ -16,7 +16,7 @@ import torch
 import repo_lens
 from repo_lens.analysis.attention_mass import attention_mass
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (issue 18)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 IDS = [1, 5, 9, 12, 7, 3, 20, 8, 2, 6, 14, 11, 30, 41, 17, 23, 4, 9, 9, 60, 2, 33, 18, 5]
 

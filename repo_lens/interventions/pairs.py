@@ -67,7 +67,8 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
     prefix = run_prefix(lens.model, corrupted_batch.ids, shared, sites)
     with torch.no_grad():
         same_length = clean_batch.lengths == corrupted_batch.lengths
-        rows_from = first_logit_row([metric], clean_batch.lengths[0]) if same_length else clean_batch.lengths[0]
+        # prompts of other lengths: the metric reads other tokens, so only the positions are kept (and one row)
+        rows_from = first_logit_row([metric], clean_batch.lengths[0]) if same_length else clean_batch.lengths[0] - 1
         run = capture(lens.model, clean_batch.ids, sites, prefix=prefix, rows_from=rows_from)
         clean_metric = float(metric_values(metric, run.logits)[0]) if same_length else float("nan")
     return Pair(clean_batch, corrupted_batch, mapping, sites, heads_on, run.quantities, clean_metric, prefix)

@@ -18,6 +18,7 @@ so the grid's last block runs the answer's tokens alone (``first_row``). Times a
 ``--repeats`` interleaved rounds.
 
     python bench/interventions.py [--tokens 400] [--repeats 3] [--threads 1] [--batch-size 16] [--only zoo|shape]
+                                  [--layers 13,14,15]
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ def prompt_pair(tokens: int, seed: int = 3):
     raise RuntimeError("no equal-length prompt pair found")
 
 
-def serial_grid(lens, clean, corrupted, metric) -> np.ndarray:
+def serial_grid(lens, clean, corrupted, metric, layers=None) -> np.ndarray:
     """TransformerLens' patching loop: cache the clean run, then one full forward per (layer, head)."""
-    sites = interventions.select_sites(lens.model, None)
+    sites = interventions.select_sites(lens.model, layers)
     clean_ids = torch.as_tensor(np.asarray(clean.ids))[None]
     corrupted_ids = torch.as_tensor(np.asarray(corrupted.ids))[None]
     with torch.no_grad():
@@ -77,14 +78,15 @@ def _timed(function):
     return time.perf_counter() - started, result
 
 
-def measure(lens, tokens: int, repeats: int, batch_size: int) -> dict:
+def measure(lens, tokens: int, repeats: int, batch_size: int, layers=None) -> dict:
     """Median times of the serial loop, the batched grid and attribution, and how the grids agree."""
     clean, corrupted = prompt_pair(tokens)
     metric = interventions.answer_logprob(corrupted)
     run = {
-        "serial": lambda: serial_grid(lens, clean, corrupted, metric),
-        "grid": lambda: interventions.patch(lens, clean, corrupted, metric, batch_size=batch_size, progress=False),
-        "attribution": lambda: interventions.attribute(lens, clean, corrupted, metric),
+        "serial": lambda: serial_grid(lens, clean, corrupted, metric, layers),
+        "grid": lambda: interventions.patch(lens, clean, corrupted, metric, layers=layers, batch_size=batch_size,
+                                            progress=False),
+        "attribution": lambda: interventions.attribute(lens, clean, corrupted, metric, layers=layers),
     }
     for function in run.values():  # warm-up
         function()
@@ -110,6 +112,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--batch-size", type=int, default=16, help="patched copies per forward pass")
     parser.add_argument("--only", choices=("zoo", "shape"), help="run one setup only")
+    parser.add_argument("--layers", help="comma-separated layers to patch (default: every learned layer)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -123,7 +126,8 @@ def main() -> None:
           "| vs batched grid | vs serial loop (>= 20x) | Pearson | Spearman | max |grid - serial| |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, lens in setups.items():
-        row = measure(lens, args.tokens, args.repeats, args.batch_size)
+        layers = [int(layer) for layer in args.layers.split(",")] if args.layers else None
+        row = measure(lens, args.tokens, args.repeats, args.batch_size, layers)
         print(f"| {name} | {row['tokens']} | {row['cells']} | {row['serial']:.3f} | {row['grid']:.3f} | "
               f"{row['serial'] / row['grid']:.1f}x | {row['attribution']:.3f} | "
               f"{row['grid'] / row['attribution']:.1f}x | {row['serial'] / row['attribution']:.1f}x | "

@@ -18,7 +18,7 @@ from repo_lens.interventions.metrics import Metric, first_logit_row, metric_valu
 from repo_lens.interventions.pairs import Pair, prepare_pair
 from repo_lens.interventions.prefix import suffix_inputs
 from repo_lens.interventions.results import GRIDS, InterventionGrid, check_grid
-from repo_lens.interventions.runs import block_inputs, run_from
+from repo_lens.interventions.runs import block_inputs, run_from, with_unread_rows
 
 
 def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
@@ -43,8 +43,9 @@ def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, 
     unread = max(0, first_logit_row([metric], pair.corrupted.lengths[0]) - prefix.length)
     with torch.enable_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
         logits = run_from(model, first, start[0], rest, rows_from=unread)
-        skipped = logits.new_full((1, unread, logits.shape[-1]), float("nan"))  # rows the metric does not read
-        logits = torch.cat((*([prefix.logits] if prefix.length else []), skipped, logits), dim=1)
+        logits = with_unread_rows(logits, unread)
+        if prefix.length:
+            logits = torch.cat((prefix.logits, logits), dim=1)
         values = metric_values(metric, logits)
     if not values.requires_grad:
         raise InputError("attribute needs a differentiable metric (a torch expression of the logits, e.g. "

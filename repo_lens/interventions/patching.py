@@ -25,7 +25,7 @@ from repo_lens.interventions.metrics import Metric, first_logit_row, metric_valu
 from repo_lens.interventions.pairs import Pair, prepare_pair
 from repo_lens.interventions.prefix import first_changed, run_prefix, suffix_inputs
 from repo_lens.interventions.results import GRIDS, InterventionGrid, check_grid
-from repo_lens.interventions.runs import Captured, capture, run_from
+from repo_lens.interventions.runs import Captured, capture, run_from, with_unread_rows
 from repo_lens.model.cache import KVCache
 from repo_lens.protocol import check_batch_size
 
@@ -93,8 +93,7 @@ def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, tor
     unread = max(0, first_logit_row(list(metrics.values()), pair.corrupted.lengths[0]) - first)
     with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=_hooks(pair, patched, chunk, counts, first)):
         logits = run_from(model, start, corrupted.inputs[start][0][:0, first - shared:], rest, join, rows_from=unread)
-    before = corrupted.logits[:, :first].expand(len(chunk), -1, -1)
-    logits = torch.cat((before, logits.new_full((len(chunk), unread, logits.shape[-1]), float("nan")), logits), dim=1)
+    logits = torch.cat((corrupted.logits[:, :first].expand(len(chunk), -1, -1), with_unread_rows(logits, unread)), dim=1)
     return {name: metric_values(metric, logits) for name, metric in metrics.items()}
 
 

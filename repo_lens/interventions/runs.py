@@ -75,14 +75,24 @@ def capture(model: Any, ids: torch.Tensor, sites: Sequence[Site], *, inputs_from
         finally:
             for handle in handles:
                 handle.remove()
-    if unread:
-        skipped = captured.logits.new_full((ids.shape[0], unread, captured.logits.shape[-1]), float("nan"))
-        captured.logits = torch.cat((skipped, captured.logits), dim=1)
+    captured.logits = with_unread_rows(captured.logits, unread)
     if start:
         captured.logits = torch.cat((prefix.logits, captured.logits), dim=1)
         captured.quantities = {site.layer: prefix.full(site.layer, captured.quantities[site.layer], site.edit.pairwise)
                                for site in sites}
     return captured
+
+
+def with_unread_rows(logits: torch.Tensor, unread: int) -> torch.Tensor:
+    """``logits`` [batch, pos, vocab] of the tokens after the first ``unread``, with NaN rows in front for
+    those (the tokens a metric said it does not read).
+
+    >>> with_unread_rows(torch.zeros(2, 1, 3), 2)[0, :, 0].tolist()
+    [nan, nan, 0.0]
+    """
+    if not unread:
+        return logits
+    return torch.cat((logits.new_full((logits.shape[0], unread, logits.shape[-1]), float("nan")), logits), dim=1)
 
 
 def rows_of(args: tuple[Any, ...], rows: int) -> tuple[Any, ...]:

@@ -55,7 +55,7 @@ def main() -> None:
 
     import repo_lens
 
-    from browser_helpers import PLOT, app_server, chromium, open_trace, press, settled, wait_for
+    from browser_helpers import PLOT, app_server, chromium, open_trace, settled, wait_for
 
     OUT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="screenshots-"))
@@ -74,10 +74,7 @@ def main() -> None:
                 time.sleep(1.0)
                 settled(driver)
             save(driver, name)
-        driver.get(f"{url}/?view=Attention+mass&input=NIAH")
-        settled(driver)
-        press(driver, '[data-testid="stSidebar"] [data-testid="stSlider"] input[type="range"]', *[Keys.ARROW_RIGHT] * 3)
-        time.sleep(1.0)
+        driver.get(f"{url}/?view=Attention+mass&input=NIAH")  # the default prompt: 512 tokens, needle at 0.5
         settled(driver, timeout=600)
         save(driver, "attention-mass")
         driver.get(f"{url}/?view=Word+boundaries&input=Chinese")

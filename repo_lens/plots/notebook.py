@@ -44,9 +44,11 @@ class ResponsivePlotlyRenderer(PlotlyRenderer):
     """plotly's interactive output without the figure's fixed width: the chart takes the width of the
     output area (its height is kept), and follows it when the area is resized."""
 
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__({**(config or {}), "responsive": True})
+
     def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, Any]:
         layout = {key: value for key, value in fig_dict.get("layout", {}).items() if key != "width"}
-        self.config = {**self.config, "responsive": True}
         return super().to_mimebundle({**fig_dict, "layout": {**layout, "autosize": True}})
 
 

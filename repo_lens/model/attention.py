@@ -10,6 +10,7 @@ from transformer_lens.hook_points import HookPoint
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.hooking import editable, wants
 from repo_lens.model.layers import RMSNorm
 from repo_lens.model.pattern import causal_mask, hooked_attention
 from repo_lens.model.registry import build_position_mechanism
@@ -80,8 +81,14 @@ class Attention(AttentionWeights, nn.Module):
         return x
 
     def _shared_in_groups(self, positions: torch.Tensor) -> bool:
-        """Whether the query heads of each GQA group share their positions (RoPE's are one row expanded)."""
-        return self.n_kv_heads == self.n_heads or positions.stride(1) == 0
+        """Whether the query heads of each GQA group share their positions: RoPE's are one row expanded;
+        positions a hook has seen are compared (a hook may have written them)."""
+        if self.n_kv_heads == self.n_heads or positions.stride(1) == 0:
+            return True
+        if not wants(self.hook_pos):
+            return False
+        grouped = positions.unflatten(1, (self.n_kv_heads, -1))
+        return bool((grouped == grouped[:, :, :1]).all())
 
     QUERY_ROWS = True  # forward takes query_from (blocks check this before passing it)
 
@@ -94,7 +101,7 @@ class Attention(AttentionWeights, nn.Module):
         state = cache.position_states[self.layer] if cache is not None else None
         q, k, v = self._project(h)
         if mechanism.role != "contextual":
-            positions = self.hook_pos(mechanism(h, offset, state=state, shared=shared))
+            positions = self.hook_pos(editable(self.hook_pos, mechanism(h, offset, state=state, shared=shared)))
         if mechanism.role == "rotary":
             inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
             if not self._shared_in_groups(positions):
@@ -123,7 +130,7 @@ class Attention(AttentionWeights, nn.Module):
         elif mechanism.role == "contextual":
             scores = self._scores(q, k).masked_fill(~allowed, float("-inf"))
             bias, positions = mechanism(q, scores, allowed)
-            self.hook_pos(positions)
+            self.hook_pos(editable(self.hook_pos, positions))
         if bias is None:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
         else:

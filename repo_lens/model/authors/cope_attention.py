@@ -12,6 +12,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.hooking import editable
 from repo_lens.model.pattern import causal_mask
 from repo_lens.model.authors.cope_gates import GatedCope
 from repo_lens.model.authors.cope_relative import RelativePositions
@@ -77,7 +78,7 @@ class CopeAttention(AttentionWeights, nn.Module):
             bias, positions = self.positions(q, scores, allowed)
             if hasattr(self.positions, "relative"):
                 bias = bias + self.positions.relative(q, None, allowed)[0]
-        self.hook_pos(positions)
+        self.hook_pos(editable(self.hook_pos, positions))
         return bias
 
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from repo_lens.errors import InputError
+from repo_lens.model.cache import KVCache
 
 RETURN_TYPES = ("logits", "loss", "both", None)
 
@@ -45,6 +46,8 @@ class ForwardInterface:
             >>> model(torch.tensor([[1, 2, 3]]), return_type="loss", loss_per_token=True).shape
             torch.Size([1, 2])
         """
+        if isinstance(return_type, KVCache):  # the model's own positional form: model(ids, cache)
+            kwargs["cache"], return_type = return_type, "logits"
         if return_type not in RETURN_TYPES:
             raise InputError(f"return_type={return_type!r}; choose one of {RETURN_TYPES}")
         unknown = sorted(set(kwargs) - {"cache", "rows_from", "tokens"})

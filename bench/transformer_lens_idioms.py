@@ -32,8 +32,7 @@ WORDS = "the a needle is in haystack what where hidden cat dog sat on mat , . ?"
 
 def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
     """A random checkpoint of ``arch`` with a word-level tokenizer (BOS prepended), saved by transformers."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config
 
     shared = dict(vocab_size=32, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
                   max_position_embeddings=128, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
@@ -49,6 +48,15 @@ def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
             if "norm" in name:
                 parameter.add_(0.1 * torch.randn_like(parameter))
     model.save_pretrained(str(directory), safe_serialization=True)
+    write_tokenizer(directory)
+    return directory
+
+
+def write_tokenizer(directory: Path) -> None:
+    """A word-level tokenizer of ``WORDS`` (ids 0–2: unk, BOS, EOS) that prepends BOS, saved in ``directory``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {"<unk>": 0, "<bos>": 1, "<eos>": 2, **{word: index + 3 for index, word in enumerate(WORDS)}}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -56,7 +64,6 @@ def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<bos>",
                                         eos_token="<eos>", pad_token="<unk>")
     tokenizer.save_pretrained(str(directory))
-    return directory
 
 
 def transformer_lens_model(directory: Path) -> Any:

@@ -21,8 +21,9 @@ __all__ = ["Attention", "causal_mask"]
 
 class Attention(AttentionWeights, nn.Module):
     """Multi-head (or grouped-query) attention. OLMo-2 adds RMSNorm over the whole q and k
-    projections. Keys are repeated to one per query head before rotation, because learned
-    positions can differ between the query heads of a group.
+    projections. Where learned positions differ between the query heads of a GQA group, keys are
+    repeated to one per query head before rotation (each head rotates the shared key by its own
+    positions); otherwise they are rotated per key head and repeated after.
 
     Hooks follow TransformerLens where they mean the same thing: ``hook_q`` / ``hook_k`` /
     ``hook_v`` are the projections split into heads (before OLMo-2's q_norm / k_norm and the

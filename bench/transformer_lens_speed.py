@@ -2,7 +2,7 @@
 
 A random Llama (d_model 512, 8 layers, 8 query / 4 key-value heads) is saved by transformers, loaded by
 ``TransformerBridge.boot_transformers`` (compatibility mode, no weight processing) and by ``repo_lens.load``;
-each timing is the median of ``--repeats`` runs on one thread, no gradients. Prints the forward and
+each timing is the median of ``--repeats`` runs, the two sides alternating, on one thread, no gradients. Prints the forward and
 ``run_with_cache`` times of both and repo_lens/TransformerLens ratios (below 1: repo_lens is faster), and
 ``lens.trace`` against repo_lens' own forward.
 
@@ -27,14 +27,16 @@ import torch  # noqa: E402
 from transformer_lens_idioms import write_tokenizer  # noqa: E402  (this folder is on the path of a script)
 
 
-def median_seconds(run, repeats: int) -> float:
-    run()
-    times = []
+def median_seconds(first, second, repeats: int) -> tuple[float, float]:
+    """Median times of ``first`` and ``second``, run alternately (so a change in machine load hits both)."""
+    first(), second()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for run, kept in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            run()
+            kept.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def main() -> None:
@@ -68,10 +70,10 @@ def main() -> None:
         print(f"Llama 512 wide, 8 layers, GQA 8/4, {args.tokens} tokens, 1 thread; logits agree within {gap:.1e}")
         print(f"{'':16s} {'TransformerLens':>16s} {'repo_lens':>10s} {'ratio':>6s}")
         for name, (theirs, ours) in rows.items():
-            reference, mine = median_seconds(theirs, args.repeats), median_seconds(ours, args.repeats)
+            reference, mine = median_seconds(theirs, ours, args.repeats)
             print(f"{name:16s} {reference * 1e3:13.1f} ms {mine * 1e3:7.1f} ms {mine / reference:6.2f}x")
-        forward = median_seconds(lambda: lens.model(ids), args.repeats)
-        trace = median_seconds(lambda: lens.trace(ids[0].tolist(), progress=False), args.repeats)
+        forward, trace = median_seconds(lambda: lens.model(ids), lambda: lens.trace(ids[0].tolist(), progress=False),
+                                        args.repeats)
         print(f"{'trace':16s} {'forward':>13s} {forward * 1e3:.1f} ms {trace * 1e3:7.1f} ms {trace / forward:6.2f}x")
 
 

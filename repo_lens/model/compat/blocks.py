@@ -75,8 +75,10 @@ def transformer_lens_hook_names(model: nn.Module) -> dict[str, str]:
         if isinstance(block, BlockNames):
             for name, alias in block.norm_aliases().items():
                 renames[f"blocks.{layer}.{name}"] = f"blocks.{layer}.{alias}"
+    from transformer_lens.hook_points import HookPoint
+
     result = {}
-    for path in model.hook_dict:
+    for path in (name for name, module in model.named_modules() if isinstance(module, HookPoint)):
         match = re.match(r"^(.*)\.(hook_\w+)$", path)
         if match and match.group(1) in renames:
             result[path] = f"{renames[match.group(1)]}.{match.group(2)}"

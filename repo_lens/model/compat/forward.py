@@ -50,12 +50,11 @@ class ForwardInterface:
             kwargs["cache"], return_type = return_type, "logits"
         if return_type not in RETURN_TYPES:
             raise InputError(f"return_type={return_type!r}; choose one of {RETURN_TYPES}")
-        unknown = sorted(set(kwargs) - {"cache", "rows_from", "tokens"})
+        unknown = sorted(set(kwargs) - {"cache", "rows_from"})
         if unknown:
             raise InputError(f"forward does not take {unknown}; it takes text or token ids, return_type, "
                              "loss_per_token, prepend_bos, padding_side, cache (a KVCache) and rows_from")
         tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
-        kwargs.pop("tokens", None)
         logits = self.forward_logits(tokens, **kwargs)  # type: ignore[attr-defined]
         if return_type == "logits":
             return logits

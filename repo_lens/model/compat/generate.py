@@ -46,7 +46,7 @@ class GenerateInterface:
         cache = self.new_cache() if use_past_kv_cache else None  # type: ignore[attr-defined]
         step_input = tokens
         for _ in range(max_new_tokens):
-            logits = self.forward_logits(step_input, cache=cache)[:, -1]  # type: ignore[attr-defined]
+            logits = self(step_input, cache=cache)[:, -1]  # type: ignore[operator]  # through forward: hooks, the lock
             if do_sample:
                 chosen = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
                                        freq_penalty=freq_penalty, repetition_penalty=repetition_penalty, tokens=tokens)

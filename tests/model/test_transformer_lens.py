@@ -58,7 +58,7 @@ def test_generate_is_the_greedy_continuation(models):
 
 
 def test_nnsight_reads_and_writes_every_hook_of_a_layer(models):
-    import nnsight
+    nnsight = pytest.importorskip("nnsight", reason="nnsight is not installed (pip install 'repo_lens[hf]')")
 
     _, _, ours = models
     ids = idioms._ids()

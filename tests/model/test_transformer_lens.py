@@ -141,3 +141,22 @@ def test_the_idioms_run_on_every_mechanism(source):
             assert cache["pos", 1, "attn"].shape[-1] == tokens.shape[1]
             assert torch.equal(model.generate(tokens, max_new_tokens=2, do_sample=False, verbose=False)[:, -2],
                                logits[:, -1].argmax(-1))
+
+
+def test_bad_input_names_the_problem():
+    from repo_lens.errors import InputError
+    from repo_lens.model.byte_tokenizer import ByteTokenizer
+    from repo_lens.model.tiny import tiny_model
+
+    model = tiny_model("repo", n_layers=2)
+    with pytest.raises(InputError, match="no tokenizer"):
+        model.to_tokens("hello")
+    model.tokenizer = ByteTokenizer()
+    with pytest.raises(InputError, match="empty"):
+        model("")
+    with pytest.raises(InputError, match="left padding"):
+        model(["a", "bcd"], padding_side="left")
+    with pytest.raises(InputError, match="return_type"):
+        model(torch.tensor([[1, 2]]), return_type="probs")
+    with pytest.raises(InputError, match="does not take"):
+        model(torch.tensor([[1, 2]]), stop_at_layer=1)

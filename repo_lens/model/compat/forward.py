@@ -54,6 +54,9 @@ class ForwardInterface:
         if unknown:
             raise InputError(f"forward does not take {unknown}; it takes text or token ids, return_type, "
                              "loss_per_token, prepend_bos, padding_side, cache (a KVCache) and rows_from")
+        if isinstance(input, list) and (padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left":  # type: ignore[attr-defined]
+            raise InputError("repo_lens models take no attention mask, so left padding would let each text attend to "
+                             "its pads; pass padding_side='right' (causal attention never sees the pads after a text)")
         tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
         logits = self.forward_logits(tokens, **kwargs)  # type: ignore[attr-defined]
         if return_type == "logits":

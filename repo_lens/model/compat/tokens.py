@@ -48,6 +48,8 @@ class TokenMethods:
         rows = [([bos] if bos is not None else []) + self._encode(text) for text in texts]
         if truncate:
             rows = [row[: self.cfg.n_ctx] for row in rows]
+        if not all(rows):
+            raise InputError("the text is empty and the tokenizer adds no BOS token: give at least one character")
         width = max(len(row) for row in rows)
         pad = getattr(self.tokenizer, "pad_token_id", None) or 0
         left = (padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left"

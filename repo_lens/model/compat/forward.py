@@ -54,7 +54,7 @@ class ForwardInterface:
         if unknown:
             raise InputError(f"forward does not take {unknown}; it takes text or token ids, return_type, "
                              "loss_per_token, prepend_bos, padding_side, cache (a KVCache) and rows_from")
-        if isinstance(input, list) and (padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left":  # type: ignore[attr-defined]
+        if isinstance(input, list) and padding_side == "left":
             raise InputError("repo_lens models take no attention mask, so left padding would let each text attend to "
                              "its pads; pass padding_side='right' (causal attention never sees the pads after a text)")
         tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
@@ -75,5 +75,4 @@ class ForwardInterface:
         lengths = torch.tensor([self.to_tokens(text, prepend_bos, move_to_device=False).shape[1]  # type: ignore[attr-defined]
                                 for text in input])
         index = torch.arange(tokens.shape[1])[None, :]
-        left = (padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left"  # type: ignore[attr-defined]
-        return index >= tokens.shape[1] - lengths[:, None] if left else index < lengths[:, None]
+        return index < lengths[:, None]  # right-padded (forward refuses left padding)

@@ -34,7 +34,8 @@ class TokenMethods:
 
     def to_tokens(self, input: str | list[str], prepend_bos: bool | None = None, padding_side: str | None = None,
                   move_to_device: bool = True, truncate: bool = True) -> torch.Tensor:
-        """LongTensor [batch, pos] of a text or a list of texts (right-padded with the pad token, else 0).
+        """LongTensor [batch, pos] of a text or a list of texts (right-padded with the pad token, else 0;
+        left-padded with ``padding_side="left"``, for reading, as the models take no attention mask).
 
         Example:
             >>> from repo_lens.model.tiny import tiny_model
@@ -52,7 +53,7 @@ class TokenMethods:
             raise InputError("the text is empty and the tokenizer adds no BOS token: give at least one character")
         width = max(len(row) for row in rows)
         pad = getattr(self.tokenizer, "pad_token_id", None) or 0
-        left = (padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left"
+        left = padding_side == "left"  # right by default: the models take no attention mask
         tokens = torch.full((len(rows), width), pad, dtype=torch.long)
         for index, row in enumerate(rows):
             if row:

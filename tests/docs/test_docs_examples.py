@@ -130,7 +130,7 @@ def example_env() -> dict[str, str]:
 # One process runs every page's python blocks: a fresh namespace and working directory per page; the
 # blocks of a page run in order, and after a failure its later blocks are reported as not run.
 DRIVER = r"""
-import contextlib, json, os, sys, traceback
+import contextlib, json, linecache, os, sys, traceback
 pages = json.load(open(sys.argv[1]))
 results = {}
 for page in pages:
@@ -140,6 +140,8 @@ for page in pages:
         if failed:
             results[block["id"]] = f"not run: the block at {failed} failed"
             continue
+        # the block's source, readable back as a file's would be (nnsight compiles a trace's with-block from it)
+        linecache.cache[block["id"]] = (len(block["code"]), None, block["code"].splitlines(True), block["id"])
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 exec(compile(block["code"], block["id"], "exec"), namespace)

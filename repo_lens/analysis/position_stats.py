@@ -40,7 +40,7 @@ def _check_chunking(size: object, eps: object, n_tokens: int) -> int:
         raise InputError(f"size must be an int number of tokens per chunk; got {size!r}")
     if size < 2:
         raise InputError(f"chunk size {size} < 2: a pattern needs at least two tokens; pass size >= 2 (RePo uses 16)")
-    if isinstance(eps, bool) or not isinstance(eps, Real) or not np.isfinite(eps) or eps < 0:
+    if isinstance(eps, bool) or not isinstance(eps, Real) or not np.isfinite(float(eps)) or eps < 0:
         raise InputError(f"eps must be a finite number >= 0; got {eps!r} (RePo uses 0.2)")
     n_chunks = n_tokens // int(size)
     if n_chunks == 0:

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import re
+import unicodedata
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from dataclasses import dataclass, field
@@ -75,7 +76,8 @@ def svg_text(svg: bytes) -> str:
     except ElementTree.ParseError as error:
         raise InputError(f"not an SVG document: {error}") from None
     texts = [element for element in root.iter() if element.tag.rsplit("}", 1)[-1] == "text"]
-    return "".join(re.sub(r"\s+", "", "".join(element.itertext())) for element in texts)
+    text = "".join(re.sub(r"\s+", "", "".join(element.itertext())) for element in texts)
+    return "".join(char for char in text if unicodedata.category(char) != "Cf")  # no zero-width marks
 
 
 def read_pdf(data: bytes, expected: str | None = None) -> PdfText:

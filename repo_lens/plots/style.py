@@ -54,10 +54,11 @@ KIND_PALETTE: tuple[str, ...] = (
     "#6E6E6E", OKABE_ITO[1], OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5],
     OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288", "#117733",
 )
-# chunk classes and prompt spans: colour-blind-safe colours (Paul Tol's, Okabe–Ito's vermillion) whose
-# lightness L* differs by 20 or more between any two classes, so they stay apart printed in greyscale;
-# chunk classes: pale grey (L* 88), medium blue (62), wine (41); spans: navy (29), vermillion (54), grey (76)
-PATTERN_COLORS: dict[str, str] = {"constant": "#DDDDDD", "mono": "#6699CC", "hybrid": "#994455"}
+# chunk classes and prompt spans: colours whose lightness L* differs by 20 or more between any two classes,
+# so they stay apart printed in greyscale (and for colour-blind readers); chunk classes: pale grey (L* 88),
+# slate blue (63), brown (41), none close to a kind's colour (a strip under a row of tokens must not read as
+# another mechanism's text); spans: navy (29), Okabe–Ito's vermillion (54), grey (76)
+PATTERN_COLORS: dict[str, str] = {"constant": "#DDDDDD", "mono": "#8899BB", "hybrid": "#885522"}
 SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": "#004488", "rest": "#BBBBBB"}
 # a log axis labelled at the decades only (1e-3, 1e-2, ...), with unlabelled minor ticks at 2..9 × each
 # decade: plotly's default labels the minor ticks "2 … 9" beside "0.001" when a range spans few decades

@@ -178,6 +178,9 @@ def _heatmaps(fig: go.Figure, target: PaperTarget, plot_width: float) -> int:
     cell = plot_width / panels / max(np.shape(heatmaps[0].z)[-1], 1) - (heatmaps[0].xgap or 0)
     row_px = _heatmap_row_px(fig, target)
     for trace in heatmaps:
+        suffix = (trace.xaxis or "x")[1:]  # no grid lines between the cells (gaps stay white)
+        fig.layout["xaxis" + suffix].update(showgrid=False, zeroline=False)
+        fig.layout["yaxis" + (trace.yaxis or "y")[1:]].update(showgrid=False, zeroline=False)
         if trace.texttemplate:
             fits = (cell >= label_width_px(_widest_value(trace), target.small_px) + 2
                     and row_px >= LINE_EM * target.small_px + 2)

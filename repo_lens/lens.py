@@ -35,7 +35,7 @@ class Lens:
 
     def __init__(self, model: LensModel, tokenizer: Any, meta: dict[str, Any] | None = None) -> None:
         self.model = guard_model(model)  # hooked forwards of this model run one at a time (see README, Threading)
-        self.tokenizer = tokenizer
+        self.model.tokenizer = self.tokenizer = tokenizer  # the model's to_tokens / generate use it too
         self.meta = dict(meta or {})
 
     @property

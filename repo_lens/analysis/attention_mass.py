@@ -154,7 +154,8 @@ class _MassPass:
 
     def _reduce(self, layer: int, filed: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Per prompt, the layer's group sums averaged over its query rows: [head, groups.count]."""
-        q, k = filed[_QUERY_HOOK], filed[_KEY_HOOK]  # [batch, pos, head, d_head]
+        q, k = filed[_QUERY_HOOK], filed[_KEY_HOOK]  # [batch, pos, head, d_head]; GQA keys may be per key head
+        k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
         sums = []
         for row, reducer in enumerate(self.reducers):
             rows = q[row, slice(*reducer.query)].transpose(0, 1)  # [head, R, d_head]

@@ -219,6 +219,9 @@ def load_hf(
             )
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from repo_lens.hf.learned_positions import refuse_learned_positions
+
+        refuse_learned_positions(directory)
         target_device = resolve_device(device)
         target_dtype = resolve_dtype(dtype, target_device)
         kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": target_dtype, "local_files_only": True,

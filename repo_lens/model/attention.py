@@ -9,27 +9,27 @@ from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.hooking import editable, wants
 from repo_lens.model.layers import RMSNorm
+from repo_lens.model.pattern import causal_mask, hooked_attention
 from repo_lens.model.registry import build_position_mechanism
 from repo_lens.model.rotary import RopeSettings, apply_rotary, rope_frequencies, rotary_cos_sin
 
-
-def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
-    """Boolean [n_queries, n_keys], True where query i (the last n_queries of the keys) may attend."""
-    query_index = torch.arange(n_keys - n_queries, n_keys, device=device)[:, None]
-    return torch.arange(n_keys, device=device)[None, :] <= query_index
+__all__ = ["Attention", "causal_mask"]
 
 
-class Attention(nn.Module):
+class Attention(AttentionWeights, nn.Module):
     """Multi-head (or grouped-query) attention. OLMo-2 adds RMSNorm over the whole q and k
     projections. Keys are repeated to one per query head before rotation, because learned
-    positions differ between the query heads of a group.
+    positions can differ between the query heads of a group.
 
     Hooks follow TransformerLens where they mean the same thing: ``hook_q`` / ``hook_k`` /
     ``hook_v`` are the projections split into heads (before OLMo-2's q_norm / k_norm and the
     rotation; GQA keys and values per key head), ``hook_rot_q`` / ``hook_rot_k`` the queries and
-    keys that enter q·k (after the norm and the rotation; keys one per query head). Each hook sees
-    a view, so a hook that is not attached costs nothing and leaves the output bit-identical."""
+    keys that enter q·k (after the norm and the rotation; GQA keys per key head where the heads of a
+    group share their positions, as in RoPE layers, else per query head). Each hook sees a view, so
+    a hook that is not attached costs nothing and leaves the output bit-identical."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -57,14 +57,14 @@ class Attention(nn.Module):
         self.hook_k = HookPoint()  # [batch, pos, kv_head, d_head] (k_proj's output: before k_norm and rotation)
         self.hook_v = HookPoint()  # [batch, pos, kv_head, d_head] (v_proj's output)
         self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (the queries q·k uses: normed, rotated)
-        self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head] (the keys q·k uses: one per query head)
+        self.hook_rot_k = HookPoint()  # [batch, pos, kv_head, d_head] (the keys q·k uses; per query head where positions differ in a group)
+        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
     def _project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v [batch, head, pos, d_head] of the block input ``h``, through hook_q / hook_k /
-        hook_v (views of the projections) and OLMo-2's q_norm / k_norm; GQA keys and values are
-        repeated to one per query head after their hooks."""
+        """q [batch, head, pos, d_head], k and v [batch, kv_head, pos, d_head] of the block input ``h``,
+        through hook_q / hook_k / hook_v (views of the projections) and OLMo-2's q_norm / k_norm."""
         batch, pos, _ = h.shape
         q = self.hook_q(self.q_proj(h).view(batch, pos, self.n_heads, self.d_head))
         k = self.hook_k(self.k_proj(h).view(batch, pos, self.n_kv_heads, self.d_head))
@@ -72,14 +72,23 @@ class Attention(nn.Module):
         if self.qk_norm:  # RMSNorm over the whole projection, across the heads
             q = self.q_norm(q.reshape(batch, pos, -1)).view(batch, pos, self.n_heads, self.d_head)
             k = self.k_norm(k.reshape(batch, pos, -1)).view(batch, pos, self.n_kv_heads, self.d_head)
-        return self._by_head(q), self._by_head(k), self._by_head(v)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def _by_head(self, x: torch.Tensor) -> torch.Tensor:
-        """[batch, pos, n, d_head] -> [batch, head, pos, d_head], repeating GQA key heads per query head."""
-        x = x.transpose(1, 2)
+    def _per_query_head(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, kv_head, pos, d_head] -> [batch, head, pos, d_head], repeating GQA key heads."""
         if x.shape[1] != self.n_heads:
             x = x.repeat_interleave(self.n_heads // x.shape[1], dim=1)
         return x
+
+    def _shared_in_groups(self, positions: torch.Tensor) -> bool:
+        """Whether the query heads of each GQA group share their positions: RoPE's are one row expanded;
+        positions a hook has seen are compared (a hook may have written them)."""
+        if self.n_kv_heads == self.n_heads or positions.stride(1) == 0:
+            return True
+        if not wants(self.hook_pos):
+            return False
+        grouped = positions.unflatten(1, (self.n_kv_heads, -1))
+        return bool((grouped == grouped[:, :, :1]).all())
 
     QUERY_ROWS = True  # forward takes query_from (blocks check this before passing it)
 
@@ -92,13 +101,17 @@ class Attention(nn.Module):
         state = cache.position_states[self.layer] if cache is not None else None
         q, k, v = self._project(h)
         if mechanism.role != "contextual":
-            positions = self.hook_pos(mechanism(h, offset, state=state, shared=shared))
+            positions = self.hook_pos(editable(self.hook_pos, mechanism(h, offset, state=state, shared=shared)))
         if mechanism.role == "rotary":
             inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
+            if not self._shared_in_groups(positions):
+                k = self._per_query_head(k)
             cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            group = self.n_heads // k.shape[1]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos[:, ::group], sin[:, ::group])
         # hooks see [batch, pos, head, d_head] views of what q·k uses (rotated where the layer rotates)
         q, k = self.hook_rot_q(q.transpose(1, 2)).transpose(1, 2), self.hook_rot_k(k.transpose(1, 2)).transpose(1, 2)
+        k, v = self._per_query_head(k), self._per_query_head(v)
         if cache is not None:
             k, v = cache.append(self.layer, k, v)
         if query_from and mechanism.role == "rotary":  # the queries' own positions are already applied
@@ -117,29 +130,15 @@ class Attention(nn.Module):
         elif mechanism.role == "contextual":
             scores = self._scores(q, k).masked_fill(~allowed, float("-inf"))
             bias, positions = mechanism(q, scores, allowed)
-            self.hook_pos(positions)
+            self.hook_pos(editable(self.hook_pos, positions))
         if bias is None:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
         else:
             bias = bias.masked_fill(~allowed, float("-inf"))
             z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias).to(v.dtype)
-        if self.hook_pattern.fwd_hooks:
-            z = self._attend_through_pattern(q, k, v, z, allowed, bias)
+        z = hooked_attention(q, k, v, z, allowed, bias, self.hook_attn_scores, self.hook_pattern)
         z = self.hook_z(z.transpose(1, 2))[:, query_from:]
         return self.o_proj(z.reshape(batch, pos - query_from, self.n_heads * self.d_head))
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5
-
-    def _attend_through_pattern(self, q, k, v, fused_out, allowed, bias):
-        """Materialise the pattern for hooks; recompute the output only if a hook replaced it."""
-        scores = self._scores(q, k)
-        if bias is not None:
-            scores = scores + bias
-        if allowed is None:
-            allowed = causal_mask(q.shape[2], k.shape[2], q.device)
-        pattern = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-        hooked = self.hook_pattern(pattern)
-        if hooked is pattern:
-            return fused_out
-        return (hooked @ v.float()).to(v.dtype)

@@ -8,11 +8,12 @@ from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.attention import Attention
 from repo_lens.model.cache import KVCache
+from repo_lens.model.compat.blocks import BlockNames
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.layers import RMSNorm, SwiGLU
 
 
-class _Block(nn.Module):
+class _Block(BlockNames, nn.Module):
     """Attention + SwiGLU MLP and the residual-stream hook points both families share.
 
     The families differ only in where their two RMSNorms sit: ``NORMS`` maps each norm's

@@ -8,14 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repo_lens.errors import CheckpointError
+from repo_lens.model.compat.config import TransformerLensConfigFields
 
 BLOCK_FAMILIES = ("olmo2", "llama", "authors", "cope")  # authors: the GRAPE / FoX authors' pre-norm blocks; cope:
 # the CoPE authors' decoder (built by repo_lens.model.authors.cope_model.CopeModel)
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(TransformerLensConfigFields):
     """Shapes, block family and the position mechanism of each layer.
+
+    It also answers the TransformerLens configuration names its utilities read (``d_vocab``, ``n_ctx``,
+    ``device``, …; :class:`repo_lens.model.compat.config.TransformerLensConfigFields`).
 
     Example:
         >>> cfg = ModelConfig(family="olmo2", vocab_size=64, d_model=32, n_layers=3, n_heads=4,

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from repo_lens.model.hooking import editable
 from repo_lens.model.config import ModelConfig
 
 SOFTPLUS_ONE = math.log(math.e - 1.0)  # softplus(SOFTPLUS_ONE) == 1
@@ -59,7 +60,7 @@ class CumulativePositions(nn.Module):
 
     def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
                 shared: torch.Tensor | None = None) -> torch.Tensor:
-        delta = self.hook_delta(self.increments(h, shared))
+        delta = self.hook_delta(editable(self.hook_delta, self.increments(h, shared)))
         inclusive = torch.cumsum(delta, dim=-1)
         if state is not None and "carry" in state:
             inclusive = inclusive + state["carry"]

@@ -5,13 +5,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from repo_lens.model.compat.blocks import MLPWeights
+from repo_lens.model.hooking import through, wants
 
 
 class RMSNorm(nn.Module):
     """RMS normalisation in fp32.
 
     OLMo-2 multiplies by the weight before casting back to the input dtype, Llama after;
-    ``weight_before_cast`` picks which (identical in fp32, they differ in bf16).
+    ``weight_before_cast`` picks which (identical in fp32, they differ in bf16). The scale
+    √(mean(x²) + eps) passes through ``hook_scale`` only when something asks for it.
     """
 
     def __init__(self, dim: int, eps: float, weight_before_cast: bool) -> None:
@@ -19,24 +24,38 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
         self.weight_before_cast = weight_before_cast
+        self.hook_scale = HookPoint()  # [batch, pos, one]
+        self.hook_normalized = HookPoint()  # [batch, pos, d_normed] (fp32, before the weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        inverse = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if wants(self.hook_scale):
+            edited = through(self.hook_scale, inverse.reciprocal())
+            if edited is not None:
+                inverse = edited.reciprocal()
+        normed = self.hook_normalized(x32 * inverse)
         if self.weight_before_cast:
             return (self.weight * normed).to(dtype)
         return self.weight * normed.to(dtype)
 
 
-class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x))."""
+class SwiGLU(MLPWeights, nn.Module):
+    """down(silu(gate(x)) * up(x)), through TransformerLens' gated-MLP hooks."""
 
     def __init__(self, d_model: int, d_mlp: int, bias: bool = False) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(d_model, d_mlp, bias=bias)
         self.up_proj = nn.Linear(d_model, d_mlp, bias=bias)
         self.down_proj = nn.Linear(d_mlp, d_model, bias=bias)
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp] (the gate before its activation)
+        self.hook_pre_linear = HookPoint()  # [batch, pos, d_mlp] (up_proj's output)
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp] (what down_proj reads)
+
+    def activation(self, gate: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        post = self.activation(self.hook_pre(self.gate_proj(x))) * self.hook_pre_linear(self.up_proj(x))
+        return self.down_proj(self.hook_post(post))

@@ -5,21 +5,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.families import block_class
 from repo_lens.model.cache import KVCache
+from repo_lens.model.compat.interface import TransformerLensInterface
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.increments import shared_delta_mlp
 from repo_lens.model.layers import RMSNorm
 
 
-class LensModel(HookedRootModule):
-    """A decoder-only transformer with a position mechanism per layer, as a TransformerLens
-    ``HookedRootModule`` (``run_with_cache``, ``run_with_hooks``, ``hooks``). Its hooks take
+class LensModel(TransformerLensInterface):
+    """A decoder-only transformer with a position mechanism per layer, as a TransformerLens model
+    (``run_with_cache`` returning an ``ActivationCache``, ``run_with_hooks``, ``to_tokens``, ``generate``,
+    ``W_Q`` …: :class:`repo_lens.model.compat.interface.TransformerLensInterface`). Its hooks take
     TransformerLens' names and shapes where they hold the same thing (``hook_q`` is q_proj's output,
-    ``hook_rot_q`` the rotated queries); the README's "Hook points" table lists every one.
+    ``hook_rot_q`` the rotated queries); the documentation's hook-points table lists every one.
 
     Example:
         >>> cfg = ModelConfig(family="olmo2", vocab_size=50, d_model=32, n_layers=3, n_heads=4,
@@ -48,7 +49,7 @@ class LensModel(HookedRootModule):
 
     ROWS_FROM = True  # forward takes rows_from
 
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None, rows_from: int = 0) -> torch.Tensor:
+    def forward_logits(self, input_ids: torch.Tensor, cache: KVCache | None = None, rows_from: int = 0) -> torch.Tensor:
         """LongTensor [batch, pos] -> logits [batch, pos, vocab]. With ``cache``, input_ids are the
         tokens after the cached ones and the cache is extended in place. With ``rows_from``, only the
         logits of tokens ``rows_from``.. ([batch, pos − rows_from, vocab]): the last block runs its

@@ -59,21 +59,25 @@ def test_readme_hook_table_is_every_hook_with_its_shape():
     repeated keys all take part) is in the documented table, every row of the table is one of them, and a
     run_with_cache gives each the documented shape; every dimension size differs from the others."""
     sizes = {"batch": 3, "pos": 6, "query_pos": 6, "key_pos": 6, "head": 4, "kv_head": 2, "d_head": 8,
-             "d_model": 32}
+             "d_model": 48, "d_mlp": 64, "q_width": 32, "kv_width": 16, "one": 1}
     table = readme_hook_table()
     seen = set()
-    for kind in mechanism_kinds():
+    for family, kind in [(family, kind) for family in ("olmo2", "llama") for kind in mechanism_kinds()]:
         torch.manual_seed(0)
-        cfg = ModelConfig(family="olmo2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                          d_mlp=64, layer_mechanisms=["rope", kind])
+        cfg = ModelConfig(family=family, vocab_size=64, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2,
+                          head_dim=8, d_mlp=64, layer_mechanisms=["rope", kind])
         model = LensModel(cfg).eval()
         with torch.no_grad():
             _, cache = model.run_with_cache(torch.randint(0, 64, (sizes["batch"], sizes["pos"])))
-        assert set(cache.keys()) == set(model.hook_dict), kind  # every hook fires (hook_pattern when hooked)
+        assert set(cache.keys()) == set(model.hook_dict), kind  # every hook fires (the pattern when asked for)
         for name, value in cache.items():
             documented = re.sub(r"^blocks\.\d+\.", "blocks.{l}.", name)
             assert documented in table, f"{name} ({kind}) is not in the documented hook table"
             expected = tuple(sizes[dim] for dim in table[documented])
+            if documented == "blocks.{l}.attn.hook_rot_k" and value.shape[2] == sizes["head"]:
+                # GQA keys per query head where the layer's positions differ between a group's heads
+                assert cache[name.replace("hook_rot_k", "hook_pos")].stride(1) != 0, name
+                expected = (sizes["batch"], sizes["pos"], sizes["head"], sizes["d_head"])
             assert tuple(value.shape) == expected, f"{name} ({kind}): {tuple(value.shape)}, docs {table[documented]}"
             seen.add(documented)
     assert seen == set(table), f"the docs list hooks no model has: {sorted(set(table) - seen)}"

@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from repo_lens.model.attention import causal_mask
+from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.hooking import editable
+from repo_lens.model.pattern import causal_mask
 from repo_lens.model.authors.frequencies import FixedFrequencies, LearnedFrequencies
 from repo_lens.model.authors.kv_shift import ShiftLinear
 from repo_lens.model.authors.mechanisms import build_authors_mechanism
@@ -32,7 +34,7 @@ from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 
 
-class AuthorsAttention(nn.Module):
+class AuthorsAttention(AttentionWeights, nn.Module):
     """One attention layer of a GRAPE or FoX authors' checkpoint (see the module docstring)."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
@@ -60,6 +62,7 @@ class AuthorsAttention(nn.Module):
         self.hook_v = HookPoint()  # [batch, pos, head, d_head]
         self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (the queries q·k uses: normed, rotated)
         self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head] (the keys q·k uses)
+        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
@@ -116,7 +119,7 @@ class AuthorsAttention(nn.Module):
             q, k = self._qk_norm(q, k)
         positions = None
         if self.positions.role != "contextual":
-            positions = self.hook_pos(self.positions(h, offset, state=state, shared=shared))
+            positions = self.hook_pos(editable(self.hook_pos, self.positions(h, offset, state=state, shared=shared)))
         if rotates:
             index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
             at = positions if self.positions.role == "rotary" else index.expand(batch, self.n_heads, pos)
@@ -142,14 +145,14 @@ class AuthorsAttention(nn.Module):
         if role == "contextual":
             psi = self.positions.edge_potentials(q, k, v, h, k.shape[2] - q.shape[2], state)
             bias, shown = self.positions.bias_and_positions(psi, allowed)
-            self.hook_pos(shown)
+            self.hook_pos(editable(self.hook_pos, shown))
             return bias
         return None
 
     def _attend(self, h, q, k, v, positions, state) -> torch.Tensor:
         allowed = causal_mask(q.shape[2], k.shape[2], h.device)
         bias = self._bias(h, q, k, v, positions, state, allowed)
-        return attend(q, k, v, allowed, bias, self.hook_pattern)
+        return attend(q, k, v, allowed, bias, self.hook_pattern, self.hook_attn_scores)
 
     def _output(self, z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """o_proj of z [batch, pos, head, d_head] after the output norm and gate."""

@@ -14,8 +14,8 @@ from repo_lens.model.layers import SwiGLU
 class SigmoidGLU(SwiGLU):
     """down(sigmoid(gate(x)) * up(x)): FoX's MLP with ``hidden_act="sigmoid"`` (their ``glu_linear``)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(torch.sigmoid(self.gate_proj(x)) * self.up_proj(x))
+    def activation(self, gate: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(gate)
 
 
 class AuthorsBlock(_Block):

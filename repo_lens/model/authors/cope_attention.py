@@ -11,7 +11,9 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from repo_lens.model.attention import causal_mask
+from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.hooking import editable
+from repo_lens.model.pattern import causal_mask
 from repo_lens.model.authors.cope_gates import GatedCope
 from repo_lens.model.authors.cope_relative import RelativePositions
 from repo_lens.model.authors.pattern import attend
@@ -20,7 +22,7 @@ from repo_lens.model.config import ModelConfig
 from repo_lens.model.positions import ConstantPositions
 
 
-class CopeAttention(nn.Module):
+class CopeAttention(AttentionWeights, nn.Module):
     """One attention layer of a CoPE authors' checkpoint."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
@@ -43,6 +45,7 @@ class CopeAttention(nn.Module):
         self.hook_v = HookPoint()  # [batch, pos, head, d_head]
         self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (no rotation: the queries q·k uses)
         self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
@@ -75,7 +78,7 @@ class CopeAttention(nn.Module):
             bias, positions = self.positions(q, scores, allowed)
             if hasattr(self.positions, "relative"):
                 bias = bias + self.positions.relative(q, None, allowed)[0]
-        self.hook_pos(positions)
+        self.hook_pos(editable(self.hook_pos, positions))
         return bias
 
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
@@ -87,6 +90,6 @@ class CopeAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(self.layer, k, v)
         allowed = causal_mask(pos, k.shape[2], h.device)
-        z = attend(q, k, v, allowed, self._bias(h, q, k, v, cache, allowed), self.hook_pattern)
+        z = attend(q, k, v, allowed, self._bias(h, q, k, v, cache, allowed), self.hook_pattern, self.hook_attn_scores)
         z = self.hook_z(z.transpose(1, 2))
         return self.o_proj(z.reshape(batch, pos, self.n_heads * self.d_head))

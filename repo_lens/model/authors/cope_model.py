@@ -35,7 +35,7 @@ class CopeModel(LensModel):
             self.unembed.weight = self.embed.weight
         self.setup()
 
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward_logits(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         offset = cache.seq_len if cache is not None else 0
         x = self.hook_embed(self.embed(input_ids))
         if hasattr(self, "abs_pos_emb"):

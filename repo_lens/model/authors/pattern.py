@@ -6,14 +6,17 @@ import torch
 import torch.nn.functional as F
 from transformer_lens.hook_points import HookPoint
 
+from repo_lens.model.pattern import hooked_attention
+
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, bias: torch.Tensor | None,
-           hook_pattern: HookPoint) -> torch.Tensor:
-    """softmax(q·k/√d + bias) v over the ``allowed`` keys, [batch, head, query, d_head]. A hook on
-    ``hook_pattern`` sees the probabilities; the output is recomputed only if the hook replaced them.
+           hook_pattern: HookPoint, hook_attn_scores: HookPoint) -> torch.Tensor:
+    """softmax(q·k/√d + bias) v over the ``allowed`` keys, [batch, head, query, d_head]. Hooks on
+    ``hook_attn_scores`` / ``hook_pattern`` see the scores and probabilities
+    (:func:`repo_lens.model.pattern.hooked_attention`).
 
     >>> q = k = v = torch.ones(1, 1, 2, 4)
-    >>> attend(q, k, v, torch.ones(2, 2, dtype=torch.bool).tril(), None, HookPoint()).shape
+    >>> attend(q, k, v, torch.ones(2, 2, dtype=torch.bool).tril(), None, HookPoint(), HookPoint()).shape
     torch.Size([1, 1, 2, 4])
     """
     if bias is None:
@@ -22,11 +25,4 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Ten
     else:
         mask = bias.masked_fill(~allowed, float("-inf"))
         z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask).to(v.dtype)
-    if not hook_pattern.fwd_hooks:
-        return z
-    scores = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
-    if bias is not None:
-        scores = scores + bias
-    pattern = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-    hooked = hook_pattern(pattern)
-    return z if hooked is pattern else (hooked @ v.float()).to(v.dtype)
+    return hooked_attention(q, k, v, z, allowed, bias, hook_attn_scores, hook_pattern)

@@ -1,0 +1,61 @@
+"""TransformerLens' ``generate``: greedy or sampled continuation through the KV cache, stopping at EOS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformer_lens.utilities.logits_utils import sample_logits
+
+from repo_lens.errors import InputError
+
+
+class GenerateInterface:
+    """``generate(input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, top_p, temperature,
+    freq_penalty, use_past_kv_cache, prepend_bos, padding_side, return_type, verbose)`` as TransformerLens
+    has it; sampling is TransformerLens' own ``sample_logits``."""
+
+    @torch.no_grad()
+    def generate(self, input: Any = "", max_new_tokens: int = 10, stop_at_eos: bool = True,
+                 eos_token_id: int | None = None, do_sample: bool = True, top_k: int | None = None,
+                 top_p: float | None = None, temperature: float = 1.0, freq_penalty: float = 0.0,
+                 repetition_penalty: float = 1.0, use_past_kv_cache: bool = True, prepend_bos: bool | None = None,
+                 padding_side: str | None = None, return_type: str | None = "input",
+                 verbose: bool = True) -> str | list[str] | torch.Tensor:
+        """The input continued by ``max_new_tokens`` tokens: a string for a text (``return_type="input"``
+        or "str"), token ids [batch, pos + new] for token input or ``return_type="tokens"``.
+
+        Example:
+            >>> from repo_lens.model.tiny import tiny_model
+            >>> model = tiny_model("repo")
+            >>> model.generate(torch.tensor([[104, 105]]), max_new_tokens=3, do_sample=False, verbose=False).shape
+            torch.Size([1, 5])
+        """
+        if return_type not in ("input", "str", "tokens"):
+            raise InputError(f"return_type={return_type!r}; choose 'input', 'str' or 'tokens'")
+        tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
+        if stop_at_eos and eos_token_id is None:
+            eos_token_id = getattr(getattr(self, "tokenizer", None), "eos_token_id", None)
+        finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        cache = self.new_cache() if use_past_kv_cache else None  # type: ignore[attr-defined]
+        step_input = tokens
+        for _ in range(max_new_tokens):
+            logits = self.forward_logits(step_input, cache=cache)[:, -1]  # type: ignore[attr-defined]
+            if do_sample:
+                chosen = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
+                                       freq_penalty=freq_penalty, repetition_penalty=repetition_penalty, tokens=tokens)
+            else:
+                chosen = sample_logits(logits, temperature=0.0, repetition_penalty=repetition_penalty, tokens=tokens)
+            if stop_at_eos and eos_token_id is not None:
+                chosen = torch.where(finished, torch.full_like(chosen, eos_token_id), chosen)
+                finished |= chosen == eos_token_id
+            tokens = torch.cat((tokens, chosen[:, None].to(tokens.dtype)), dim=1)
+            step_input = chosen[:, None].to(tokens.dtype) if cache is not None else tokens
+            if stop_at_eos and bool(finished.all()):
+                break
+        if return_type == "tokens" or (return_type == "input" and not isinstance(input, (str, list))):
+            return tokens
+        tokenizer = self._require_tokenizer()  # type: ignore[attr-defined]
+        special = {"skip_special_tokens": True} if hasattr(tokenizer, "bos_token_id") else {}
+        texts = [tokenizer.decode(row.tolist(), **special) for row in tokens]
+        return texts[0] if isinstance(input, str) else texts

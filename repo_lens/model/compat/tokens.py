@@ -1,0 +1,93 @@
+"""TransformerLens' tokenizer helpers on a model that knows its tokenizer (``to_tokens``, ``to_str_tokens``,
+``to_string``, ``to_single_token``), with TransformerLens' BOS default: prepend the tokenizer's BOS token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from repo_lens.errors import InputError
+
+
+class TokenMethods:
+    """Tokenizer helpers; ``self.tokenizer`` is an HF tokenizer or repo_lens' ByteTokenizer (no BOS)."""
+
+    tokenizer: Any
+    cfg: Any
+
+    def _require_tokenizer(self) -> Any:
+        if getattr(self, "tokenizer", None) is None:
+            raise InputError("this model has no tokenizer; load it with repo_lens.load(...) (lens.model has one) or "
+                             "set model.tokenizer, or pass token ids instead of text")
+        return self.tokenizer
+
+    def _bos_id(self, prepend_bos: bool | None) -> int | None:
+        prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+        return getattr(self.tokenizer, "bos_token_id", None) if prepend else None
+
+    def _encode(self, text: str) -> list[int]:
+        tokenizer = self._require_tokenizer()
+        if not hasattr(tokenizer, "bos_token_id"):  # ByteTokenizer
+            return list(tokenizer.encode(text))
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def to_tokens(self, input: str | list[str], prepend_bos: bool | None = None, padding_side: str | None = None,
+                  move_to_device: bool = True, truncate: bool = True) -> torch.Tensor:
+        """LongTensor [batch, pos] of a text or a list of texts (right-padded with the pad token, else 0).
+
+        Example:
+            >>> from repo_lens.model.tiny import tiny_model
+            >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+            >>> model = tiny_model("rope"); model.tokenizer = ByteTokenizer()
+            >>> model.to_tokens("hi").tolist()
+            [[104, 105]]
+        """
+        texts = [input] if isinstance(input, str) else list(input)
+        bos = self._bos_id(prepend_bos)
+        rows = [([bos] if bos is not None else []) + self._encode(text) for text in texts]
+        if truncate:
+            rows = [row[: self.cfg.n_ctx] for row in rows]
+        width = max(len(row) for row in rows)
+        pad = getattr(self.tokenizer, "pad_token_id", None) or 0
+        left = (padding_side or getattr(self.tokenizer, "padding_side", "right")) == "left"
+        tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+        for index, row in enumerate(rows):
+            if row:
+                start = width - len(row) if left else 0
+                tokens[index, start:start + len(row)] = torch.tensor(row)
+        return tokens.to(self.cfg.device) if move_to_device else tokens
+
+    def to_string(self, tokens: Any) -> str | list[str]:
+        """The text of token ids: a string for one sequence, a list for a batch [batch, pos]."""
+        tokenizer = self._require_tokenizer()
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim == 2:
+            return [tokenizer.decode(row.tolist()) for row in tokens]
+        return tokenizer.decode(tokens.reshape(-1).tolist())
+
+    def to_str_tokens(self, input: Any, prepend_bos: bool | None = None,
+                      padding_side: str | None = None) -> list[str] | list[list[str]]:
+        """Each token of a text (or of token ids) as a string; a list of those for a list of texts."""
+        if isinstance(input, list) and input and isinstance(input[0], str):
+            return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]  # type: ignore[misc]
+        tokens = self.to_tokens(input, prepend_bos, padding_side, move_to_device=False)[0] if isinstance(input, str) \
+            else torch.as_tensor(input).reshape(-1)
+        tokenizer = self._require_tokenizer()
+        return [tokenizer.decode([int(token)]) for token in tokens]
+
+    def to_single_token(self, string: str) -> int:
+        """The one token id of ``string`` (InputError if it is not one token)."""
+        tokens = self.to_tokens(string, prepend_bos=False, move_to_device=False)[0]
+        if tokens.numel() != 1:
+            raise InputError(f"{string!r} is {tokens.numel()} tokens, not one; pick a string the tokenizer keeps whole")
+        return int(tokens[0])
+
+    def tokens_of(self, input: Any, prepend_bos: bool | None = None, padding_side: str | None = None) -> torch.Tensor:
+        """Token ids [batch, pos] on the model's device from text, a list of texts or ids."""
+        if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], str)):
+            return self.to_tokens(input, prepend_bos, padding_side)
+        if not isinstance(input, torch.Tensor):
+            raise InputError(f"the model takes text, a list of texts or a LongTensor [batch, pos] of token ids, "
+                             f"not {type(input).__name__}")
+        return input if input.ndim == 2 else input.reshape(1, -1)

@@ -1,0 +1,68 @@
+"""When a hook point is asked for, and whether its hook changed what it saw.
+
+A few hook points hold values the fast path never computes (the attention pattern and scores, a norm's
+scale); the model computes those only when something asks: a TransformerLens forward or backward hook,
+a torch module hook, or an nnsight trace that reads or writes the hook's output.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformer_lens.hook_points import HookPoint
+
+_NNSIGHT_STATE = "__nnsight__"  # where nnsight keeps a wrapped module's routing state
+
+
+def _nnsight_wants(point: HookPoint) -> bool:
+    state = point.__dict__.get(_NNSIGHT_STATE)
+    if state is None:
+        return False
+    interleaver, _, locations = state.active()
+    if interleaver is None:
+        return False
+    return any(location in interleaver.parked or location in interleaver.observers for location in locations)
+
+
+def wants(point: HookPoint) -> bool:
+    """True when a hook, a backward hook or an nnsight trace waits on ``point``.
+
+    >>> wants(HookPoint())
+    False
+    """
+    return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
+                or point._backward_pre_hooks or _nnsight_wants(point))
+
+
+def through(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor | None:
+    """``point``'s output for ``tensor`` when its hooks replaced it, edited it in place, or need its
+    gradient (a backward hook); None when the hooks only read it.
+
+    >>> through(HookPoint(), torch.ones(2)) is None
+    True
+    """
+    inference = torch.is_inference(tensor)
+    before = tensor.clone() if inference else tensor._version
+    hooked = point(tensor)
+    if hooked is not tensor or point._backward_hooks:
+        return hooked
+    if inference:
+        return None if torch.equal(before, tensor) else tensor
+    return None if tensor._version == before else tensor
+
+
+def editable(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` ready for ``point``'s hooks when something asks for it: its own memory (an expanded
+    tensor, such as RoPE's positions, cannot be edited in place) and, under a backward hook, a
+    gradient even where no parameter feeds it; ``tensor`` itself otherwise.
+
+    >>> positions = torch.arange(3.0).expand(2, 3)
+    >>> editable(HookPoint(), positions) is positions
+    True
+    """
+    if not wants(point):
+        return tensor
+    if 0 in tensor.stride():
+        tensor = tensor.contiguous()
+    if point._backward_hooks and torch.is_grad_enabled() and tensor.is_floating_point() and not tensor.requires_grad:
+        tensor = tensor.detach().requires_grad_(True)
+    return tensor

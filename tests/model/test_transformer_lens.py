@@ -1,0 +1,102 @@
+"""The idioms a TransformerLens user writes give on repo_lens' model what they give on TransformerLens' own
+model of the same random weights (Llama with and without grouped-query attention, OLMo-2)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("transformer_lens_idioms", ROOT / "bench" / "transformer_lens_idioms.py")
+idioms = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(idioms)
+# TransformerLens' generate with its KV cache (on by default) continues differently from its own full forward
+# passes on these checkpoints; repo_lens' is checked against the full-forward one and a plain argmax loop below
+DIFFERS_IN_TRANSFORMER_LENS = {"generate (greedy)"}
+
+
+@pytest.fixture(scope="module", params=["llama-gqa", "llama", "olmo2"])
+def models(request, tmp_path_factory):
+    directory = idioms.write_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
+    return request.param, idioms.transformer_lens_model(directory), idioms.repo_lens_model(directory)
+
+
+def test_every_idiom_agrees_with_transformer_lens(models):
+    arch, reference, ours = models
+    failures = []
+    for name, idiom in idioms.IDIOMS.items():
+        if name in DIFFERS_IN_TRANSFORMER_LENS:
+            continue
+        if arch == "olmo2" and name in idioms.OLMO2_NAMES:
+            idiom = (lambda hook: lambda model: idioms._cache(model)[hook])(idioms.OLMO2_NAMES[name])
+        expected, reference_error = idioms.run(name, idiom, reference)
+        value, error = idioms.run(name, idiom, ours)
+        assert reference_error is None, f"{arch}: TransformerLens itself fails {name}: {reference_error}"
+        verdict = error or idioms.compare(expected, value)
+        if verdict != "match":
+            failures.append(f"{name}: {verdict}")
+    assert not failures, f"{arch}: " + "; ".join(failures)
+
+
+def test_generate_is_the_greedy_continuation(models):
+    _, reference, ours = models
+    with torch.no_grad():
+        tokens = ours.to_tokens(idioms.PROMPT)
+        for _ in range(4):
+            tokens = torch.cat((tokens, ours(tokens)[:, -1].argmax(-1, keepdim=True)), dim=1)
+    greedy = ours.generate(ours.to_tokens(idioms.PROMPT), max_new_tokens=4, do_sample=False, stop_at_eos=False,
+                           verbose=False)
+    assert torch.equal(greedy, tokens)
+    assert ours.generate(idioms.PROMPT, max_new_tokens=4, do_sample=False, verbose=False) == reference.generate(
+        idioms.PROMPT, max_new_tokens=4, do_sample=False, verbose=False, use_past_kv_cache=False)
+    torch.manual_seed(0)
+    sampled = ours.generate(idioms.PROMPT, max_new_tokens=6, temperature=1.0, verbose=False)
+    assert isinstance(sampled, str) and sampled.startswith(idioms.PROMPT)
+
+
+def test_nnsight_reads_and_writes_every_hook_of_a_layer(models):
+    import nnsight
+
+    _, _, ours = models
+    ids = idioms._ids()
+    names = [name for name in ours.hook_dict if name.startswith("blocks.1.")]
+    _, cache = ours.run_with_cache(ids)
+    wrapped = nnsight.NNsight(ours)
+    for name in names:
+        envoy = wrapped
+        for part in _module_path(ours, name).split("."):  # the norms' hooks: TransformerLens name, module path
+            envoy = envoy[int(part)] if part.isdigit() else getattr(envoy, part)
+        with torch.no_grad(), wrapped.trace(ids):
+            seen = envoy.output.save()
+        torch.testing.assert_close(seen, cache[name], msg=f"nnsight read {name}")
+        with torch.no_grad(), wrapped.trace(ids):
+            envoy.output = envoy.output * 0.5
+            logits = wrapped.output.save()
+        with torch.no_grad():
+            expected = ours.run_with_hooks(ids, fwd_hooks=[(name, lambda tensor, hook: tensor * 0.5)])
+        torch.testing.assert_close(logits, expected, msg=f"nnsight write {name}")
+
+
+def _module_path(model, name: str) -> str:
+    point = model.hook_dict[name]
+    return next(path for path, module in model.named_modules() if module is point)
+
+
+def test_circuitsvis_draws_the_cached_pattern(models):
+    circuitsvis = pytest.importorskip("circuitsvis", reason="circuitsvis is not installed (pip install circuitsvis)")
+    _, _, ours = models
+    _, cache = ours.run_with_cache(idioms.PROMPT)
+    html = circuitsvis.attention.attention_patterns(tokens=ours.to_str_tokens(idioms.PROMPT),
+                                                    attention=cache["pattern", 1][0])
+    assert "AttentionPatterns" in str(html)
+
+
+def test_the_generic_hugging_face_path_refuses_learned_positions(repo_dir):
+    from repo_lens.errors import CheckpointError
+    from repo_lens.hf.model import load_hf
+
+    with pytest.raises(CheckpointError, match=r"pe_config.*gate_map.*repo_lens\.load"):
+        load_hf(repo_dir, device="cpu")

@@ -23,7 +23,7 @@ def study(tmp_path_factory):
                         root / name, info={"name": name})
     models = [str(root / name) for name in specs]
     document = STUDIES["position_interventions"].load()(root / "out", models, quick=True, figures=False,
-                                                        progress=False, batch_size=4)
+                                                        progress=False, batch_size=8)
     return root, models, document
 
 
@@ -38,6 +38,7 @@ def test_every_rate_has_an_interval_and_the_families_are_all_there(study):
             assert 0.0 <= entry["vs_unedited"]["accuracy"]["p"] <= 1.0
     modes = {entry["mode"] for entry in repo["conditions"].values()}
     assert {"affine", "rank", "scaled", "random", "window 8"} <= modes
+    assert repo["conditions"]["head 2.1 affine"]["by_family"]["kv_lines"]["accuracy"]["n"] == 2
     assert len([key for key in repo["head_comparisons"] if " constant " in key]) == 2  # h0 vs h1 in layers 1 and 2
 
 

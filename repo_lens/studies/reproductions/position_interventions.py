@@ -38,6 +38,8 @@ QUICK_SWEEP = (0.5,)
 ALL_MODES = ("integer", "constant", "mean", "shuffle", "affine", "rank", "scaled", "random", "window")
 LAYER_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "window")
 HEAD_MODES = ("integer", "constant", "affine", "rank", "random")
+QUICK_ALL_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "window")
+QUICK_UNIT_MODES = ("constant", "affine")  # quick mode, for tests: one off-scale and one on-scale edit per unit
 PATCH_TOKENS = {"every token": None, "needle": "needle", "rest": "rest"}
 RETRIEVAL_CONTEXT = 512  # models with at least this context are scored on retrieval prompts
 MIN_ACCURACY = 0.2  # ... if they retrieve: below this unedited accuracy, on held-out bits per byte instead
@@ -96,14 +98,16 @@ def summarise(hits: np.ndarray, logprobs: np.ndarray, families: list[str], base:
     return out
 
 
-def conditions(lens: Any, sweep: tuple[float, ...]) -> list[tuple[str, Any, Any, Any]]:
+def conditions(lens: Any, sweep: tuple[float, ...], quick: bool = False) -> list[tuple[str, Any, Any, Any]]:
     """(group, layer, head, mode) of every edit: every learned layer at once, each layer, each head, the sweeps."""
     from repo_lens import interventions
 
     layers = [site.layer for site in interventions.select_sites(lens.model, None)]
-    out = [("all", None, None, mode) for mode in ALL_MODES]
-    out += [("layer", layer, None, mode) for layer in layers for mode in LAYER_MODES]
-    out += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads) for mode in HEAD_MODES]
+    every, per_layer, per_head = (QUICK_ALL_MODES, QUICK_UNIT_MODES, QUICK_UNIT_MODES) if quick else \
+        (ALL_MODES, LAYER_MODES, HEAD_MODES)
+    out = [("all", None, None, mode) for mode in every]
+    out += [("layer", layer, None, mode) for layer in layers for mode in per_layer]
+    out += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads) for mode in per_head]
     out += [("sweep", None, None, ("interpolate", p, toward)) for toward in ("integer", "constant") for p in sweep]
     return out
 
@@ -129,14 +133,14 @@ def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
 
 
 def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], batch_size: int, progress: bool,
-                   name: str) -> dict[str, Any]:
+                   name: str, quick: bool = False) -> dict[str, Any]:
     """Every condition scored on ``prompts``; an edit that moves no position (checked on the first
     prompt) is recorded with ``"moves": False`` and not run."""
     families = [prompt.meta["family"] for prompt in prompts]
     base = per_prompt(lens, prompts, ("interpolate", 0.0), batch_size=batch_size)
     result: dict[str, Any] = {"unedited": summarise(*base, families, None), "conditions": {}}
     unchanged = lens.trace(prompts[0].ids, progress=False).positions
-    for group, layer, head, mode in tqdm(conditions(lens, sweep), desc=f"edits {name}", disable=not progress):
+    for group, layer, head, mode in tqdm(conditions(lens, sweep, quick), desc=f"edits {name}", disable=not progress):
         entry = {"group": group, "layer": layer, "head": head, "mode": report.mode_label(mode)}
         is_mean = mode == "mean"
         if not is_mean and not moves_positions(lens, prompts[0], mode, layer, head, unchanged):
@@ -220,7 +224,7 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
              for pair in moved_pairs(lens.tokenizer, family, lens.context_length, n_pairs, seed=20_000, text=text)]
     return {"protocol": "retrieval", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
             "context": lens.context_length, "prompts": len(prompts),
-            "ablations": ablation_study(lens, prompts, sweep, batch_size, progress, name),
+            "ablations": ablation_study(lens, prompts, sweep, batch_size, progress, name, quick),
             "patching": patching_study(lens, pairs, progress, name)}
 
 

@@ -56,12 +56,14 @@ def _edit_hook(site: Site, mode: Mode, heads: torch.Tensor, mean: torch.Tensor |
 
 
 def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sites: list[Site],
-               heads: torch.Tensor, reference: Any, seed: int,
-               tokens: torch.Tensor | None = None) -> list[tuple[str, Any]]:
+               heads: torch.Tensor, reference: Any, seed: int, tokens: torch.Tensor | None = None,
+               means: dict[int, torch.Tensor] | None = None) -> list[tuple[str, Any]]:
     """The forward hooks that apply ``mode`` at ``sites`` in the ``heads`` mask (and the ``tokens``
     mask [batch, width], None: every token), for a batch of ``lengths`` padded to ``inputs_width`` tokens
-    (``reference``: the inputs of "mean")."""
-    means = checked_means(lens, reference, sites, inputs_width) if mode.name == "mean" else {}
+    (``reference``: the inputs of "mean", or ``means``: their :func:`checked_means`, computed once)."""
+    if mode.name == "mean" and means is None:
+        means = checked_means(lens, reference, sites, inputs_width)
+    means = means or {}
     orders = token_orders(mode, lengths, inputs_width, seed)
     return [(site.hook, _edit_hook(site, mode, heads, means.get(site.layer), orders, lengths, seed, tokens))
             for site in sites]

@@ -67,18 +67,73 @@ def study_prompts(tokenizer: Any, length: int, per_family: int, text: str | None
     return retrieval_prompts(tokenizer, length, per_family, seed=EVAL_SEED_OFFSET + 7000, text=text)
 
 
-def per_prompt(lens: Any, prompts: list, mode: Any, layers: Any = None, heads: Any = None, batch_size: int = 8,
-               reference: list | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per prompt: exact match (0/1) and answer log-probability under the ablation."""
-    from repo_lens import interventions
+class Scorer:
+    """Scores ``prompts`` under many edits: the residual stream entering the first learned layer (which
+    no edit changes) is computed once per batch, and each edit runs only the blocks from there on.
 
-    hits, logprobs = [], []
-    for first in range(0, len(prompts), batch_size):
-        chunk = prompts[first:first + batch_size]
-        logits = interventions.ablate(lens, chunk, mode=mode, layers=layers, heads=heads, reference=reference)
-        hits += interventions.niah_exact_match(chunk)(logits).tolist()
-        logprobs += interventions.answer_logprob(chunk)(logits).tolist()
-    return np.asarray(hits, dtype=float), np.asarray(logprobs, dtype=float)
+    >>> from repo_lens.lens import Lens
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> from repo_lens.data.niah import niah_prompt
+    >>> lens = Lens(tiny_model("repo", context=512), ByteTokenizer())
+    >>> prompts = [niah_prompt(lens.tokenizer, 450, seed=seed, add_special_tokens=False) for seed in (1, 2)]
+    >>> hits, logprobs = Scorer(lens, prompts, 2)("constant", layers=2, heads=1)
+    >>> from repo_lens import interventions
+    >>> bool(np.allclose(logprobs, interventions.ablate(lens, prompts, mode="constant", layers=2, heads=1,
+    ...      metric=interventions.answer_logprob(prompts)), atol=1e-4))
+    True
+    """
+
+    def __init__(self, lens: Any, prompts: list, batch_size: int) -> None:
+        import torch
+
+        from repo_lens import interventions
+        from repo_lens.interventions.batch import as_batch
+        from repo_lens.interventions.runs import block_inputs
+
+        self.lens, self.prompts = lens, prompts
+        self.start = min(site.layer for site in interventions.select_sites(lens.model, None))
+        self.chunks = []
+        for first in range(0, len(prompts), batch_size):
+            chunk = prompts[first:first + batch_size]
+            batch = as_batch(lens, chunk)
+            with torch.no_grad():
+                inputs = block_inputs(lens.model, batch.ids, self.start)
+            self.chunks.append((chunk, batch, inputs, interventions.niah_exact_match(chunk),
+                                interventions.answer_logprob(chunk)))
+        self._means: dict | None = None
+
+    def means(self, sites: list) -> dict:
+        """Each site's mean over every prompt (the reference of "mean"), computed once."""
+        from repo_lens.interventions.ablate import checked_means
+
+        if self._means is None:  # the 16 longest prompts: one batch that covers every width
+            reference = sorted(self.prompts, key=len)[-16:]
+            self._means = checked_means(self.lens, reference, sites, max(len(p) for p in self.prompts))
+        return {site.layer: self._means[site.layer] for site in sites}
+
+    def __call__(self, mode: Any, layers: Any = None, heads: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per prompt: exact match (0/1) and answer log-probability under the edit."""
+        import torch
+
+        from repo_lens.capture import forward_lock
+        from repo_lens.interventions import parse_mode, select_sites
+        from repo_lens.interventions.ablate import edit_hooks
+        from repo_lens.interventions.runs import run_from
+        from repo_lens.interventions.selection import head_mask
+
+        parsed, model = parse_mode(mode), self.lens.model
+        sites = select_sites(model, layers)
+        means = self.means(select_sites(model, None)) if parsed.name == "mean" else None
+        hits, logprobs = [], []
+        for chunk, batch, inputs, exact, logprob in self.chunks:
+            hooks = edit_hooks(self.lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(model, heads),
+                               None, 0, means=None if means is None else {s.layer: means[s.layer] for s in sites})
+            with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
+                logits = run_from(model, self.start, inputs[0], inputs[1:])
+            hits += exact(logits).tolist()
+            logprobs += logprob(logits).tolist()
+        return np.asarray(hits, dtype=float), np.asarray(logprobs, dtype=float)
 
 
 def summarise(hits: np.ndarray, logprobs: np.ndarray, families: list[str], base: tuple | None) -> dict[str, Any]:
@@ -132,12 +187,12 @@ def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
     return f"{where} {parse_mode(mode).label}"
 
 
-def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], batch_size: int, progress: bool,
+def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], scorer: Scorer, progress: bool,
                    name: str, quick: bool = False) -> dict[str, Any]:
     """Every condition scored on ``prompts``; an edit that moves no position (checked on the first
     prompt) is recorded with ``"moves": False`` and not run."""
     families = [prompt.meta["family"] for prompt in prompts]
-    base = per_prompt(lens, prompts, ("interpolate", 0.0), batch_size=batch_size)
+    base = scorer(("interpolate", 0.0))
     result: dict[str, Any] = {"unedited": summarise(*base, families, None), "conditions": {}}
     unchanged = lens.trace(prompts[0].ids, progress=False).positions
     for group, layer, head, mode in tqdm(conditions(lens, sweep, quick), desc=f"edits {name}", disable=not progress):
@@ -146,7 +201,7 @@ def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], batch_siz
         if not is_mean and not moves_positions(lens, prompts[0], mode, layer, head, unchanged):
             entry["moves"] = False
         else:
-            scored = per_prompt(lens, prompts, mode, layer, head, batch_size, reference=prompts[:16] if is_mean else None)
+            scored = scorer(mode, layer, head)
             entry.update(moves=True, **summarise(*scored, families, base))
         result["conditions"][condition_key(group, layer, head, mode)] = entry
     result["head_comparisons"] = head_comparisons(result)
@@ -216,15 +271,14 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
 
     per_family, n_pairs, sweep = (2, 1, QUICK_SWEEP) if quick else (50, 8, SWEEP)
     prompts = study_prompts(lens.tokenizer, lens.context_length, per_family, text)
-    if not quick:
-        hits, _ = per_prompt(lens, prompts, ("interpolate", 0.0), batch_size=batch_size)
-        if hits.mean() < MIN_ACCURACY:
-            return None
+    scorer = Scorer(lens, prompts, batch_size)
+    if not quick and scorer(("interpolate", 0.0))[0].mean() < MIN_ACCURACY:
+        return None
     pairs = [pair for family in FAMILIES
              for pair in moved_pairs(lens.tokenizer, family, lens.context_length, n_pairs, seed=20_000, text=text)]
     return {"protocol": "retrieval", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
             "context": lens.context_length, "prompts": len(prompts),
-            "ablations": ablation_study(lens, prompts, sweep, batch_size, progress, name, quick),
+            "ablations": ablation_study(lens, prompts, sweep, scorer, progress, name, quick),
             "patching": patching_study(lens, pairs, progress, name)}
 
 

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from repo_lens.interventions import stats
 
 LM_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "window")
+LM_LAYER_MODES = ("integer", "constant", "affine", "random")
 
 
 def text_windows(text: str, length: int, count: int, seed: int = 0) -> list[list[int]]:
@@ -45,17 +46,19 @@ def bits_per_byte(lens: Any, windows: list[list[int]], mode: Any, layers: Any, b
 
 def language_model(lens: Any, quick: bool, text: str | None, batch_size: int, progress: bool,
                    name: str) -> dict[str, Any]:
-    """Every learned layer at once and each layer alone, under each of ``LM_MODES``: bits per byte."""
+    """Every learned layer at once under each of ``LM_MODES``, each layer alone under ``LM_LAYER_MODES``:
+    held-out bits per byte."""
     from repo_lens import interventions
     from repo_lens.data.niah import NOISE
 
-    windows = text_windows(text or NOISE * 40, lens.context_length, 4 if quick else 48)
+    windows = text_windows(text or NOISE * 40, lens.context_length, 4 if quick else 32)
     base = bits_per_byte(lens, windows, ("interpolate", 0.0), None, batch_size)
     layers = [site.layer for site in interventions.select_sites(lens.model, None)]
     result: dict[str, Any] = {"protocol": "language model", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
                               "context": lens.context_length, "windows": len(windows),
                               "unedited": stats.bootstrap_mean(base), "conditions": {}}
-    plan = [("all", None, mode) for mode in LM_MODES] + [("layer", layer, mode) for layer in layers for mode in LM_MODES]
+    plan = [("all", None, mode) for mode in LM_MODES]
+    plan += [("layer", layer, mode) for layer in layers for mode in LM_LAYER_MODES]
     for group, layer, mode in tqdm(plan, desc=f"edits {name}", disable=not progress):
         bits = bits_per_byte(lens, windows, mode, layer, batch_size)
         change = stats.paired(bits, base, binary=False)

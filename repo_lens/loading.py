@@ -37,7 +37,7 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
 
     ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32. ``device_map`` ("auto",
     "balanced", or a dict) spreads a big model over several GPUs with accelerate, whole blocks per
-    device, within ``max_memory`` (docs/big_checkpoints.md).
+    device, within ``max_memory`` ([Running big checkpoints on GPUs][big-checkpoints]).
 
     Example:
         >>> lens = load("zoo:bytes-repo", device="cpu")

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "app"))
 from browser_helpers import CHROMEDRIVER, CHROMIUM, chromium, free_port, local_server  # noqa: E402
 
 PLOTLY_CHART = ".jp-RenderedPlotly.js-plotly-plot .main-svg"  # drawn by plotly.js, not a picture
+PLOTLY_PICTURE = ".jp-RenderedPlotly img"  # the stored image/png, shown until the pointer enters the figure
 
 __all__ = ["CHROMEDRIVER", "CHROMIUM", "first_chart", "jupyterlab"]
 
@@ -53,9 +54,11 @@ def jupyterlab(root: Path, log: Path) -> Iterator[tuple[str, str]]:
 
 def first_chart(notebook: Path, timeout: float = 180.0, screenshot: Path | None = None) -> dict[str, float]:
     """Open a copy of ``notebook`` in JupyterLab and wait until its first figure is drawn by plotly.js;
-    returns the chart's size in pixels and how many charts were drawn by then. Raises AssertionError
+    returns the chart's size in pixels, the width of its output area and how many charts were drawn by
+    then (a figure stored with its picture is drawn when the pointer enters it, as a reader's would). Raises AssertionError
     naming the server log when no chart appears within ``timeout`` s. The copy lives in a temporary
     folder, so JupyterLab's autosave and checkpoints never touch the repository."""
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     served = Path(tempfile.mkdtemp(prefix="repo-lens-lab-"))
@@ -70,6 +73,10 @@ def first_chart(notebook: Path, timeout: float = 180.0, screenshot: Path | None 
             charts = driver.find_elements(By.CSS_SELECTOR, PLOTLY_CHART)
             if charts and charts[0].size["height"] > 50:
                 break
+            pictures = [one for one in driver.find_elements(By.CSS_SELECTOR, PLOTLY_PICTURE) if one.is_displayed()]
+            if pictures:  # the pointer entering the stored picture makes plotly.js draw the chart
+                driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", pictures[0])
+                ActionChains(driver).move_to_element(pictures[0]).perform()
             driver.execute_script(  # bring later cells into view: JupyterLab renders cells near the viewport
                 "const panel = document.querySelector('.jp-WindowedPanel-outer');"
                 "if (panel) panel.scrollTop = Math.min(panel.scrollTop + 400, panel.scrollHeight);")
@@ -82,7 +89,8 @@ def first_chart(notebook: Path, timeout: float = 180.0, screenshot: Path | None 
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(screenshot))
-        return {"width": chart.size["width"], "height": chart.size["height"],
+        area = driver.execute_script("return arguments[0].closest('.jp-OutputArea-output').clientWidth;", chart)
+        return {"width": chart.size["width"], "height": chart.size["height"], "output_area_width": area,
                 "charts": len(driver.find_elements(By.CSS_SELECTOR, PLOTLY_CHART))}
 
 

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("plots/", 4, "plots"),
     ("loading.py", 5, "loading"),
     ("studies/", 6, "studies"),
-    ("cli.py", 7, "cli"), ("cli_args.py", 7, "cli"), ("__main__.py", 7, "cli"), ("__init__.py", 7, "cli"),
+    ("cli/", 7, "cli"), ("cli_args.py", 7, "cli"), ("__main__.py", 7, "cli"), ("__init__.py", 7, "cli"),
     ("app/", 8, "app"),
 ]
 # groups that share a layer but may not import each other

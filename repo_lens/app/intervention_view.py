@@ -82,23 +82,31 @@ def get_intervention(source: str, stamp: float | str, kind: str, text: str, para
                                tuple(mode) if isinstance(mode, list) else mode, list(layers), list(heads), with_map)
 
 
+CHIPS_PER_ROW = 8  # more layers or heads than this and their pickers take a row each, so every chip shows
+
+
 def _controls(items: Sequence[Item]) -> tuple[Any, list[int], list[int], bool, Any]:
     trace = items[0].trace
     kinds = trace.layer_kinds
     edited = learned_layers(kinds) or list(range(trace.n_layers))  # what layers=None edits
-    c1, c2, c3, c4 = st.columns([2.2, 2.2, 2.4, 1.2])
-    layers = c1.multiselect("Layers", list(range(trace.n_layers)), default=edited,
-                            format_func=lambda l: f"L{l} {kinds[l]}" if l < len(kinds) else f"L{l}", key="iv_layers")
-    heads = c2.multiselect("Heads", list(range(trace.n_heads)), default=list(range(trace.n_heads)),
-                           format_func=lambda h: f"h{h}", key="iv_heads")
-    choice = MODES[c3.selectbox("Replace their positions by", list(MODES), key="iv_mode")]
+    if max(len(edited), trace.n_heads) > CHIPS_PER_ROW:
+        pick_layers, pick_heads = st.container(), st.container()
+    else:
+        pick_layers, pick_heads = st.columns(2)
+    layers = pick_layers.multiselect("Layers", list(range(trace.n_layers)), default=edited,
+                                     format_func=lambda l: f"L{l} {kinds[l]}" if l < len(kinds) else f"L{l}",
+                                     key="iv_layers")
+    heads = pick_heads.multiselect("Heads", list(range(trace.n_heads)), default=list(range(trace.n_heads)),
+                                   format_func=lambda h: f"h{h}", key="iv_heads")
+    c1, c2, c3 = st.columns([3, 1.6, 1.4], vertical_alignment="bottom")
+    choice = MODES[c1.selectbox("Replace their positions by", list(MODES), key="iv_mode")]
     p = 1.0
     if choice.startswith("interpolate"):
-        p = c3.slider("p: z' = (1 − p)·z + p·target", 0.0, 1.0, 0.5, 0.05, key="iv_p")
-    with_map = c4.toggle("Head map", value=True, key="iv_map",
-                         help="ablate each selected head alone (one batched pass per 16 heads)")
-    with c4:
+        p = c1.slider("p: z' = (1 − p)·z + p·target", 0.0, 1.0, 0.5, 0.05, key="iv_p")
+    with c2:
         head = head_picker("Spaced tokens of", "iv_head", trace.n_heads, extra=("mean",), default="mean")
+    with_map = c3.toggle("Head map", value=True, key="iv_map",
+                         help="ablate each selected head alone (one batched pass per 16 heads)")
     return mode_argument(choice, p), layers, heads, with_map, head
 
 

@@ -29,8 +29,8 @@ from repo_lens.app.documents import Document, Preset
 class BoundaryResult:
     auc: np.ndarray  # (L, H)
     words: list[str]
-    n_scored: int
-    n_boundaries: int
+    n_scored: int  # gaps between two Chinese characters that are scored
+    n_boundaries: int  # of those, the gaps where jieba ends a word
 
 
 def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
@@ -48,7 +48,7 @@ def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
     increments = trace_increments(trace)
     auc = boundary_auc(increments, labels.labels, scored=labels.scored)
     return BoundaryResult(auc=np.asarray(auc, dtype=np.float64), words=words, n_scored=int(labels.scored.sum()),
-                          n_boundaries=int(labels.labels.sum()))
+                          n_boundaries=int(labels.labels[labels.scored].sum()))
 
 
 def niah_mass(lens: Any, doc: Document, beyond_context: bool = False) -> AttentionMass:

@@ -95,6 +95,8 @@ def _pick(label: str, key: str, options: list[str], default: str | None, roots: 
                           format_func=_option_label)
     if choice is None:
         return None
+    if choice not in (OTHER, HUB) and _describe(choice):
+        st.caption(_describe(choice))
     if choice == HUB:
         return _hub_pick(label, key)
     if choice == OTHER:
@@ -129,14 +131,19 @@ def _hub_pick(label: str, key: str) -> str | None:
 
 
 def _option_label(option: str) -> str:
-    if option in (OTHER, HUB):
+    """The model's name as the box shows it (its size goes in a caption below, so the box never cuts it)."""
+    if option in (OTHER, HUB) or option.startswith("zoo:") or config.parse_hub_source(option) is not None:
         return option
-    if option.startswith("zoo:") or config.parse_hub_source(option) is not None:
-        name = option
-    else:
-        name = f"{Path(option).name}  ·  {Path(option).parent}"
+    return Path(option).name
+
+
+def _describe(option: str) -> str:
+    """The caption under the model box: the model's size, and where a checkpoint directory is."""
     info = model_info(option)
-    return f"{name}  ·  {info.describe()}" if info is not None else name
+    parts = [info.describe()] if info is not None and info.describe() else []
+    if not (option.startswith("zoo:") or config.parse_hub_source(option) is not None):
+        parts.append(f"in {Path(option).parent}")
+    return " · ".join(parts)
 
 
 def model_info(source: str) -> Any:

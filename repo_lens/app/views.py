@@ -251,7 +251,8 @@ def boundaries_view(items: Sequence[Item], selection: Selection) -> None:
         show_figure(fig, f"auc-{item.key}", export_name(item.label, "boundary-auc", item.input_id))
         csv_button("AUC (CSV)", results.layer_head_csv(result.auc, "auc", item.trace.layer_kinds),
                    export_name(item.label, "boundary-auc", item.input_id) + ".csv", f"csv-auc-{item.key}")
-        with st.expander(f"jieba segmentation ({len(result.words)} words, {result.n_boundaries} scored boundaries)"):
+        with st.expander(f"jieba segmentation: {len(result.words)} words; {result.n_boundaries} of the "
+                         f"{result.n_scored} scored gaps end a word"):
             st.text(" / ".join(result.words[:400]) + (" …" if len(result.words) > 400 else ""))
 
     per_item(items, render)

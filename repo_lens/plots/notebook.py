@@ -1,46 +1,59 @@
 """Figures in Jupyter: a trace's figures by name (:func:`trace_figure`, behind ``Trace.plot``) and
-:func:`notebook_setup`, which adds a static picture to every figure a notebook shows.
+:func:`notebook_setup`, which makes every figure of a notebook fit its output area, in one template,
+with a static picture beside it.
 
 In JupyterLab, Jupyter Notebook 7 and VS Code a plotly figure is interactive with plotly's own
-renderer for that front end; nothing needs to be set. What a plain notebook lacks is a picture for
-readers who do not run it: GitHub, ``jupyter nbconvert --to html`` and other static viewers ignore
-plotly's output. :func:`notebook_setup` keeps the interactive output and adds a PNG to it, drawn
-offline by the local Chromium (the export server of :mod:`repo_lens.plots.export`).
-
-The PNG travels as an HTML ``<img>`` (``text/html``), not as ``image/png``: JupyterLab's plotly
-extension shows a stored ``image/png`` *instead of* the interactive chart when a notebook is
-opened, whereas front ends that run plotly.js (JupyterLab, Notebook 7, VS Code) rank plotly's own
-output above ``text/html`` and the static viewers take the HTML.
+renderer for that front end. :func:`notebook_setup` makes that output responsive (it fills the
+output area's width, e.g. beside JupyterLab's file browser, instead of a fixed width with a
+scrollbar), gives figures made with plain ``go.Figure()`` the same template as repo_lens' builders,
+and adds a PNG of every figure as an ``image/png`` entry of the same output, drawn offline by the
+local Chromium (the export server of :mod:`repo_lens.plots.export`). GitHub, VS Code's static view
+and ``jupyter nbconvert --to html`` show that PNG; JupyterLab's plotly extension shows it until the
+pointer enters the figure and then draws the interactive chart in its place.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import warnings
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.io._base_renderers import MimetypeRenderer
+from plotly.io._base_renderers import MimetypeRenderer, PlotlyRenderer
 
 from repo_lens.errors import InputError
 from repo_lens.plots.export import ExportError, export_unavailable, figure_bytes, start_export_server
 from repo_lens.plots.heatmaps import pattern_fractions_figure, range_heatmap
 from repo_lens.plots.scatter import position_scatter_figure
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
+from repo_lens.plots.style import FONT_FAMILY, OKABE_ITO
 
 STATIC_RENDERER = "repo_lens_png"
 """The name :func:`notebook_setup` registers its static-image renderer under in ``plotly.io.renderers``."""
+RESPONSIVE_RENDERER = "repo_lens_plotly"
+"""The name of the interactive renderer :func:`notebook_setup` puts in place of plotly's own."""
+TEMPLATE = "repo_lens"
+"""The template :func:`notebook_setup` makes the default, on top of ``plotly_white``: the builders' fonts and colours."""
+INTERACTIVE_RENDERERS = ("plotly_mimetype", "jupyterlab", "nteract", "vscode")  # plotly's mimetype renderers
 TRACE_FIGURE_KINDS: tuple[str, ...] = ("spaced", "scatter", "ranges", "patterns")
 """The ``kind`` values of :func:`trace_figure` (and ``Trace.plot``)."""
 
 
+class ResponsivePlotlyRenderer(PlotlyRenderer):
+    """plotly's interactive output without the figure's fixed width: the chart takes the width of the
+    output area (its height is kept), and follows it when the area is resized."""
+
+    def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, Any]:
+        layout = {key: value for key, value in fig_dict.get("layout", {}).items() if key != "width"}
+        self.config = {**self.config, "responsive": True}
+        return super().to_mimebundle({**fig_dict, "layout": {**layout, "autosize": True}})
+
+
 class StaticPngRenderer(MimetypeRenderer):
-    """A plotly renderer that adds a PNG of the figure to its output, as ``text/html`` holding an
-    ``<img>`` (see the module's note), rendered by :func:`repo_lens.plots.figure_bytes` (the local
-    Chromium, nothing fetched). When the PNG cannot be drawn it warns and adds nothing, so the
-    interactive output still shows."""
+    """A plotly renderer that adds a PNG of the figure to its output as ``image/png``, rendered by
+    :func:`repo_lens.plots.figure_bytes` (the local Chromium, nothing fetched) at the figure's own
+    size. When the PNG cannot be drawn it warns and adds nothing, so the interactive output still shows."""
 
     def __init__(self, scale: float = 1.0) -> None:
         self.scale = scale
@@ -52,35 +65,49 @@ class StaticPngRenderer(MimetypeRenderer):
         except ExportError as error:
             warnings.warn(f"no static image for this figure: {error}", stacklevel=2)
             return {}
-        title = figure.layout.title.text or "figure"
-        return {"text/html": f'<img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" '
-                             f'alt="{html.escape(title)}" style="max-width:100%;height:auto">'}
+        return {"image/png": base64.b64encode(png).decode("ascii")}
+
+
+def _register_template() -> None:
+    pio.templates[TEMPLATE] = go.layout.Template(layout=dict(
+        font=dict(family=FONT_FAMILY, size=13, color="#222222"), colorway=list(OKABE_ITO),
+        hoverlabel=dict(font_family=FONT_FAMILY), title=dict(x=0.01, xanchor="left")))
 
 
 def notebook_setup(static_images: bool = True, scale: float = 1.0) -> str:
-    """Show figures interactively in this notebook and, with ``static_images``, also as a PNG.
+    """Show figures interactively in this notebook, responsive and in repo_lens' template, and, with
+    ``static_images``, also as a PNG.
 
     The interactive part is plotly's own choice for the front end (``plotly_mimetype`` in
-    JupyterLab and Jupyter Notebook 7, ``vscode`` in VS Code, ``colab`` in Colab) and is kept;
-    ``static_images=True`` adds a PNG of every figure to its output (``scale`` × the figure's
-    size in pixels), which GitHub, HTML exports and other viewers that do not run plotly.js show;
-    JupyterLab and VS Code keep showing the interactive chart. Where the front end's own renderer
-    already writes HTML (Colab, the classic ``notebook`` renderer), that HTML wins and no image is
-    added. The PNG is drawn by the local Chromium through repo_lens' export server (started here,
-    MathJax off, plotly.js from the installed package: no network). Without Chromium a warning says
-    how to install it and figures stay interactive only. ``static_images=False`` removes the PNG
-    again. Returns the renderer now in effect (``plotly.io.renderers.default``).
+    JupyterLab and Jupyter Notebook 7, ``vscode`` in VS Code, ``colab`` in Colab); plotly's
+    mimetype renderers are replaced by one that drops the figure's fixed width, so a chart fills
+    the output area instead of hiding its right end behind a scrollbar. Figures made after this
+    call with plain ``go.Figure()`` get the builders' template (``plotly_white`` with their fonts
+    and Okabe–Ito colours). ``static_images=True`` adds a PNG of every figure (``scale`` × the
+    figure's size in pixels) as ``image/png`` beside the interactive output, which GitHub, HTML
+    exports and other viewers that do not run plotly.js show. The PNG is drawn by the local
+    Chromium through repo_lens' export server (started here, MathJax off, plotly.js from the
+    installed package: no network). Without Chromium a warning says how to install it and figures
+    stay interactive only. ``static_images=False`` removes the PNG again. Returns the renderer now
+    in effect (``plotly.io.renderers.default``).
 
     Example:
         >>> import plotly.io as pio
-        >>> before = pio.renderers.default
-        >>> "repo_lens_png" in notebook_setup(static_images=False)
-        False
-        >>> pio.renderers.default = before
+        >>> before, template = pio.renderers.default, pio.templates.default
+        >>> notebook_setup(static_images=False)
+        'repo_lens_plotly'
+        >>> pio.templates.default
+        'plotly_white+repo_lens'
+        >>> pio.renderers.default, pio.templates.default = before, template
     """
     pio.renderers[STATIC_RENDERER] = StaticPngRenderer(scale=scale)
-    parts = [part for part in (pio.renderers.default or "plotly_mimetype").split("+")
-             if part and part not in (STATIC_RENDERER, "png")] or ["plotly_mimetype"]
+    pio.renderers[RESPONSIVE_RENDERER] = ResponsivePlotlyRenderer()
+    _register_template()
+    pio.templates.default = f"plotly_white+{TEMPLATE}"
+    parts = [RESPONSIVE_RENDERER if part in INTERACTIVE_RENDERERS else part
+             for part in (pio.renderers.default or "plotly_mimetype").split("+")
+             if part and part not in (STATIC_RENDERER, "png")] or [RESPONSIVE_RENDERER]
+    parts = list(dict.fromkeys(parts))
     if static_images:
         problem = export_unavailable()
         if problem is None:
@@ -89,7 +116,7 @@ def notebook_setup(static_images: bool = True, scale: float = 1.0) -> str:
             except ExportError as error:
                 problem = str(error)
         if problem is None:
-            parts.insert(0, STATIC_RENDERER)  # first: a front end's own text/html, if any, overwrites it
+            parts.append(STATIC_RENDERER)
         else:
             warnings.warn(f"figures stay interactive only, without a static PNG: {problem}", stacklevel=2)
     pio.renderers.default = "+".join(parts)

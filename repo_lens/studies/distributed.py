@@ -14,6 +14,8 @@ Example:
     ['c', 'd', 'g']
     >>> rank_device("cpu", ranks), rank_gpus(ranks, gpus_per_rank=3)
     ('cpu', [3, 4, 5])
+    >>> shard_size_for_ranks(256, total=100, ranks=ranks)  # 100 documents, 2 ranks: 2 shards of 50, not 1 of 100
+    50
 """
 
 from __future__ import annotations
@@ -97,6 +99,35 @@ def share(items: Sequence[T], ranks: Ranks, block: int = 1) -> list[T]:
     if block < 1:
         raise InputError(f"block={block} must be a positive number of items")
     return [item for index, item in enumerate(items) if (index // block) % ranks.world_size == ranks.rank]
+
+
+def shard_size_for_ranks(largest: int, total: int, ranks: Ranks) -> int:
+    """Items per shard when the caller named none: ``largest`` (a study's default), or fewer when
+    ``total`` items in shards of ``largest`` would leave ranks with nothing or with very unequal shares,
+    so that every rank gets about ``total / world_size`` items. A single process keeps ``largest``.
+
+    >>> [shard_size_for_ranks(256, total, Ranks(0, 4, 0, 4)) for total in (7, 300, 10_000)]
+    [2, 75, 256]
+    >>> shard_size_for_ranks(256, 7, Ranks())
+    256
+    """
+    if not ranks.distributed or total <= 0:
+        return largest
+    return max(1, min(largest, -(-total // ranks.world_size)))
+
+
+def idle_ranks_warning(n_shards: int, total: int, ranks: Ranks) -> str | None:
+    """What to tell the user when a run's ``n_shards`` leave ranks idle (None when every rank has one).
+
+    >>> print(idle_ranks_warning(1, 100, Ranks(0, 2, 0, 2)))
+    1 shard(s) for 2 ranks: rank(s) 1 have nothing to do; pass --shard-size 50 (shard_size=50) so that every rank gets a share, or start fewer ranks
+    """
+    if n_shards >= ranks.world_size:
+        return None
+    idle = f"{n_shards}" if n_shards == ranks.world_size - 1 else f"{n_shards}-{ranks.world_size - 1}"
+    size = shard_size_for_ranks(max(total, 1), total, ranks)
+    return (f"{n_shards} shard(s) for {ranks.world_size} ranks: rank(s) {idle} have nothing to do; pass "
+            f"--shard-size {size} (shard_size={size}) so that every rank gets a share, or start fewer ranks")
 
 
 def rank_device(device: str, ranks: Ranks) -> str:

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,13 +50,14 @@ from repo_lens.errors import InputError, RepoLensError
 from repo_lens.protocol import LensProtocol, check_batch_size
 from repo_lens.run_lock import run_lock
 from repo_lens.studies import distributed
-from repo_lens.studies.distributed import Ranks, share
+from repo_lens.studies.distributed import Ranks, idle_ranks_warning, ranks_from_env, share, shard_size_for_ranks
 from repo_lens.studies.registry import Study, get_study
 from repo_lens.studies.report import records_to_csv
 from repo_lens.studies.runs import claim_run, write_summary
 from repo_lens.studies.shards import (
     RECORDS,
     SHARDS,
+    chosen_shard_size,
     done_shards,
     harmonize,
     iter_records,
@@ -153,25 +155,32 @@ def _corpus_fix() -> str:
 
 def plan_run(lens: LensProtocol, study: str | Study, corpus: Any = None, *, options: dict[str, Any] | None = None,
              windows: WindowSpec | None = None, limit: int | None = None, sample: int | None = None, seed: int = 0,
-             shard_size: int | None = None, settings: dict[str, Any] | None = None) -> Plan:
-    """Check a run's inputs and fix its :class:`Plan` (nothing is written yet)."""
+             shard_size: int | None = None, settings: dict[str, Any] | None = None,
+             ranks: Ranks | None = None) -> Plan:
+    """Check a run's inputs and fix its :class:`Plan` (nothing is written yet). Without ``shard_size``
+    the study's is used, made smaller when the ranks of a distributed run (``ranks``, default: the
+    launcher's) would otherwise not all get a share."""
     study = get_study(study)
+    ranks = ranks_from_env() if ranks is None else ranks
     windows = windows or WindowSpec()
     options = study.resolve_options({**(options or {}), "beyond_context": windows.beyond_context})
-    shard_size = check_int(shard_size if shard_size is not None else study.shard_size, "--shard-size", minimum=1)
-    base = {"format": RUN_FORMAT, "study": study.name, **(settings or {}), "options": options, "shard_size": shard_size}
+    if shard_size is not None:
+        shard_size = check_int(shard_size, "--shard-size", minimum=1)
+    base = {"format": RUN_FORMAT, "study": study.name, **(settings or {}), "options": options}
     if not study.reads_corpus:
         given = [name for name, value in (("corpus", corpus), ("limit", limit), ("sample", sample)) if value is not None]
         if given:
             raise InputError(f"--{given[0]} applies to studies that read a corpus, not {study.name}, which makes "
                              "its own inputs; leave it out")
         items = list(study.items(lens, options)) if study.items is not None else []
-        return Plan(study, options, {**base, "items": len(items)}, shard_size, len(items), items=items)
+        size = shard_size or shard_size_for_ranks(study.shard_size, len(items), ranks)
+        return Plan(study, options, {**base, "shard_size": size, "items": len(items)}, size, len(items), items=items)
     corpus = prepare_corpus(corpus, study)
     selection = Selection(corpus.count(), limit, sample, seed)
     prefix = tuple(special_prefix(lens.tokenizer))
     size, stride = windows.resolve(lens.context_length, len(prefix))
-    base.update(corpus={**corpus.description, "documents": corpus.count()},
+    shard_size = shard_size or shard_size_for_ranks(study.shard_size, selection.size, ranks)
+    base.update(shard_size=shard_size, corpus={**corpus.description, "documents": corpus.count()},
                 selection={"limit": limit, "sample": sample, "seed": seed if sample else None},
                 windows={"size": size, "stride": stride})
     return Plan(study, options, base, shard_size, selection.size, corpus, selection, None, size, stride, prefix)
@@ -193,9 +202,14 @@ def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: 
     Rerun the same call to resume; under torchrun each rank runs it and computes its share.
     """
     batch_size = check_batch_size(batch_size)
-    plan = plan_run(lens, study, corpus, options=options, windows=WindowSpec(window, stride, overlap, beyond_context),
-                    limit=limit, sample=sample, seed=seed, shard_size=shard_size, settings=settings)
     out = Path(out)
+    ranks = ranks_from_env()
+    plan = plan_run(lens, study, corpus, options=options, windows=WindowSpec(window, stride, overlap, beyond_context),
+                    limit=limit, sample=sample, seed=seed, shard_size=chosen_shard_size(out, shard_size),
+                    settings=settings, ranks=ranks)
+    idle = idle_ranks_warning(plan.n_shards, plan.total, ranks)
+    if idle and ranks.is_main:
+        warnings.warn(idle, stacklevel=2)
     with run_lock(out), distributed.session() as session:
         ensure_dir(out / SHARDS)
         claim_run(out, plan.settings, started=bool(done_shards(out)))

@@ -110,6 +110,29 @@ def shard_counts(out: Path, count: int) -> list[dict[str, Any]]:
     return counts
 
 
+def chosen_shard_size(out: Path, shard_size: int | None) -> int | None:
+    """``shard_size`` when given; else the shard size of the run already in ``out`` (from its
+    ``run.json``), so that a run resumes with the shards it started with, whatever the number of ranks
+    now; None for a new run (the study's default then applies).
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp())
+    >>> chosen_shard_size(out, None), chosen_shard_size(out, 8)
+    (None, 8)
+    >>> _ = (out / "run.json").write_text('{"study": "positions", "shard_size": 50}')
+    >>> chosen_shard_size(out, None)
+    50
+    """
+    if shard_size is not None:
+        return shard_size
+    try:
+        previous = json.loads((Path(out) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no run yet, or a corrupt run.json, which claiming the run reports
+        return None
+    size = previous.get("shard_size") if isinstance(previous, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 1 else None
+
+
 def record_files(out: Path) -> list[Path]:
     """The run's Parquet shards, in order."""
     return sorted((Path(out) / RECORDS).glob("part-*.parquet"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repo_lens.analysis import jieba_words
+from repo_lens.analysis import is_cjk_char, jieba_words
 from repo_lens.app.documents import CHINESE, Preset, build_document, trace_document
 from repo_lens.app.results import boundary_result
 from repo_lens.data import Sentence
@@ -31,4 +31,10 @@ def test_the_app_and_the_study_give_the_same_boundary_auc(kind, tmp_path):
     study = summarize_boundaries(run_items(tmp_path, items, {"study": "boundaries"}, progress=False))
 
     assert study["n_gaps_jieba"] == app.n_scored > 0
+    # one count per concept: bytes give every character its own first token, so every gap between two
+    # Chinese characters is scored, and the word ends counted are those among them (the AUC's positives)
+    cjk = [is_cjk_char(left) and is_cjk_char(right) for left, right in zip(CHINESE, CHINESE[1:])]
+    words = jieba_words(CHINESE)
+    ends = [is_cjk_char(word[-1]) and is_cjk_char(after[0]) for word, after in zip(words, words[1:])]
+    assert (app.n_scored, app.n_boundaries) == (sum(cjk), sum(ends))
     np.testing.assert_allclose(app.auc, np.asarray(study["auc_jieba_by_layer_head"], dtype=float), rtol=0, atol=1e-12)

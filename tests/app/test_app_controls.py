@@ -96,12 +96,14 @@ def _parameters(directory) -> int:
 def test_model_selector_shows_each_models_size(app, app_env):
     at = app().run()
     options = at.selectbox(key="model_a").options
-    (repo,) = [option for option in options if option.startswith("tiny-repo")]
+    assert "tiny-repo" in options and "tiny-short" in options  # the box holds the name; the size goes below it
     megabytes = (app_env / "tiny-repo" / "model.safetensors").stat().st_size / 1e6
     n = _parameters(app_env / "tiny-repo")
-    assert f"3×2 · ctx {CONTEXT:,} · {n / 1e3:.3g}K params · {megabytes:.1f} MB" in repo
-    (short,) = [option for option in options if option.startswith("tiny-short")]
-    assert f"2×2 · ctx {SHORT_CONTEXT}" in short
+    for name, size in (("tiny-repo", f"3×2 · ctx {CONTEXT:,} · {n / 1e3:.3g}K params · {megabytes:.1f} MB"),
+                       ("tiny-short", f"2×2 · ctx {SHORT_CONTEXT}")):
+        at.selectbox(key="model_a").set_value(str(app_env / name)).run()
+        captions = [caption.value for caption in at.sidebar.caption]
+        assert any(caption.startswith(size) and caption.endswith(f"in {app_env}") for caption in captions), captions
 
 
 def test_niah_offers_only_lengths_that_fit_and_says_when_none_can(app, app_env):

@@ -1,5 +1,6 @@
 """A Trace shows itself in a notebook (short repr, HTML summary, Trace.plot), and figures in Jupyter
-carry a static PNG beside the interactive view (repo_lens.plots.notebook_setup)."""
+are responsive, in one template, and carry a static PNG beside the interactive view
+(repo_lens.plots.notebook_setup)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,10 @@ def trace():
 
 @pytest.fixture
 def renderer():
-    """Restore plotly's renderer after a test changes it."""
-    before = pio.renderers.default
+    """Restore plotly's renderer and template after a test changes them."""
+    before, template = pio.renderers.default, pio.templates.default
     yield
-    pio.renderers.default = before
+    pio.renderers.default, pio.templates.default = before, template
 
 
 def test_a_lens_names_its_layer_kinds_as_its_traces_do(trace):
@@ -113,43 +114,60 @@ def test_importing_trace_does_not_import_plotly():
     assert out.split() == ["False", "False"]
 
 
-def test_notebook_setup_keeps_the_interactive_renderer(renderer):
+def test_notebook_setup_makes_plotlys_interactive_renderer_responsive(renderer):
+    for default in ("plotly_mimetype", "vscode+png", "jupyterlab+plotly_mimetype", None):
+        pio.renderers.default = default
+        assert notebook_setup(static_images=False) == "repo_lens_plotly", default
+    pio.renderers.default = "notebook_connected"  # a front end that writes its own HTML keeps it
+    assert notebook_setup(static_images=False) == "notebook_connected"
     pio.renderers.default = "plotly_mimetype"
-    assert notebook_setup(static_images=False) == "plotly_mimetype"
-    pio.renderers.default = "vscode+png"
-    assert notebook_setup(static_images=False) == "vscode"
-    pio.renderers.default = None
-    assert notebook_setup(static_images=False) == "plotly_mimetype"
+    notebook_setup(static_images=False)
+    bundle = go.Figure(go.Bar(y=[1, 3, 2]), layout={"width": 1100, "height": 300})._repr_mimebundle_()
+    spec = bundle["application/vnd.plotly.v1+json"]
+    # no fixed width: the chart takes the output area's; the height stays the figure's
+    assert "width" not in spec["layout"] and spec["layout"]["height"] == 300 and spec["layout"]["autosize"]
+    assert spec["config"]["responsive"] is True
+
+
+def test_figures_made_after_setup_share_the_builders_template(renderer):
+    from repo_lens.plots import OKABE_ITO, range_heatmap
+
+    notebook_setup(static_images=False)
+    plain = go.Figure(go.Bar(y=[1, 2])).to_dict()["layout"]["template"]["layout"]
+    built = range_heatmap(np.ones((2, 2)), ["rope", "repo"]).to_dict()["layout"]
+    # plotly's own default draws on grey (#E5ECF6); the builders' template draws on white, in their font and colours
+    assert plain["plot_bgcolor"] == built["template"]["layout"]["plot_bgcolor"] == "white"
+    assert plain["font"]["family"] == built["font"]["family"] and plain["colorway"] == list(OKABE_ITO)
 
 
 @pytest.mark.skipif(export_unavailable() is not None, reason="needs Chromium (make browser)")
 def test_figures_carry_an_interactive_view_and_a_png(renderer):
     pio.renderers.default = "plotly_mimetype"
-    assert notebook_setup() == f"{STATIC_RENDERER}+plotly_mimetype"
-    assert notebook_setup() == f"{STATIC_RENDERER}+plotly_mimetype"  # idempotent
-    bundle = go.Figure(go.Bar(y=[1, 3, 2]), layout={"title": "a <b>bar</b> chart"})._repr_mimebundle_()
-    # no image/png: JupyterLab's plotly extension would show it instead of the interactive chart
-    assert sorted(bundle) == ["application/vnd.plotly.v1+json", "text/html"]
-    image = re.fullmatch(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="a &lt;b&gt;bar&lt;/b&gt; chart" '
-                         r'style="max-width:100%;height:auto">', bundle["text/html"])
-    assert image and base64.b64decode(image.group(1))[:8] == b"\x89PNG\r\n\x1a\n"
+    assert notebook_setup() == f"repo_lens_plotly+{STATIC_RENDERER}"
+    assert notebook_setup() == f"repo_lens_plotly+{STATIC_RENDERER}"  # idempotent
+    bundle = go.Figure(go.Bar(y=[1, 3, 2]), layout={"width": 640, "height": 320})._repr_mimebundle_()
+    # image/png beside the interactive figure: what GitHub, VS Code's static view and nbconvert show
+    assert sorted(bundle) == ["application/vnd.plotly.v1+json", "image/png"]
+    png = base64.b64decode(bundle["image/png"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(png[16:20], "big") == 640 and int.from_bytes(png[20:24], "big") == 320  # the figure's size
 
 
-def test_a_front_ends_own_html_wins_over_the_static_image(renderer, monkeypatch):
+def test_a_front_ends_own_html_is_kept_beside_the_static_image(renderer, monkeypatch):
     monkeypatch.setattr("repo_lens.plots.notebook.export_unavailable", lambda: None)
     monkeypatch.setattr("repo_lens.plots.notebook.start_export_server", lambda: None)
     monkeypatch.setattr("repo_lens.plots.notebook.figure_bytes", lambda *args, **kwargs: b"png")
     pio.renderers.default = "notebook_connected"
-    assert notebook_setup() == f"{STATIC_RENDERER}+notebook_connected"
+    assert notebook_setup() == f"notebook_connected+{STATIC_RENDERER}"
     bundle = pio.renderers._build_mime_bundle(go.Figure().to_dict(), pio.renderers.default)
-    assert "data:image/png" not in bundle["text/html"] and "plotly" in bundle["text/html"].lower()
+    assert "plotly" in bundle["text/html"].lower() and base64.b64decode(bundle["image/png"]) == b"png"
 
 
 def test_without_chromium_figures_stay_interactive_with_a_warning(renderer, monkeypatch):
     monkeypatch.setattr("repo_lens.plots.notebook.export_unavailable", lambda: "no Chromium on PATH")
     pio.renderers.default = "plotly_mimetype"
     with pytest.warns(UserWarning, match="interactive only.*no Chromium"):
-        assert notebook_setup() == "plotly_mimetype"
+        assert notebook_setup() == "repo_lens_plotly"
 
 
 def test_a_failed_png_leaves_the_interactive_view(monkeypatch):

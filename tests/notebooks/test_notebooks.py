@@ -1,6 +1,6 @@
 """The example notebooks: each ``notebooks/NN_*.py`` (jupytext percent format, the source) has its
 ``.ipynb`` committed with the outputs of a clean run of that very source (notebooks/execute.py),
-every figure with a static picture; the sources pass ruff and use only the public API; the text
+every figure responsive, in one template, with a static picture (image/png); the sources pass ruff and use only the public API; the text
 quotes no number that no output above it shows; and (slow) every notebook runs again without an
 error, giving the same kinds of output, and a figure shows as a plotly chart in a real JupyterLab."""
 
@@ -54,8 +54,10 @@ def test_the_freshness_check_catches_a_stale_notebook(tmp_path):
     stored = nbformat.read(runner.notebook_of(SOURCES[0]), as_version=4)
     figure = next(output for cell in stored.cells for output in cell.get("outputs", [])
                   if runner.PLOTLY_MIME in output.get("data", {}))
-    figure.data["image/png"] = "iVBORw0KGgo="
-    figure.data.pop("text/html")
+    figure.data.pop("image/png")
+    figure.data[runner.PLOTLY_MIME]["layout"]["width"] = 1100
+    figure.data[runner.PLOTLY_MIME]["layout"]["template"] = {"layout": {"plot_bgcolor": "#E5ECF6"}}
+    stored.cells[0].source += " A position $z = f(h)$."
     for cell in stored.cells:
         if cell.cell_type == "code":
             cell.execution_count = None
@@ -63,7 +65,8 @@ def test_the_freshness_check_catches_a_stale_notebook(tmp_path):
     nbformat.write(stored, runner.notebook_of(source))
     shutil.copy(SOURCES[0], source)
     found = "\n".join(runner.problems(source))
-    assert "without a static PNG" in found and "stores image/png" in found and "top to bottom" in found
+    assert "without a static PNG" in found and "1100 px wide" in found and "grey default template" in found
+    assert "writes math in TeX ('$z = f(h)$')" in found and "top to bottom" in found
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
@@ -155,7 +158,7 @@ def test_notebook_runs_again_with_the_same_kinds_of_output(source):
         for cell in (cell for cell in notebook.cells if cell.cell_type == "code"):
             mimes = {mime for output in cell.outputs if output.output_type != "stream" for mime in output.data}
             if no_picture and runner.PLOTLY_MIME in mimes:
-                mimes.discard("text/html")
+                mimes.discard("image/png")
             found.append(sorted(mimes))
         return found
 
@@ -172,4 +175,5 @@ def test_a_figure_shows_as_a_plotly_chart_in_jupyterlab(tmp_path):
         pytest.skip("needs Chromium and chromedriver (make browser)")
     chart = first_chart(runner.notebook_of(SOURCES[0]), screenshot=tmp_path / "jupyterlab.png")
     assert chart["width"] > 300 and chart["height"] > 200 and chart["charts"] >= 1
+    assert chart["width"] <= chart["output_area_width"]  # responsive: no part of the figure behind a scrollbar
     assert (tmp_path / "jupyterlab.png").stat().st_size > 10_000

@@ -16,13 +16,16 @@ from repo_lens.cli import main
 from repo_lens.errors import InputError
 from repo_lens.studies.distributed import (
     Ranks,
+    idle_ranks_warning,
     load_placement,
     rank_device,
     rank_gpus,
     ranks_from_env,
     session,
+    shard_size_for_ranks,
     share,
 )
+from repo_lens.studies.shards import chosen_shard_size
 
 LAUNCHER = Path(__file__).with_name("distributed_launcher.py")
 MERGED = ("results.json", "results.csv", "summary.json", "run.json")
@@ -228,3 +231,61 @@ def test_analyze_with_a_device_map_gives_the_records_of_one_device(byte_model_di
                      "--out", str(out), "--quiet", "--device", "cpu", *placement]) == 0
         runs[name] = [(out / file).read_bytes() for file in ("results.json", "summary.json")]
     assert runs["mapped"] == runs["plain"]
+
+
+def test_the_default_shard_size_gives_every_rank_a_share_of_a_small_corpus():
+    """Fewer documents than one default shard (256) are cut into one shard per rank, not one shard for rank 0."""
+    for total, world in ((7, 2), (100, 2), (300, 4), (5, 8), (10_000, 8)):
+        ranks = [Ranks(rank, world, rank, world) for rank in range(world)]
+        size = shard_size_for_ranks(256, total, ranks[0])
+        n_shards = -(-total // size)
+        shares = [share(range(n_shards), one) for one in ranks]
+        documents = [sum(min(size, total - index * size) for index in mine) for mine in shares]
+        assert sum(documents) == total
+        busy = min(world, total)  # a rank can only get a document if there are as many documents as ranks
+        assert sum(1 for count in documents if count) == busy, (total, world, documents)
+        if total >= world * 256:
+            assert size == 256  # a big corpus keeps the study's shards
+        else:
+            assert max(documents) - min(documents) <= size  # at most one shard apart
+    assert shard_size_for_ranks(256, 7, Ranks()) == 256  # one process: the study's shards
+
+
+def test_a_run_plans_its_shards_for_the_ranks_and_warns_when_a_given_size_leaves_ranks_idle(byte_model_dir, tmp_path):
+    import repo_lens
+    from repo_lens.studies.runner import plan_run
+
+    lens = repo_lens.load(byte_model_dir, device="cpu")
+    texts = [f"Document {index} has a few words." for index in range(7)]
+    two = Ranks(0, 2, 0, 2)
+    assert plan_run(lens, "positions", texts, ranks=Ranks()).n_shards == 1
+    plan = plan_run(lens, "positions", texts, ranks=two)
+    assert (plan.shard_size, plan.n_shards, plan.settings["shard_size"]) == (4, 2, 4)
+    assert plan_run(lens, "positions", texts, ranks=two, shard_size=8).n_shards == 1  # given: kept as given
+    assert idle_ranks_warning(1, 7, two) == ("1 shard(s) for 2 ranks: rank(s) 1 have nothing to do; pass --shard-size "
+                                             "4 (shard_size=4) so that every rank gets a share, or start fewer ranks")
+    assert idle_ranks_warning(2, 7, two) is None
+    assert "rank(s) 1-3 have nothing to do; pass --shard-size 2 " in idle_ranks_warning(1, 7, Ranks(0, 4, 0, 4))
+    # a run resumes with the shards it was started with, whatever the number of ranks now
+    assert chosen_shard_size(tmp_path, None) is None
+    (tmp_path / "run.json").write_text(json.dumps({"study": "positions", "shard_size": 4}))
+    assert chosen_shard_size(tmp_path, None) == 4 and chosen_shard_size(tmp_path, 9) == 9
+
+
+@pytest.mark.slow
+def test_two_ranks_share_a_corpus_smaller_than_one_default_shard(byte_model_dir, tmp_path):
+    """No --shard-size: 7 documents under torchrun with 2 ranks are written by both ranks, as one process's records."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Document {index}: " + "some words " * (index + 3)}) + "\n"
+                              for index in range(7)))
+    args = {where: ["analyze", "--model", str(byte_model_dir), "--study", "positions", "--corpus", str(corpus),
+                    "--out", str(tmp_path / where), "--quiet", "--device", "auto"] for where in ("one", "two")}
+    _one_process(args["one"])
+    done = _torchrun(args["two"], _rank_env(tmp_path / "log"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(rank for rank, _ in _logged(tmp_path / "log")) == ["0", "1"]  # one shard of 4 and one of 3
+    import pandas as pd
+
+    one, two = (pd.read_parquet(tmp_path / where / "records") for where in ("one", "two"))
+    assert len(one) == 7 and one.equals(two)
+    assert "nothing to do" not in done.stderr

@@ -1,0 +1,23 @@
+"""The arguments that name a model and where it runs, shared by the subcommands that load one."""
+
+from __future__ import annotations
+
+import argparse
+
+from repo_lens.cli_args import model_name, positive_int
+
+
+def add_model_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--model", required=True, type=model_name,
+                         help="checkpoint directory, zoo:NAME or Hugging Face Hub id org/name")
+    command.add_argument("--revision", default=None,
+                         help="with a Hub id: branch, tag or commit hash (default: main); a gated or private "
+                              "repository reads the token in HF_TOKEN or the saved Hugging Face login")
+
+
+def add_device_map_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--device-map", choices=["auto", "balanced", "sequential"], default=None,
+                         help="spread a model too big for one GPU over this rank's GPUs (docs/big_checkpoints.md)")
+    command.add_argument("--gpus-per-rank", type=positive_int, default=None,
+                         help="with --device-map: GPUs per rank, rank r on GPUs r*K..r*K+K-1 of its node "
+                              "(default: the node's GPUs divided among its ranks)")

@@ -1,0 +1,58 @@
+"""``repo-lens zoo``: the shipped models, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from repo_lens.zoo import zoo_entries
+
+    if args.ship:
+        from repo_lens.zoo.ship import ship
+
+        run_dir, name, preset_name = args.ship
+        print(f"shipped {run_dir} as zoo:{name} -> {ship(run_dir, name, preset_name)}")
+        return 0
+
+    entries = zoo_entries()
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    print(zoo_table(entries) if entries else "no zoo models are shipped in this version")
+    return 0
+
+
+HEADLINE_METRICS = ("val_bpb", "acc_in_domain", "acc_out_of_domain", "error_in_distribution", "error_ood_sparse")
+
+
+def zoo_table(entries: list[dict[str, Any]]) -> str:
+    """The zoo as a plain-text table: a header, a rule, one row per model, columns as wide as their text.
+
+    >>> print(zoo_table([{"name": "bytes-lpi-layer", "task": "bytes", "mechanism": "lpi-layer",
+    ...                   "metrics": {"val_bpb": 2.1234, "steps": 900}},
+    ...                  {"name": "reversal-repo", "task": "reversal", "mechanism": "repo",
+    ...                   "metrics": {"acc_in_domain": 1.0, "acc_out_of_domain": 0.862}}]))
+    model                task      mechanism  metrics
+    -------------------  --------  ---------  --------------------------------------------
+    zoo:bytes-lpi-layer  bytes     lpi-layer  val_bpb 2.123
+    zoo:reversal-repo    reversal  repo       acc_in_domain 1.000, acc_out_of_domain 0.862
+    """
+    header = ["model", "task", "mechanism", "metrics"]
+    rows = [[f"zoo:{entry['name']}", entry["task"], entry["mechanism"],
+             ", ".join(f"{key} {entry['metrics'][key]:.3f}" for key in HEADLINE_METRICS if key in entry["metrics"])]
+            for entry in entries]
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
+    lines = [header, ["-" * width for width in widths], *rows]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip() for cells in lines)
+
+def add(commands: argparse._SubParsersAction) -> None:
+    """``zoo``: the shipped models."""
+    zoo = commands.add_parser("zoo", help="list the shipped models")
+    zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")
+    zoo.add_argument("--ship", nargs=3, metavar=("RUN_DIR", "NAME", "PRESET"),
+                     help="(maintainers) copy a finished training run into the package's zoo")
+    zoo.set_defaults(handler=run)

@@ -1,0 +1,97 @@
+"""In a real browser at the default width, on the default model: no box or control cuts its text,
+every chosen layer and head shows as a chip clear of the clear button, and the word-boundary view
+names one count per concept.
+
+Skipped only when no Chromium is installed and CI is not set (`make browser` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from browser_helpers import CHROMEDRIVER, CHROMIUM, PLOT, ROOT, app_server, chromium, settled
+
+SCREENSHOTS = ROOT / "build" / "screenshots"
+
+if not CHROMIUM and not os.environ.get("CI"):
+    pytest.skip("no Chromium installed (make browser installs it); the browser test runs in CI",
+                allow_module_level=True)
+
+# For every select box: its shown value and whether the box is narrower than that text. For every
+# multi-select: its chips, whether the chips' strip scrolls (some hidden), and the chips the
+# clear-all button covers.
+MEASURE = """
+const root = arguments[0] ? document.querySelector(arguments[0]) : document;
+const label = box => (box.querySelector('label') || {innerText: ''}).innerText.trim();
+const boxes = [...root.querySelectorAll('[data-testid="stSelectbox"] input[role="combobox"]')].map(input => ({
+  label: label(input.closest('[data-testid="stSelectbox"]')), value: input.value,
+  cut: input.scrollWidth > input.clientWidth + 1}));
+const chips = [...root.querySelectorAll('[data-testid="stMultiSelect"]')].map(box => {
+  const strip = box.querySelector('[data-testid="stMultiSelectTagsContainer"]');
+  const clear = box.querySelector('button[aria-label="Clear all"]');
+  const tags = [...box.querySelectorAll('[data-testid="stMultiSelectTagsContainer"] [data-tag]')];
+  const r = clear ? clear.getBoundingClientRect() : null;
+  const covered = !r ? [] : tags.filter(tag => { const q = tag.getBoundingClientRect();
+    return q.left < r.right && r.left < q.right && q.top < r.bottom && r.top < q.bottom; });
+  return {label: label(box), tags: tags.map(tag => tag.innerText.trim()),
+          scrolls: strip.scrollWidth > strip.clientWidth + 1, covered: covered.map(tag => tag.innerText.trim())};
+});
+return {boxes, chips};
+"""
+
+
+def _require_browser() -> None:
+    if not CHROMIUM:
+        pytest.fail("CI is set but no Chromium is installed: run `make browser`")
+    if not CHROMEDRIVER:
+        pytest.fail("Chromium is installed but chromedriver is not: apt-get install chromium-driver (make browser)")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """The app as `repo-lens app` serves it (default model zoo:bytes1k-repo), in a 1,400 × 1,000 window."""
+    _require_browser()
+    env = {"REPO_LENS_APP_ROOTS": "", "REPO_LENS_APP_DEFAULT_MODEL": ""}
+    with app_server(env, tmp_path_factory.mktemp("streamlit") / "server.log") as url, chromium((1400, 1000)) as driver:
+        yield url, driver
+
+
+def _shot(driver, name: str) -> str:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return str(path)
+
+
+def test_the_interventions_controls_and_the_model_box_show_their_whole_text(page):
+    url, driver = page
+    driver.get(f"{url}/?view=Interventions&input=NIAH")
+    assert settled(driver, PLOT, timeout=400) is not None, "the Interventions view never drew its figure"
+    shot = _shot(driver, "interventions-controls")
+    found = driver.execute_script(MEASURE, None)
+    boxes = {box["label"]: box for box in found["boxes"]}
+    assert boxes["Model"]["value"] == "zoo:bytes1k-repo" and boxes["Spaced tokens of"]["value"] == "mean of heads"
+    assert not [box for box in found["boxes"] if box["cut"]], f"boxes cutting their text: {found['boxes']} ({shot})"
+    captions = [one.text for one in driver.find_elements(
+        "css selector", '[data-testid="stSidebar"] [data-testid="stCaptionContainer"]')]
+    assert any(text.startswith("4×4 · ctx 1,024 · ") for text in captions), captions  # the size, under the box
+    chips = {one["label"]: one for one in found["chips"]}
+    assert chips["Heads"]["tags"] == ["h0", "h1", "h2", "h3"] and chips["Layers"]["tags"] == ["L2 repo", "L3 repo"]
+    for one in found["chips"]:
+        assert not one["scrolls"] and not one["covered"], f"{one['label']}: chips hidden {one} ({shot})"
+
+
+def test_word_boundaries_name_one_count_per_concept(page):
+    url, driver = page
+    driver.get(f"{url}/?view=Word+boundaries&input=Chinese")
+    assert settled(driver, PLOT, timeout=400) is not None
+    shot = _shot(driver, "word-boundaries-counts")
+    title = driver.find_element("css selector", f"{PLOT} .gtitle").text
+    expander = driver.find_element("css selector", '[data-testid="stExpander"] summary').text
+    gaps = re.search(r"(\d+) scored gaps", title)
+    words = re.search(r"jieba segmentation: (\d+) words; (\d+) of the (\d+) scored gaps end a word$", expander)
+    assert gaps and words, (title, expander, shot)
+    assert words[3] == gaps[1] and 0 < int(words[2]) < int(words[3])  # the same gaps, counted once
+    assert "scored boundaries" not in driver.find_element("css selector", "body").text

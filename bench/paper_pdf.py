@@ -9,7 +9,8 @@ sizes are the preset's: axis titles ``font_pt`` (8), ticks and legends 7, text i
 
 Classes are the legend's entries and the steps of a stepped colour scale; "ΔL*" is the smallest
 difference between two of them (≥ 20 tells them apart in greyscale), "scale" whether each continuous
-colour scale's lightness is monotone in the value.
+colour scale's lightness is monotone in the value, "empty band" the tallest band across the page outside
+the plotting area that holds nothing, as a share of the height.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from plotly.colors import get_colorscale, sample_colorscale  # noqa: E402
 
 from repo_lens.plots import export, paper_figure, start_export_server  # noqa: E402
 from repo_lens.plots.gallery import EXAMPLE_TEXT, example_figures  # noqa: E402
-from repo_lens.plots.pdf_measure import read_pdf, svg_text  # noqa: E402
+from repo_lens.plots.pdf_measure import largest_empty_band, plot_rows, read_pdf, svg_text  # noqa: E402
 from repo_lens.plots.style import lightness  # noqa: E402
 
 
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, figure in example_figures(zoo_trace()).items():
             laid_out = paper_figure(figure, args.layout, font=args.font)
             expected = svg_text(export(laid_out, Path(folder) / "f.svg").read_bytes())
-            pdf = read_pdf(export(figure, Path(folder) / "f.pdf", layout=args.layout, font=args.font).read_bytes(),
-                           expected)
+            data = export(figure, Path(folder) / "f.pdf", layout=args.layout, font=args.font).read_bytes()
+            pdf = read_pdf(data, expected)
             colors = class_colors(laid_out)
             gaps = [abs(lightness(a) - lightness(b)) for a, b in itertools.combinations(colors.values(), 2)]
             scales = continuous_scales(laid_out)
@@ -102,17 +103,18 @@ def main(argv: list[str] | None = None) -> int:
                          "fonts": sorted({f"{font.name.split('+')[-1]} ({font.type}, {font.embedded})" for font in pdf.fonts}),
                          "classes": {key: round(lightness(value)) for key, value in colors.items()},
                          "min_delta_l": round(min(gaps), 1) if gaps else None,
-                         "scales_monotone": [monotone(scale) for scale in scales]})
+                         "scales_monotone": [monotone(scale) for scale in scales],
+                         "empty_band": round(largest_empty_band(data, plot_rows(laid_out)), 3)})
     print(f"{len(rows)} PDFs at layout={args.layout!r}, font={args.font!r}, in {time.perf_counter() - started:.0f} s\n")
     print("| builder | page (pt) | text cut (of chars) | smallest pt | largest pt | fonts | classes L* | min ΔL* | "
-          "scale L* monotone |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "scale L* monotone | empty band |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         classes = ", ".join(f"{key} {value}" for key, value in row["classes"].items()) or "–"
         print(f"| {row['builder']} | {row['page_pt'][0]:g} × {row['page_pt'][1]:g} | {row['cut']} of {row['chars']} | "
               f"{row['smallest_pt']:.2f} | {row['largest_pt']:.2f} | {'; '.join(row['fonts'])} | {classes} | "
               f"{row['min_delta_l'] if row['min_delta_l'] is not None else '–'} | "
-              f"{'/'.join('yes' if ok else 'NO' for ok in row['scales_monotone']) or '–'} |")
+              f"{'/'.join('yes' if ok else 'NO' for ok in row['scales_monotone']) or '–'} | {row['empty_band']:.0%} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False))
     return 0

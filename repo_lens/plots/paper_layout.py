@@ -31,7 +31,7 @@ from repo_lens.plots.style import SEQUENTIAL
 LINE_EM = 1.25  # a line of text, in font sizes
 LEGEND_SYMBOL_PX = 40.0  # a legend entry's symbol and the gap before its text (plotly: itemwidth 30 + 10)
 LEGEND_GAP_PX = 12.0  # between two entries of a horizontal legend
-LEGEND_PAD_PX = 8  # above and below a legend's rows
+LEGEND_PAD_PX = 4  # below a legend's rows
 COLORBAR_THICKNESS_PX = 8
 PLOT_ASPECT = 0.6  # plot height / plot width of bars, lines and scatters
 PLOT_HEIGHT_PX = (100, 320)  # the plotting area's height: at least (a heatmap of few rows too), at most
@@ -96,7 +96,7 @@ def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
     else:
         low, high = PLOT_HEIGHT_PX
         height = min(high, max(low, PLOT_ASPECT * plot_width)) + top + bottom
-    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + EDGE_PX,
+    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + (EDGE_PX if not top else 1),
                                                             b=EDGE_PX, pad=0, autoexpand=True))
 
 
@@ -119,7 +119,7 @@ def legend_height(names: Sequence[str], target: PaperTarget, width: float | None
     entries = [LEGEND_SYMBOL_PX + label_width_px(_plain(name), target.tick_px) + LEGEND_GAP_PX for name in names]
     if not entries:
         return 0.0
-    per_row = len(entries) if sum(entries) <= width else max(1, int(width // max(entries)))
+    per_row = max(1, int(width // max(entries)))
     return math.ceil(len(entries) / per_row) * (max(16.0, 1.3 * target.tick_px) + 3) + LEGEND_PAD_PX
 
 
@@ -131,14 +131,18 @@ def _legend(fig: go.Figure, target: PaperTarget) -> float:
     fig.update_layout(showlegend=True, legend=dict(
         orientation="h", x=0, xanchor="left", y=1.0, yanchor="top", yref="container", xref="paper",
         font=dict(size=target.tick_px), itemwidth=30, itemsizing="trace", tracegroupgap=0,
-        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text=""))
+        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text="",
+        # entries as wide as legend_height counts them, so plotly breaks the rows where it does
+        entrywidth=max(label_width_px(_plain(name), target.tick_px) for name in names) + LEGEND_GAP_PX,
+        entrywidthmode="pixels"))
     return legend_height(names, target)
 
 
 def _legend_names(fig: go.Figure) -> list[str]:
     if fig.layout.showlegend is False:
         return []
-    shown = [trace.name for trace in fig.data if trace.name and trace.showlegend is not False]
+    shown = [trace.name for trace in fig.data if trace.name and (trace.showlegend or (
+        trace.showlegend is None and not isinstance(trace, go.Heatmap)))]  # plotly lists no heatmap by default
     shapes = [shape.name for shape in fig.layout.shapes if shape.showlegend and shape.name]
     if fig.layout.showlegend is None and len(shown) < 2 and not shapes:  # plotly draws no legend for one trace
         return []
@@ -291,12 +295,12 @@ def _fit_bar_text(fig: go.Figure, trace: go.Bar, target: PaperTarget, plot_width
     bar = plot_width / groups * (1 - (fig.layout.bargap if fig.layout.bargap is not None else 0.2)) / max(series, 1)
     widest = max(label_width_px(_plain(text), target.small_px) for text in texts)
     outside = trace.textposition in ("outside", "auto", None)
-    if widest + 2 <= bar:
+    if widest + 2 <= bar:  # plotly's autorange makes room in the plot for a line of values above the bars
         trace.update(textangle=0)
-        return LINE_EM * target.small_px + 2 if outside else 0.0
+        return 0.0
     if LINE_EM * target.small_px <= bar:
-        trace.update(textangle=-90)
-        return widest + 4 if outside else 0.0
+        trace.update(textangle=-90)  # upright values reach further than the line plotly's autorange allows
+        return max(0.0, widest + 4 - LINE_EM * target.small_px) if outside else 0.0
     trace.update(texttemplate="", text=None)
     return 0.0
 
@@ -310,7 +314,7 @@ def _annotations(fig: go.Figure, target: PaperTarget, plot_width: float) -> floa
         if _is_subplot_title(note):
             text = _wrap(_plain(note.text or ""), plot_width / panels - 4, target.tick_px)
             note.update(text=text, font=dict(size=target.tick_px))
-            top = max(top, (text.count("<br>") + 1) * LINE_EM * target.tick_px + 4)
+            top = max(top, (text.count("<br>") + 1) * LINE_EM * target.tick_px + 1)
         else:
             note.update(font=dict(size=target.small_px))
     return top

@@ -114,3 +114,29 @@ def _inside(box: tuple[float, float, float, float], area) -> bool:
     x0, y0, x1, y1 = box
     return (x0 >= area.x0 - EDGE_TOLERANCE_PT and y0 >= area.y0 - EDGE_TOLERANCE_PT
             and x1 <= area.x1 + EDGE_TOLERANCE_PT and y1 <= area.y1 + EDGE_TOLERANCE_PT)
+
+
+def largest_empty_band(data: bytes, plot: tuple[float, float] | None = None, dpi: int = 144) -> float:
+    """The tallest run of blank rows (nothing drawn across the page's width) of the PDF's first page, as a
+    share of its height: a band above, between or below the parts of a figure that holds nothing. With
+    ``plot`` = (top, bottom) of the plotting area as shares of the height, its rows count as drawn (space
+    inside a plot belongs to the data)."""
+    import numpy as np
+    import pymupdf
+
+    pixmap = pymupdf.open(stream=data, filetype="pdf")[0].get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+    grey = np.frombuffer(pixmap.samples, dtype=np.uint8).reshape(pixmap.height, pixmap.stride)[:, :pixmap.width]
+    blank = (grey >= 250).all(axis=1)
+    if plot is not None:
+        blank[int(plot[0] * len(blank)):int(np.ceil(plot[1] * len(blank)))] = False
+    longest = run = 0
+    for empty in blank.tolist():
+        run = run + 1 if empty else 0
+        longest = max(longest, run)
+    return longest / max(1, len(blank))
+
+
+def plot_rows(fig) -> tuple[float, float]:
+    """(top, bottom) of a laid-out plotly figure's plotting area as shares of its height, from its margins."""
+    height = float(fig.layout.height)
+    return fig.layout.margin.t / height, 1 - fig.layout.margin.b / height

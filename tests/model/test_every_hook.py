@@ -14,9 +14,9 @@ IDS = torch.tensor([[3, 9, 4, 7, 1, 8]])
 READ_OUTS = ("attn.hook_pos", "positions.hook_delta", "positions.hook_query_delta")
 
 
-def build(kind: str) -> LensModel:
+def build(kind: str, family: str = "llama") -> LensModel:
     torch.manual_seed(0)
-    cfg = ModelConfig(family="llama", vocab_size=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    cfg = ModelConfig(family=family, vocab_size=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                       d_mlp=48, layer_mechanisms=["rope", kind])
     model = LensModel(cfg).eval()
     with torch.no_grad():  # no parameter left at zero (CoPE's position embeddings start at zero)
@@ -30,9 +30,12 @@ def read_out(kind: str, name: str) -> bool:
     return contextual and name.startswith("blocks.1.") and name.endswith(READ_OUTS)
 
 
-@pytest.mark.parametrize("kind", mechanism_kinds())
-def test_in_place_edits_and_lone_backward_hooks_work_at_every_hook(kind):
-    model = build(kind)
+CASES = [("llama", kind) for kind in mechanism_kinds()] + [("olmo2", "rope"), ("olmo2", "repo")]  # OLMo-2: post-norms, q/k norms
+
+
+@pytest.mark.parametrize(("family", "kind"), CASES)
+def test_in_place_edits_and_lone_backward_hooks_work_at_every_hook(family, kind):
+    model = build(kind, family)
     with torch.no_grad():
         plain = model(IDS)
     # layer 0 (RoPE), the embeddings and the final norm run the same code in every model: walk them once

@@ -100,3 +100,44 @@ def test_the_generic_hugging_face_path_refuses_learned_positions(repo_dir):
 
     with pytest.raises(CheckpointError, match=r"pe_config.*gate_map.*repo_lens\.load"):
         load_hf(repo_dir, device="cpu")
+
+
+def test_a_list_of_texts_is_padded_and_its_loss_skips_the_pads(models):
+    _, _, ours = models
+    texts = ["the cat", "the cat sat on the mat"]
+    with torch.no_grad():
+        per_text = [ours(text, return_type="loss", loss_per_token=True)[0] for text in texts]
+        expected = torch.cat(per_text).mean()  # the mean over every real next-token prediction
+        torch.testing.assert_close(ours(texts, return_type="loss"), expected)
+    assert ours.generate(texts, max_new_tokens=3, do_sample=False, verbose=False) == [
+        ours.generate(text, max_new_tokens=3, do_sample=False, verbose=False) for text in texts]
+
+
+@pytest.mark.parametrize("source", ["tiny", "zoo:bytes-cope", "zoo:bytes-fox"])
+def test_the_idioms_run_on_every_mechanism(source):
+    """Every registered mechanism (tiny random models) and the authors' CoPE and FoX decoders from the zoo."""
+    import repo_lens
+    from repo_lens.model.byte_tokenizer import ByteTokenizer
+    from repo_lens.model.registry import mechanism_kinds
+    from repo_lens.model.tiny import tiny_model
+
+    if source == "tiny":
+        models = []
+        for kind in mechanism_kinds():
+            model = tiny_model(kind, n_layers=2)
+            model.tokenizer = ByteTokenizer()
+            models.append(model)
+    else:
+        models = [repo_lens.load(source, device="cpu").model]
+    for model in models:
+        with torch.no_grad():
+            tokens = model.to_tokens("hello there")
+            logits, cache = model.run_with_cache(tokens)
+            n_layers = len(model.W_Q)
+            assert cache.accumulated_resid(apply_ln=True).shape[0] == n_layers + 1
+            torch.testing.assert_close(cache.decompose_resid().sum(0), cache["resid_post", -1], atol=1e-4, rtol=0)
+            heads = cache.stack_head_results(layer=-1)
+            assert heads.shape[0] == n_layers * model.W_Q.shape[1]
+            assert cache["pos", 1, "attn"].shape[-1] == tokens.shape[1]
+            assert torch.equal(model.generate(tokens, max_new_tokens=2, do_sample=False, verbose=False)[:, -2],
+                               logits[:, -1].argmax(-1))

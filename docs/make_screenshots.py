@@ -1,5 +1,9 @@
-"""Screenshots of every app view at the published model's shape (16 layers x 16 heads, RePo from
-layer 5, a 4,096-token trace of random weights) into docs/screenshots/, 1,400 px wide, palette PNGs.
+"""Screenshots of every app view into docs/screenshots/ (1,400 px wide, palette PNGs), made with the
+trained model the app opens on, zoo:bytes1k-repo (4 layers x 4 heads, byte-level, RoPE in layers 0-1
+and RePo in 2-3, a 1,024-byte context), on real text: the spaced-tokens, scatter, heatmap and data
+views show a trace of the first 1,000 bytes of the first held-out Brown corpus document (text the zoo
+did not train on); attention mass, word boundaries and interventions show the app's NIAH and Chinese
+inputs.
 
     python docs/make_screenshots.py          # needs Chromium and chromedriver (make browser)
 """
@@ -18,8 +22,17 @@ OUT = ROOT / "docs" / "screenshots"
 SIZE = (1400, 1500)
 MAX_BYTES = 300_000
 TABLE = '[data-testid="stDataFrame"] canvas'
-TEXT = ("Marie Curie was born in Warsaw and later moved to Paris, where she studied physics and chemistry. "
-        "The needle is hidden in the haystack; nobody knows where. ")
+MODEL = "zoo:bytes1k-repo"
+TEXT_BYTES = 1000  # within the model's 1,024-byte context
+
+
+def held_out_text() -> str:
+    """The first ``TEXT_BYTES`` bytes (cut at a space) of the first held-out English document of the zoo's text."""
+    from repo_lens.data import bilingual_splits
+
+    text = " ".join(bilingual_splits()["en"][1][0].split())
+    cut = text.encode("utf-8")[:TEXT_BYTES].decode("utf-8", errors="ignore")
+    return cut[:cut.rfind(" ")]
 
 
 def save(driver, name: str) -> Path:
@@ -41,18 +54,15 @@ def main() -> None:
     from selenium.webdriver.common.keys import Keys
 
     import repo_lens
-    from repo_lens.model.loaders import save_checkpoint
-    from repo_lens.model.tiny import published_shape_model
 
-    from browser_helpers import PLOT, app_server, chromium, open_trace, press, settled, wait_for
+    from browser_helpers import PLOT, app_server, chromium, open_trace, settled, wait_for
 
     OUT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="screenshots-"))
-    checkpoint = root / "olmo2-1b-shape"
-    save_checkpoint(published_shape_model(), checkpoint, info={"name": "olmo2-1b-shape (random weights)"})
-    text = (TEXT * 40)[:4096]
-    trace_path = repo_lens.load(checkpoint).trace(text, progress=False).save(root / "olmo2-1b-shape.safetensors")
-    env = {"REPO_LENS_APP_ROOTS": str(root), "REPO_LENS_APP_DEFAULT_MODEL": str(checkpoint)}
+    text = held_out_text()
+    trace_path = repo_lens.load(MODEL, device="cpu").trace(text).save(root / "bytes1k-repo-brown.safetensors")
+    print(f"{MODEL} on {len(text.encode())} bytes of held-out Brown text: {text[:60]!r}…")
+    env = {"REPO_LENS_APP_DEFAULT_MODEL": MODEL}
     with app_server(env, root / "server.log") as url, chromium(SIZE) as driver:
         for view, name in (("Spaced+tokens", "spaced-tokens"), ("Scatter", "scatter"), ("Heatmaps", "heatmaps"),
                            ("Trace+%26+data", "trace-and-data")):
@@ -60,19 +70,19 @@ def main() -> None:
             open_trace(driver, url, trace_path, f"view={view}", TABLE if table else PLOT)
             if name == "spaced-tokens":
                 box = wait_for(driver, By.CSS_SELECTOR, ".st-key-spaced_token input")
-                box.send_keys("120", Keys.ENTER)  # a highlighted token, followed through the layers
+                box.send_keys("100", Keys.ENTER)  # a highlighted token, followed through the layers
                 time.sleep(1.0)
                 settled(driver)
             save(driver, name)
-        driver.get(f"{url}/?view=Attention+mass&input=NIAH")
-        settled(driver)
-        press(driver, '[data-testid="stSidebar"] [data-testid="stSlider"] input[type="range"]', *[Keys.ARROW_RIGHT] * 3)
-        time.sleep(1.0)
+        driver.get(f"{url}/?view=Attention+mass&input=NIAH")  # the default prompt: 512 tokens, needle at 0.5
         settled(driver, timeout=600)
         save(driver, "attention-mass")
         driver.get(f"{url}/?view=Word+boundaries&input=Chinese")
         settled(driver)
         save(driver, "word-boundaries")
+        driver.get(f"{url}/?view=Interventions&input=NIAH")
+        settled(driver, timeout=600)
+        save(driver, "interventions")
 
 
 if __name__ == "__main__":

@@ -147,7 +147,8 @@ def add(commands: argparse._SubParsersAction) -> None:
                          help="allow inputs (windows, NIAH prompts) longer than the model's context (extrapolation)")
     analyze.add_argument("--shard-size", type=positive_int, default=None,
                          help="documents (or items) per Parquet shard, the unit of resume and of sharing among ranks "
-                              "(default: the study's, 256 documents)")
+                              "(default: the study's, 256 documents, or under torchrun fewer, so that every rank gets a share; a "
+                              "resumed run keeps the size it started with)")
     analyze.add_argument("--device", default="auto",
                          help="auto (CUDA + bf16 when present; under torchrun cuda:LOCAL_RANK), cpu, cuda, cuda:N")
     add_device_map_arguments(analyze)

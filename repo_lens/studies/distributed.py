@@ -122,7 +122,7 @@ def idle_ranks_warning(n_shards: int, total: int, ranks: Ranks) -> str | None:
     >>> print(idle_ranks_warning(1, 100, Ranks(0, 2, 0, 2)))
     1 shard(s) for 2 ranks: rank(s) 1 have nothing to do; pass --shard-size 50 (shard_size=50) so that every rank gets a share, or start fewer ranks
     """
-    if n_shards >= ranks.world_size:
+    if n_shards >= ranks.world_size or total <= 0:
         return None
     idle = f"{n_shards}" if n_shards == ranks.world_size - 1 else f"{n_shards}-{ranks.world_size - 1}"
     size = shard_size_for_ranks(max(total, 1), total, ranks)

@@ -41,6 +41,26 @@ def test_strict_build_has_no_warnings(site):
 
 
 @needs_mkdocs
+def test_the_build_is_quiet(site):
+    """No third-party start-up chatter: jieba (which the search plugin uses on Chinese text) stays silent."""
+    _, log = site
+    assert not re.search(r"prefix dict|Loading model|Dumping model", log), log[-3000:]
+
+
+@needs_mkdocs
+def test_long_signatures_are_formatted_one_parameter_a_line(site):
+    """mkdocstrings formats a signature with ruff (the docs extra): a long one breaks between its parameters
+    instead of running on one line with a horizontal scroll."""
+    out, _ = site
+    page = (out / "api" / "studies" / "index.html").read_text(encoding="utf-8")
+    block = re.search(r'id="repo_lens\.studies\.runner\.analyze".*?<code>(.*?)</code>', page, re.DOTALL)
+    assert block, "the signature of analyze is not on the page"
+    lines = re.sub(r"<[^>]+>", "", block.group(1)).splitlines()
+    assert len(lines) > 5 and max(map(len, lines)) < 100, lines
+    assert any(line.strip().startswith("shard_size") for line in lines), lines
+
+
+@needs_mkdocs
 def test_every_page_is_in_the_nav(site):
     _, log = site
     assert "not included in the \"nav\"" not in log, log

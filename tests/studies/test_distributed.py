@@ -274,18 +274,17 @@ def test_a_run_plans_its_shards_for_the_ranks_and_warns_when_a_given_size_leaves
 
 @pytest.mark.slow
 def test_two_ranks_share_a_corpus_smaller_than_one_default_shard(byte_model_dir, tmp_path):
-    """No --shard-size: 7 documents under torchrun with 2 ranks are written by both ranks, as one process's records."""
+    """No --shard-size: 7 short documents under torchrun with 2 ranks are written by both ranks, each once."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": f"Document {index}: " + "some words " * (index + 3)}) + "\n"
                               for index in range(7)))
-    args = {where: ["analyze", "--model", str(byte_model_dir), "--study", "positions", "--corpus", str(corpus),
-                    "--out", str(tmp_path / where), "--quiet", "--device", "auto"] for where in ("one", "two")}
-    _one_process(args["one"])
-    done = _torchrun(args["two"], _rank_env(tmp_path / "log"))
+    done = _torchrun(["analyze", "--model", str(byte_model_dir), "--study", "positions", "--corpus", str(corpus),
+                      "--out", str(tmp_path / "run"), "--quiet", "--device", "auto"], _rank_env(tmp_path / "log"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert sorted(rank for rank, _ in _logged(tmp_path / "log")) == ["0", "1"]  # one shard of 4 and one of 3
+    assert sorted(_logged(tmp_path / "log")) == [("0", "part-000000.json"), ("1", "part-000001.json")]
     import pandas as pd
 
-    one, two = (pd.read_parquet(tmp_path / where / "records") for where in ("one", "two"))
-    assert len(one) == 7 and one.equals(two)
+    records = pd.read_parquet(tmp_path / "run" / "records")
+    assert sorted(records["document"]) == list(range(7))  # shards of 4 and 3 documents: every one, once
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["shard_size"] == 4
     assert "nothing to do" not in done.stderr

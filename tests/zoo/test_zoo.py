@@ -53,6 +53,24 @@ def test_zoo_json_command_lists_the_models():
     assert all(set(e) == {"name", "mechanism", "task", "metrics"} for e in entries)
 
 
+def test_zoo_command_prints_a_table_with_a_header_and_aligned_columns(capsys):
+    from repo_lens.cli import main
+    from repo_lens.zoo import zoo_entries
+
+    assert main(["zoo"]) == 0
+    header, rule, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["model", "task", "mechanism", "metrics"]
+    entries = zoo_entries()
+    assert len(rows) == len(entries) and set(rule) == {"-", " "}
+    starts = [index for index, char in enumerate(rule) if char == "-" and (index == 0 or rule[index - 1] == " ")]
+    assert [header.index(name) for name in ("model", "task", "mechanism", "metrics")] == starts
+    for entry, row in zip(entries, rows):  # every column starts under its header, whatever the name's length
+        cells = [row[start:end].strip() for start, end in zip(starts, [*starts[1:], None])]
+        assert cells[:3] == [f"zoo:{entry['name']}", entry["task"], entry["mechanism"]], row
+        if "val_bpb" in entry["metrics"]:
+            assert cells[3] == f"val_bpb {entry['metrics']['val_bpb']:.3f}"
+
+
 def task_of(zoo_name: str):
     """The training task of a shipped model, rebuilt from its card's train_config (data included)."""
     from repo_lens.data.corpora import CorpusFetchError

@@ -46,7 +46,7 @@ def _text_units(text: str) -> list[str]:
 
 
 def _kv_units(rng: random.Random, taken: set[str], count: int) -> list[str]:
-    units = []
+    units: list[str] = []
     while len(units) < count:
         key = _random_key(rng, "words")
         if key not in taken:
@@ -124,9 +124,9 @@ def _fit(tokenizer: Any, length: int, intro: str, pool: list[str], sep: str, nee
             high = middle - 1
     if best is None:
         raise InputError(f"a {family} prompt needs more than {length} tokens even without a haystack; ask for more")
-    prompt, units = best
-    prompt.meta.update({"family": family, "depth": round(depth * units) / max(1, units), "seed": seed,
-                        "key": key, "haystack_units": units})
+    prompt, n_units = best
+    prompt.meta.update({"family": family, "depth": round(depth * n_units) / max(1, n_units), "seed": seed,
+                        "key": key, "haystack_units": n_units})
     return prompt
 
 
@@ -151,7 +151,8 @@ def moved_pairs(tokenizer: Any, family: str, length: int, count: int, *, seed: i
     >>> [(a.answer == b.answer, len(a) == len(b)) for a, b in moved_pairs(ByteTokenizer(), "kv_lines", 400, 2)]
     [(True, True), (True, True)]
     """
-    pairs, candidate = [], seed
+    pairs: list[tuple[Prompt, Prompt]] = []
+    candidate = seed
     while len(pairs) < count:
         rng = random.Random(f"pair-{family}-{candidate}")
         near, far = rng.uniform(0.1, 0.4), rng.uniform(0.6, 0.9)

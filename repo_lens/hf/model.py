@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -91,6 +91,15 @@ class HFLens:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
+    @overload
+    def trace(self, inputs: str | Sequence[int], *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True) -> Trace: ...
+    @overload
+    def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...
+    @overload
+    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True) -> Trace | list[Trace]: ...
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
               progress: bool = True) -> Trace | list[Trace]:
         """Positions (n_layers, n_heads, T): the ``position_ids`` the model gives its rotary embedding

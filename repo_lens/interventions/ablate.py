@@ -69,7 +69,7 @@ def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sit
             for site in sites]
 
 
-def ablate(lens: Any, inputs: Any, *, mode: str | tuple, layers: int | Iterable[int] | None = None,
+def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
            heads: int | Iterable[int] | None = None, metric: Metric | None = None, reference: Any = None,
            seed: int = 0, tokens: Any = None) -> torch.Tensor | np.ndarray:
     """Run ``inputs`` with the positions of ``layers`` × ``heads`` replaced, in one forward pass.

@@ -45,6 +45,7 @@ def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, 
         logits = run_from(model, first, start[0], rest, rows_from=unread)
         logits = with_unread_rows(logits, unread)
         if prefix.length:
+            assert prefix.logits is not None  # a computed prefix has its logits
             logits = torch.cat((prefix.logits, logits), dim=1)
         values = metric_values(metric, logits)
     if not values.requires_grad:

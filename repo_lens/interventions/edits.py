@@ -113,8 +113,10 @@ def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: to
         return scale_edit(value, mode.name, edit, target_values(edit, value, "integer"), lengths, seed)
     if mode.name == "mean":
         width = value.shape[2]
+        assert mean is not None  # "mean" mode: the caller passes the reference mean
         window = mean[:, :, :width, :width] if edit.pairwise else mean[:, :, :width]
         return window.to(value.device, value.dtype).expand_as(value)
+    assert orders is not None  # a shuffle mode: the caller passes token_orders
     return shuffled(value, orders, edit.pairwise)
 
 

@@ -30,7 +30,7 @@ def wilson(hits: int, n: int, z: float = Z95) -> dict[str, float]:
     return {"value": rate, "low": max(0.0, centre - half), "high": min(1.0, centre + half), "n": n}
 
 
-def accuracy(hits: Sequence[float]) -> dict[str, float]:
+def accuracy(hits: Sequence[float] | np.ndarray) -> dict[str, float]:
     """:func:`wilson` of a sequence of 0/1 hits.
 
     >>> accuracy([1, 1, 0, 1])["value"]
@@ -40,7 +40,7 @@ def accuracy(hits: Sequence[float]) -> dict[str, float]:
     return wilson(int(round(values.sum())), int(values.size))
 
 
-def bootstrap_mean(values: Sequence[float], resamples: int = 2000, seed: int = 0,
+def bootstrap_mean(values: Sequence[float] | np.ndarray, resamples: int = 2000, seed: int = 0,
                    level: float = 0.95) -> dict[str, float]:
     """The mean of ``values`` with its percentile bootstrap interval.
 
@@ -58,7 +58,7 @@ def bootstrap_mean(values: Sequence[float], resamples: int = 2000, seed: int = 0
     return {"value": float(data.mean()), "low": float(low), "high": float(high), "n": int(data.size)}
 
 
-def mcnemar(first: Sequence[float], second: Sequence[float]) -> float:
+def mcnemar(first: Sequence[float] | np.ndarray, second: Sequence[float] | np.ndarray) -> float:
     """Two-sided exact McNemar p-value of paired 0/1 outcomes (a binomial test on the discordant pairs).
 
     >>> round(mcnemar([1] * 10 + [0] * 10, [0] * 10 + [0] * 10), 4)
@@ -73,7 +73,7 @@ def mcnemar(first: Sequence[float], second: Sequence[float]) -> float:
     return min(1.0, 2 * tail)
 
 
-def sign_flip(differences: Sequence[float], resamples: int = 5000, seed: int = 0) -> float:
+def sign_flip(differences: Sequence[float] | np.ndarray, resamples: int = 5000, seed: int = 0) -> float:
     """Two-sided sign-flip permutation p-value that the paired differences have mean 0.
 
     >>> sign_flip([0.0, 0.0]) == 1.0, sign_flip([1.0] * 12) < 0.01
@@ -88,7 +88,7 @@ def sign_flip(differences: Sequence[float], resamples: int = 5000, seed: int = 0
     return float((extreme + 1) / (resamples + 1))
 
 
-def paired(first: Sequence[float], second: Sequence[float], binary: bool, seed: int = 0) -> dict[str, object]:
+def paired(first: Sequence[float] | np.ndarray, second: Sequence[float] | np.ndarray, binary: bool, seed: int = 0) -> dict[str, object]:
     """first − second on the same prompts: the mean difference with its bootstrap interval, and the
     p-value of McNemar's test (``binary``) or of the sign-flip test.
 

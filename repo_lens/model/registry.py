@@ -27,7 +27,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig, repo_start_layer
@@ -180,7 +180,7 @@ def position_edit(kind: str) -> PositionEdit:
     >>> position_edit("repo").hook, position_edit("repo").integer, position_edit("fox").integer
     ('attn.hook_pos', None, 1.0)
     """
-    edit = dict(mechanism_traits(kind).edit)
+    edit: dict[str, Any] = dict(mechanism_traits(kind).edit)
     if not edit:
         raise KeyError(f"position mechanism {kind!r} declares no edit (its traits' 'edit'); interventions cannot "
                        "change its positions")

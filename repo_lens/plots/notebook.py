@@ -44,6 +44,8 @@ class ResponsivePlotlyRenderer(PlotlyRenderer):
     """plotly's interactive output without the figure's fixed width: the chart takes the width of the
     output area (its height is kept), and follows it when the area is resized."""
 
+    config: dict[str, Any]  # set by PlotlyRenderer.__init__
+
     def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, Any]:
         layout = {key: value for key, value in fig_dict.get("layout", {}).items() if key != "width"}
         self.config = {**self.config, "responsive": True}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -71,7 +71,7 @@ def relayout(fig: go.Figure, target: PaperTarget) -> None:
                       font=dict(family=target.family, size=target.text_px, color="#000000"),
                       hoverlabel=dict(font_family=target.family))
     kind = fig.layout.meta.get("kind") if isinstance(fig.layout.meta, dict) else None
-    _KIND_RELAYOUTS.get(kind, relayout_plot)(fig, target)
+    _KIND_RELAYOUTS.get(cast(str, kind), relayout_plot)(fig, target)
 
 
 def register_relayout(kind: str, relayout_kind: Callable[[go.Figure, PaperTarget], None]) -> None:
@@ -90,7 +90,7 @@ def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
     ticks = _category_ticks(fig, target, plot_width)
     bottom = ticks + LINE_EM * (target.text_px if _has_x_title(fig) else 0) + 8
     if target.height_px is not None:
-        height = target.height_px
+        height: float = target.height_px
     elif heatmap_rows:
         height = max(PLOT_HEIGHT_PX[0], heatmap_rows * _heatmap_row_px(fig, target)) + top + bottom
     else:

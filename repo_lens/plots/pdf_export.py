@@ -19,6 +19,7 @@ import io
 import re
 import shutil
 import subprocess
+from typing import cast
 
 import numpy as np
 
@@ -100,7 +101,7 @@ def _replace_image(found: re.Match) -> str:
     sx, sy = width / pixels.shape[1], height / pixels.shape[0]
     runs = pixel_runs(pixels)
     if len(runs) > MAX_CELLS:
-        return _enlarged(found.group(0), pixels, width)
+        return _enlarged(found.group(0), pixels, cast(float, width))
     rects = []
     for col, row, cols, rows, rgba in runs:
         right = SEAM_PX if col + cols < pixels.shape[1] and pixels[row, col + cols, 3] else 0.0

@@ -231,7 +231,8 @@ def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: di
 
         return hook
 
-    hooks = [(name, keep(layer)) for layer, name in enumerate(position_hook_names(model))]
+    hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]] = [
+        (name, keep(layer)) for layer, name in enumerate(position_hook_names(model))]
     hooks += [(name, keep_delta(layer)) for layer, name in increment_hook_names(model).items()]
     hooks += [(name, keep_query_delta(layer)) for layer, name in from_last_query.items()]
     return hooks

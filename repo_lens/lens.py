@@ -80,8 +80,8 @@ class Lens:
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
     @overload
-    def trace(self, inputs: str | Sequence[int], *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True, batch_size: int = 1) -> Trace: ...
+    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> Trace: ...
     @overload
     def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
               allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> list[Trace]: ...

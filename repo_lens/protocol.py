@@ -18,6 +18,7 @@ from repo_lens.errors import InputError
 from repo_lens.inputs import fit_to_context, is_text_batch, token_ids
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from repo_lens.trace import Trace
@@ -64,8 +65,8 @@ class LensProtocol(Protocol):
         """Display form of each token id."""
 
     @overload
-    def trace(self, inputs: str | Sequence[int], *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace: ...
+    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> Trace: ...
     @overload
     def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
               allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...

@@ -72,7 +72,7 @@ def chunk_pattern_codes(positions: np.ndarray, size: int = 16, eps: float = 0.2)
 def _codes_of_rows(rows: np.ndarray, eps: float) -> np.ndarray:
     # Chunk offsets on the leading axis: every reduction is then elementwise across the chunks
     # (reducing a short last axis pays numpy's per-row overhead).
-    cols = np.empty(rows.shape[::-1], dtype=np.float64)
+    cols: np.ndarray = np.empty(rows.shape[::-1], dtype=np.float64)
     np.copyto(cols, rows.T)
     with np.errstate(over="ignore"):
         mean = np.add.reduce(cols, axis=0) / cols.shape[0]

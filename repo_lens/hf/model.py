@@ -92,8 +92,8 @@ class HFLens:
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
     @overload
-    def trace(self, inputs: str | Sequence[int], *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace: ...
+    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> Trace: ...
     @overload
     def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
               allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...
@@ -238,7 +238,7 @@ def load_hf(
         if device_map is not None:
             kwargs["device_map"] = device_map
         try:
-            hf_model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
+            hf_model: Any = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)  # or a module with .config
         except (OSError, ValueError) as error:
             raise CheckpointError(f"transformers cannot load {directory} as a causal LM offline: {error}") from None
         if device_map is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -69,6 +69,18 @@ def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sit
             for site in sites]
 
 
+@overload
+def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
+           heads: int | Iterable[int] | None = None, metric: None = None, reference: Any = None,
+           seed: int = 0, tokens: Any = None) -> torch.Tensor: ...
+@overload
+def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
+           heads: int | Iterable[int] | None = None, metric: Metric, reference: Any = None,
+           seed: int = 0, tokens: Any = None) -> np.ndarray: ...
+@overload
+def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
+           heads: int | Iterable[int] | None = None, metric: Metric | None = None, reference: Any = None,
+           seed: int = 0, tokens: Any = None) -> torch.Tensor | np.ndarray: ...
 def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
            heads: int | Iterable[int] | None = None, metric: Metric | None = None, reference: Any = None,
            seed: int = 0, tokens: Any = None) -> torch.Tensor | np.ndarray:

@@ -17,6 +17,7 @@ import unicodedata
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 from repo_lens.errors import InputError
 
@@ -126,7 +127,7 @@ def largest_empty_band(data: bytes, plot: tuple[float, float] | None = None, dpi
 
     pixmap = pymupdf.open(stream=data, filetype="pdf")[0].get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
     grey = np.frombuffer(pixmap.samples, dtype=np.uint8).reshape(pixmap.height, pixmap.stride)[:, :pixmap.width]
-    blank = (grey >= 250).all(axis=1)
+    blank = cast("np.ndarray", (grey >= 250).all(axis=1))  # [rows]
     if plot is not None:
         blank[int(plot[0] * len(blank)):int(np.ceil(plot[1] * len(blank)))] = False
     longest = run = 0

@@ -75,6 +75,7 @@ def word_labels(row: Any, axis_range: tuple[float, float], look: Any, label_limi
     px = (np.asarray(row.x, dtype=np.float64) - axis_range[0]) * (look.plot_width / (axis_range[1] - axis_range[0]))
     order = np.argsort(index, kind="stable")
     highlighted = set(np.asarray(row.first).tolist())
+    labels: list[str]
     centres, labels, first = [], [], []
     for slots, word in words_of_tokens(texts, ids):
         low, high = ids[slots[0]], ids[slots[-1]]

@@ -161,7 +161,7 @@ def check_layer(layer: int, n_layers: int) -> int:
     return check_index(layer, n_layers, "layer")
 
 
-def check_head(head: int, n_heads: int, alternatives: str = "'mean' for the mean over heads") -> int:
+def check_head(head: int | str, n_heads: int, alternatives: str = "'mean' for the mean over heads") -> int:
     """``head`` as an index in 0..n_heads-1 (negatives count from the end); else an InputError that
     also names the ``alternatives`` a figure accepts instead of an index.
 
@@ -261,7 +261,7 @@ def lightness(color: str) -> float:
     """
     found = re.fullmatch(r"\s*#([0-9a-fA-F]{6})\s*", color)
     if found:
-        channels = [int(found.group(1)[i:i + 2], 16) for i in (0, 2, 4)]
+        channels: list[float] = [int(found.group(1)[i:i + 2], 16) for i in (0, 2, 4)]
     else:
         found = re.fullmatch(r"\s*rgba?\(\s*([\d.]+)\s*,\s*([\d.]+)\s*,\s*([\d.]+)\s*(?:,\s*[\d.]+\s*)?\)\s*", color)
         if not found:

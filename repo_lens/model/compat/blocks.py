@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -78,7 +78,7 @@ def transformer_lens_hook_names(model: nn.Module) -> dict[str, str]:
             for name, alias in block.norm_aliases().items():
                 renames[f"blocks.{layer}.{name}"] = f"blocks.{layer}.{alias}"
     result = {}
-    for path in model.hook_dict:
+    for path in cast("dict[str, Any]", model.hook_dict):  # a HookedRootModule's
         match = re.match(r"^(.*)\.(hook_\w+)$", path)
         if match and match.group(1) in renames:
             result[path] = f"{renames[match.group(1)]}.{match.group(2)}"

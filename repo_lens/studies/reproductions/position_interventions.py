@@ -160,7 +160,7 @@ def conditions(lens: Any, sweep: tuple[float, ...], quick: bool = False) -> list
     layers = [site.layer for site in interventions.select_sites(lens.model, None)]
     every, per_layer, per_head = (QUICK_ALL_MODES, QUICK_UNIT_MODES, QUICK_UNIT_MODES) if quick else \
         (ALL_MODES, LAYER_MODES, HEAD_MODES)
-    out = [("all", None, None, mode) for mode in every]
+    out: list[tuple[str, Any, Any, Any]] = [("all", None, None, mode) for mode in every]
     out += [("layer", layer, None, mode) for layer in layers for mode in per_layer]
     out += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads) for mode in per_head]
     out += [("sweep", None, None, ("interpolate", p, toward)) for toward in ("integer", "constant") for p in sweep]
@@ -291,6 +291,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
     from repo_lens.loading import load
     from repo_lens.studies.reproductions.position_interventions_lm import language_model
 
+    results: dict[str, Any]
     started, results = time.perf_counter(), {}
     text = None if quick else held_out_text()
     settings = {"quick": quick, "all_modes": list(ALL_MODES), "layer_modes": list(LAYER_MODES),

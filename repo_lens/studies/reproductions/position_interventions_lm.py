@@ -57,7 +57,7 @@ def language_model(lens: Any, quick: bool, text: str | None, batch_size: int, pr
     result: dict[str, Any] = {"protocol": "language model", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
                               "context": lens.context_length, "windows": len(windows),
                               "unedited": stats.bootstrap_mean(base), "conditions": {}}
-    plan = [("all", None, mode) for mode in LM_MODES]
+    plan: list[tuple[str, Any, Any]] = [("all", None, mode) for mode in LM_MODES]
     plan += [("layer", layer, mode) for layer in layers for mode in LM_LAYER_MODES]
     for group, layer, mode in tqdm(plan, desc=f"edits {name}", disable=not progress):
         bits = bits_per_byte(lens, windows, mode, layer, batch_size)

@@ -198,7 +198,8 @@ def _others_listen(model: LensModel) -> bool:
 
 
 def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: dict[int, torch.Tensor],
-                         deltas: dict[int, torch.Tensor], stop_early: bool = True) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
+                         deltas: dict[int, torch.Tensor],
+                         stop_early: bool = True) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
     """The hooks of :func:`capture_batch`: they fill ``captured`` (layer -> positions [B, H, T]) and
     ``deltas`` (layer -> increments [B, H, T]) with detached fp32 copies, reading layers seen from the
     last query at each sequence's ``last_rows``, and (``stop_early``) stop the forward after the last

@@ -86,7 +86,8 @@ def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> D
         return encode_text(tokenizer, kind, text)
     offsets = _offsets_or_none(tokenizer, prompt.text, len(prompt.ids))
     return Document(kind=kind, text=prompt.text, ids=[int(i) for i in prompt.ids], offsets=offsets,
-                    spans=dict(prompt.spans), query=cast("tuple[int, int]", tuple(prompt.query)), targets=list(prompt.meta.get("targets", [])),
+                    spans=dict(prompt.spans), query=cast("tuple[int, int]", tuple(prompt.query)),
+                    targets=list(prompt.meta.get("targets", [])),
                     beyond_context=bool(params.get("beyond_context", False)))
 
 

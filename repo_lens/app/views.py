@@ -165,7 +165,8 @@ def scatter_view(items: Sequence[Item], selection: Selection) -> None:
             chosen = trace.n_layers - 1
             st.caption(f"{item.label} has {trace.n_layers} layers; showing L{chosen}")
         fig = position_scatter_figure(trace, chosen, clamp_head(head, trace.n_heads),
-                                      view=cast(Literal["focus", "global"], view), max_points=config.SCATTER_POINT_LIMIT, width=config.PLOT_WIDTH_PX,
+                                      view=cast(Literal["focus", "global"], view), max_points=config.SCATTER_POINT_LIMIT,
+                                      width=config.PLOT_WIDTH_PX,
                                       highlight=_highlights(trace, item) if highlight else None)
         show_figure(fig, f"scatter-{item.key}",
                     export_name(item.label, "scatter", item.input_id, layer=chosen, head=clamp_head(head, trace.n_heads)))

@@ -88,7 +88,8 @@ def sign_flip(differences: Sequence[float] | np.ndarray, resamples: int = 5000, 
     return float((extreme + 1) / (resamples + 1))
 
 
-def paired(first: Sequence[float] | np.ndarray, second: Sequence[float] | np.ndarray, binary: bool, seed: int = 0) -> dict[str, object]:
+def paired(first: Sequence[float] | np.ndarray, second: Sequence[float] | np.ndarray, binary: bool,
+           seed: int = 0) -> dict[str, object]:
     """first − second on the same prompts: the mean difference with its bootstrap interval, and the
     p-value of McNemar's test (``binary``) or of the sign-flip test.
 

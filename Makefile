@@ -86,12 +86,16 @@ app:
 	@$(call USES,repo_lens$(,) streamlit)
 	$(BIN)/repo-lens app $(ARGS)
 
-# Chromium (PNG/SVG/PDF export, the browser tests), its driver, a CJK font and the serif faces of paper figures
-# (fonts-liberation: Times' widths; fonts-lmodern: Computer Modern), from Debian: only what is missing,
+# Chromium (PNG/SVG/PDF export, the browser tests), its driver, a CJK font, the serif faces of paper figures
+# (fonts-liberation: Times' widths; fonts-lmodern: Computer Modern), rsvg-convert (librsvg2-bin, 1.6 MB: turns
+# the SVG into the PDF whose page is the figure) and, for the test that places every figure in a two-column
+# LaTeX article, pdflatex with Times (texlive-latex-base and texlive-fonts-recommended: about 46 MB to download,
+# 140 MB on disk; only that test needs them), from Debian: only what is missing,
 # with what it depends on (--no-install-recommends), nothing upgraded. Only `make test` and `make reproduce` ask
 # for it. As root apt-get runs as is, else through sudo; a user without sudo whose Chromium is there goes on (told
 # what the browser tests also need); with no Chromium and no way to install it, it says what to install and fails.
-BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei fonts-liberation fonts-lmodern
+BROWSER_PACKAGES := chromium chromium-driver fonts-wqy-microhei fonts-liberation fonts-lmodern librsvg2-bin \
+	texlive-latex-base texlive-fonts-recommended
 APT_BROWSER := apt-get install -y --no-install-recommends --no-upgrade $(BROWSER_PACKAGES)
 GET_CHROME := $(BIN)/plotly_get_chrome -y
 browser:

@@ -24,12 +24,17 @@
 #   set), `"shuffle"` (the tokens' positions permuted), and `("interpolate", p)`, which moves the
 #   learned positions a fraction p of the way to the integers, z' = (1 − p)·z + p·t, as the RePo
 #   authors' training code does with its `dynamic_pe_pdrop` option ("RePo: Language Models with
-#   Context Re-Positioning", arXiv 2512.14391).
+#   Context Re-Positioning", arXiv 2512.14391). Three edits stay on the positions' own scale:
+#   `"affine"` (each head's least-squares line through its own positions), `"rank"` (order kept,
+#   spacing made even over the head's range) and `"scaled"` (the integers rescaled to the head's
+#   range); `"random"` (a random direction as long as the affine edit) and `("window", w)` (positions
+#   permuted within blocks of w tokens) are controls that can fail.
 # * `ablation_grid(lens, prompt, metric, mode=…)` ablates one layer, head or token at a time, every
 #   cell batched.
 # * `patch(lens, clean, corrupted, metric)` writes a clean prompt's positions into a corrupted run,
 #   one cell at a time, and `attribute(...)` estimates the same grid from one forward and one
-#   backward pass.
+#   backward pass. Each of them takes `tokens=` (a slice, token indices, or a span of a built prompt
+#   such as `"needle"` or `"rest"`) to edit or patch only those tokens.
 #
 # What "integer" and "constant" mean for a mechanism (RePo's z, CoPE's gates, learned increments,
 # FoX's forget gates) comes from the model's registry, so the calls are the same for all of them.
@@ -44,6 +49,7 @@ from plotly.subplots import make_subplots
 import repo_lens
 from repo_lens import interventions
 from repo_lens.data import bilingual_splits, niah_prompt, niah_single, reversal_prompt
+from repo_lens.interventions import stats
 
 repo_lens.plots.notebook_setup()
 
@@ -65,18 +71,19 @@ print(lens.layer_kinds, "| learned layers", learned)
 
 
 def scores(mode, layers=None, heads=None):
-    """(accuracy, mean answer log p) of the prompts with the positions of ``layers`` × ``heads`` replaced."""
+    """(accuracy, mean answer log p, Wilson interval of the accuracy) with ``layers`` × ``heads`` edited."""
     logits = interventions.ablate(lens, prompts, mode=mode, layers=layers, heads=heads, reference=prompts)
-    return exact_match(logits).mean().item(), answer_logprob(logits).mean().item()
+    hits = exact_match(logits).numpy()
+    return hits.mean(), answer_logprob(logits).mean().item(), stats.interval_text(stats.accuracy(hits))
 
 
-MODES = ["integer", "constant", "mean", "shuffle"]
+MODES = ["integer", "constant", "mean", "shuffle", "affine", "rank", "scaled", "random"]
 rows = {"unchanged": scores(("interpolate", 0.0))}
 rows.update({f"{mode}, every RePo layer": scores(mode) for mode in MODES})
 rows.update({f"{mode}, layer {layer}": scores(mode, layers=[layer]) for layer in learned for mode in MODES})
-print(f"{'positions':28} {'accuracy':>9} {'log p':>8}")
-for label, (accuracy, logprob) in rows.items():
-    print(f"{label:28} {accuracy:9.2f} {logprob:8.2f}")
+print(f"{'positions':28} {'accuracy [95 % Wilson]':>24} {'log p':>8}")
+for label, (accuracy, logprob, interval) in rows.items():
+    print(f"{label:28} {interval:>24} {logprob:8.2f}")
 
 # %%
 fig = go.Figure()
@@ -88,9 +95,12 @@ fig.update_layout(barmode="group", title="bytes1k-repo: NIAH accuracy with learn
                   xaxis_title="replacement", yaxis_title="exact match", yaxis_range=[0, 1.05])
 
 # %% [markdown]
-# The rows above say which layer's positions retrieval reads: every replacement in the lower RePo
-# layer breaks it, while the upper one can take any of them and still retrieve, so the retrieval
-# circuit reads the lower layer's learned positions and not the upper one's.
+# The rows above say which layer's positions retrieval reads: the off-scale replacements in the lower
+# RePo layer break it, while the upper one can take any of them and still retrieve. Sixteen prompts
+# give wide intervals (0/16 is 0.00–0.19): read differences of a few prompts as noise. Compare
+# "integer" with "scaled" (the same layout at the head's own scale) and "affine" with "random" (an
+# edit of the same size): a drop under "integer" alone is a change of scale, not a lack of anything
+# RoPE-like.
 #
 # ## 2. Which heads?
 #
@@ -108,7 +118,7 @@ def head_maps(mode):
     return np.mean([grid.also["exact"] for grid in grids], axis=0), np.mean([grid.values for grid in grids], axis=0)
 
 
-maps = {mode: head_maps(mode) for mode in ("integer", "constant")}
+maps = {mode: head_maps(mode) for mode in ("integer", "constant", "affine", "scaled")}
 for mode, (accuracy, logprob) in maps.items():
     for layer in learned:
         print(f"{mode:8} L{layer}: accuracy " + " ".join(f"h{h} {accuracy[layer, h]:.2f}" for h in range(lens.n_heads))
@@ -119,9 +129,12 @@ repo_lens.plots.layer_head_heatmap(maps["integer"][0], title="bytes1k-repo: NIAH
                                    colorbar_title="accuracy", layer_kinds=lens.layer_kinds, zmin=0.0, zmax=1.0)
 
 # %% [markdown]
-# Within the lower RePo layer, two heads carry retrieval and the other two can lose their positions
-# without harm; integer positions hurt more than constant ones, as these heads learnt nothing
-# RoPE-like to fall back on.
+# Within the lower RePo layer, heads 0 and 3 carry retrieval and the others can lose their positions
+# with little harm. "Integer" hurts more than "constant" here, but the on-scale maps qualify that:
+# the same heads given a straight line or the integers at their own scale mostly keep retrieving,
+# so what "integer" breaks is the scale (the integers span about a thousand units, these heads a few
+# dozen), not a missing RoPE-like layout. `repo-lens reproduce position_interventions` measures this
+# on 200 prompts of four families with intervals and paired tests.
 #
 # ## 3. The authors' interpolation
 #
@@ -147,7 +160,9 @@ fig.update_layout(title="bytes1k-repo: NIAH accuracy vs interpolation p", xaxis_
 # %% [markdown]
 # The learned positions of a RePo head span a few to a few dozen units over the prompt (notebook 03
 # prints the ranges), while the integers run to the prompt's length, so a small step toward the
-# integers moves them far; a step toward a constant only shrinks them.
+# integers moves them far (p = 0.05 adds tens of units between needle and question, more than the
+# whole learned span); a step toward a constant only shrinks them. The sweep therefore measures the
+# scale gap as much as anything about the learned layout.
 #
 # ## 4. Patching: which heads carry where the needle is?
 #
@@ -182,6 +197,13 @@ for layer in learned:
 print(f"Pearson r (patched vs attributed, every cell of every pair): "
       f"{np.corrcoef(np.ravel([g.effects[cells] for g in exact]), np.ravel([g.effects[cells] for g in estimate]))[0, 1]:.2f}")
 
+# `tokens=` patches only some tokens: the needle's (where it sits in the moved run) or the rest.
+for tokens in ("needle", "rest"):
+    only = np.mean([interventions.patch(lens, clean, moved, interventions.answer_logprob(moved), tokens=tokens,
+                                        progress=False).effects for clean, moved in pairs], axis=0)
+    for layer in learned:
+        print(f"tokens={tokens!r:9} L{layer} " + " ".join(f"h{h} {only[layer, h]:+.2f}" for h in range(lens.n_heads)))
+
 # %%
 fig = make_subplots(rows=1, cols=2, subplot_titles=("patched (exact)", "attributed (gradient)"))
 largest = float(np.nanmax(np.abs(effects)))
@@ -195,7 +217,8 @@ fig.update_layout(title="bytes1k-repo: clean positions of one head written into 
 # %% [markdown]
 # A head whose patched effect is far from zero holds positions that differ between the two prompts
 # in a way the answer depends on: the same two heads of the lower RePo layer that the ablations of
-# section 2 flag. The attribution map costs one forward and one backward pass for the whole grid,
+# section 2 flag. Restricted to tokens, the effect sits in the needle's own positions: patching the
+# needle's tokens alone reproduces it, patching every other token does next to nothing. The attribution map costs one forward and one backward pass for the whole grid,
 # but it is a first-order estimate, and the answer is far from linear in a position that moves by
 # many units (a rotation angle wraps around): it finds one of the two heads and misses the other,
 # as the Pearson r above shows. Use it to rank the cells of a large grid, then patch the top ones

@@ -226,7 +226,7 @@ def remove_leftover_temp_files(directory: str | os.PathLike, *, force: bool = Fa
             return []
         scanned = now
     else:
-        names, scanned = look.pending, look.scanned
+        names, scanned = list(look.pending), look.scanned
     removed, pending = [], []
     for name in names:
         verdict = _remove_if_leftover(directory / name, name)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import types
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -16,6 +16,8 @@ import torch
 from repo_lens.errors import MemoryLimitError
 from repo_lens.model.hooking import wants
 from repo_lens.model.transformer import LensModel
+
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 _LOCKS: weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -99,7 +101,7 @@ def memory_limit_error(model: LensModel, what: str, n_tokens: int, remedies: str
     )
 
 
-def guard_model(model: torch.nn.Module) -> torch.nn.Module:
+def guard_model(model: ModuleT) -> ModuleT:
     """Make ``model``'s forward, ``hooks``, ``run_with_hooks`` and ``run_with_cache`` hold
     :func:`forward_lock` (idempotent): a forward in one thread then never fires another thread's hooks.
 
@@ -196,7 +198,8 @@ def _others_listen(model: LensModel) -> bool:
 
 
 def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: dict[int, torch.Tensor],
-                         deltas: dict[int, torch.Tensor], stop_early: bool = True) -> list[tuple[str, Any]]:
+                         deltas: dict[int, torch.Tensor],
+                         stop_early: bool = True) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
     """The hooks of :func:`capture_batch`: they fill ``captured`` (layer -> positions [B, H, T]) and
     ``deltas`` (layer -> increments [B, H, T]) with detached fp32 copies, reading layers seen from the
     last query at each sequence's ``last_rows``, and (``stop_early``) stop the forward after the last
@@ -229,7 +232,8 @@ def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: di
 
         return hook
 
-    hooks = [(name, keep(layer)) for layer, name in enumerate(position_hook_names(model))]
+    hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]] = [
+        (name, keep(layer)) for layer, name in enumerate(position_hook_names(model))]
     hooks += [(name, keep_delta(layer)) for layer, name in increment_hook_names(model).items()]
     hooks += [(name, keep_query_delta(layer)) for layer, name in from_last_query.items()]
     return hooks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
@@ -79,6 +79,15 @@ class Lens:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
+    @overload
+    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> Trace: ...
+    @overload
+    def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> list[Trace]: ...
+    @overload
+    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]: ...
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
               progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]:
         """Positions of every layer and head for a text, a sequence of token ids, or a list of texts.

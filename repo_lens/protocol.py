@@ -10,7 +10,7 @@ and fit them to the context through :func:`prepare_ids`, and expand a list of te
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload, runtime_checkable
 
 from tqdm.auto import tqdm
 
@@ -18,6 +18,7 @@ from repo_lens.errors import InputError
 from repo_lens.inputs import fit_to_context, is_text_batch, token_ids
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from repo_lens.trace import Trace
@@ -63,6 +64,15 @@ class LensProtocol(Protocol):
     def display_tokens(self, ids: Sequence[int]) -> list[str]:
         """Display form of each token id."""
 
+    @overload
+    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> Trace: ...
+    @overload
+    def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...
+    @overload
+    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True) -> Trace | list[Trace]: ...
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
               progress: bool = True) -> Trace | list[Trace]:
         """A Trace of a text or of token ids; a list of Traces for a list of texts."""

@@ -21,10 +21,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 from repo_lens.atomic import ensure_dir, remove_leftover_temp_files, write_error
 from repo_lens.errors import RunInUseError, WriteError
 
+fcntl: ModuleType | None
+msvcrt: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -68,7 +68,7 @@ def _model_of(lens_or_model: LensProtocol | LensModel) -> LensModel:
         raise InputError(
             f"attention_mass needs a Lens (with .model) or a LensModel; got {type(lens_or_model).__name__}"
         )
-    return model
+    return cast("LensModel", model)
 
 
 def _row_bias_of(mechanism: Any, kind: str) -> RowBias | None:
@@ -136,7 +136,7 @@ class _MassPass:
         self.filed: dict[int, dict[str, torch.Tensor]] = {layer: {} for layer in row_biases}
         self.sums: dict[int, list[torch.Tensor]] = {}  # layer -> per prompt [head, groups.count]
 
-    def hooks(self) -> list[tuple[str, Callable[..., None]]]:
+    def hooks(self) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
         """(hook name, hook function) of every tensor the chosen layers need."""
         return [(f"blocks.{layer}.attn.{name}", partial(self.file, layer, name))
                 for layer, names in self.needed.items() for name in sorted(names)]
@@ -266,7 +266,7 @@ def attention_mass_batch(
     for batch in length_batches([len(array) for array, _, _ in checked], batch_size, context):
         for index, mass in zip(batch, _masses_in_one_pass(model, [checked[index] for index in batch], row_biases)):
             masses[index] = mass
-    return masses
+    return cast("list[AttentionMass]", masses)  # length_batches puts every index in exactly one batch
 
 
 def _masses_in_one_pass(model: LensModel, prompts: list[Prompt],

@@ -40,7 +40,7 @@ def _check_chunking(size: object, eps: object, n_tokens: int) -> int:
         raise InputError(f"size must be an int number of tokens per chunk; got {size!r}")
     if size < 2:
         raise InputError(f"chunk size {size} < 2: a pattern needs at least two tokens; pass size >= 2 (RePo uses 16)")
-    if isinstance(eps, bool) or not isinstance(eps, Real) or not np.isfinite(eps) or eps < 0:
+    if isinstance(eps, bool) or not isinstance(eps, Real) or not np.isfinite(float(eps)) or eps < 0:
         raise InputError(f"eps must be a finite number >= 0; got {eps!r} (RePo uses 0.2)")
     n_chunks = n_tokens // int(size)
     if n_chunks == 0:
@@ -72,7 +72,7 @@ def chunk_pattern_codes(positions: np.ndarray, size: int = 16, eps: float = 0.2)
 def _codes_of_rows(rows: np.ndarray, eps: float) -> np.ndarray:
     # Chunk offsets on the leading axis: every reduction is then elementwise across the chunks
     # (reducing a short last axis pays numpy's per-row overhead).
-    cols = np.empty(rows.shape[::-1], dtype=np.float64)
+    cols: np.ndarray = np.empty(rows.shape[::-1], dtype=np.float64)
     np.copyto(cols, rows.T)
     with np.errstate(over="ignore"):
         mean = np.add.reduce(cols, axis=0) / cols.shape[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -14,7 +15,7 @@ def _indices(chosen: int | Sequence[int] | None, count: int, what: str) -> np.nd
     if chosen is None:
         return np.arange(count)
     one = isinstance(chosen, (str, bytes)) or not isinstance(chosen, Iterable) or getattr(chosen, "ndim", 1) == 0
-    values = [chosen] if one else list(chosen)
+    values = [chosen] if one else list(cast(Iterable[int], chosen))
     if not values:
         raise InputError(f"empty {what} selection; pass at least one {what} index or None for all")
     return np.asarray([check_index(value, count, what, owner="array") for value in values], dtype=np.intp)

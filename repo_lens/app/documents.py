@@ -4,7 +4,7 @@ model's tokenizer, and traced. No Streamlit here, so it is easy to test and reus
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -86,7 +86,8 @@ def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> D
         return encode_text(tokenizer, kind, text)
     offsets = _offsets_or_none(tokenizer, prompt.text, len(prompt.ids))
     return Document(kind=kind, text=prompt.text, ids=[int(i) for i in prompt.ids], offsets=offsets,
-                    spans=dict(prompt.spans), query=tuple(prompt.query), targets=list(prompt.meta.get("targets", [])),
+                    spans=dict(prompt.spans), query=cast("tuple[int, int]", tuple(prompt.query)),
+                    targets=list(prompt.meta.get("targets", [])),
                     beyond_context=bool(params.get("beyond_context", False)))
 
 
@@ -157,7 +158,8 @@ def document_of_trace(trace: Trace) -> Document | None:
     offsets = trace.extras.get("char_offsets")
     if not isinstance(info, dict) or not isinstance(info.get("text"), str):
         return None
-    pairs = [tuple(map(int, pair)) for pair in offsets.tolist()] if offsets is not None else None
+    pairs = ([cast("tuple[int, int]", tuple(map(int, pair))) for pair in offsets.tolist()]
+             if offsets is not None else None)
     query = info.get("query")
     return Document(kind=str(info.get("kind", "text")), text=info["text"], ids=trace.token_ids.tolist(),
                     offsets=pairs, spans=dict(trace.spans), query=tuple(query) if query else None,

@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import streamlit as st
@@ -53,7 +53,7 @@ def mode_argument(choice: str, p: float) -> Any:
 def intervention_result(lens: Any, ids: Sequence[int], answer: tuple[int, int], mode: Any, layers: list[int],
                         heads: list[int], with_map: bool) -> InterventionResult:
     """Everything the view shows, for one model and prompt."""
-    target = (np.asarray(ids, dtype=np.int64), tuple(answer))
+    target = (np.asarray(ids, dtype=np.int64), cast("tuple[int, int]", tuple(answer)))
     logprob, exact = interventions.answer_logprob(target), interventions.niah_exact_match(target)
 
     def scores(logits: Any) -> dict[str, float]:

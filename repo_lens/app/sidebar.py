@@ -82,7 +82,8 @@ def _models(selection: Selection) -> None:
         return
     selection.sources.append(first)
     if st.toggle("Compare with a second model", key="compare"):
-        fallback = next((o for o in ("zoo:bytes-rope", "zoo:bytes-nope") if o in options and o != first), None)
+        fallback: str | None = next((o for o in ("zoo:bytes-rope", "zoo:bytes-nope") if o in options and o != first),
+                                    None)
         fallback = fallback or next((o for o in options if o not in (first, OTHER, HUB)), None)
         second = _pick("Second model", "model_b", options, fallback, roots)
         if second is not None:

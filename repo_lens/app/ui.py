@@ -64,7 +64,7 @@ def show_figure(fig: go.Figure, key: str, name: str, on_select: Callable[[], Non
     if fig.layout.title.text:
         fig.update_layout(margin_t=max(fig.layout.margin.t or 0, MODEBAR_PX + 46), title_yref="container",
                           title_y=1.0, title_yanchor="top", title_pad_t=MODEBAR_PX)
-    selection = {"on_select": on_select, "selection_mode": "points"} if on_select else {}
+    selection: dict[str, Any] = {"on_select": on_select, "selection_mode": "points"} if on_select else {}
     if on_select:  # what Streamlit sets once the chart is drawn, set before: no relayout for it
         fig.update_layout(clickmode="event+select", dragmode="pan", hovermode=fig.layout.hovermode or "closest")
     state = st.plotly_chart(fig, theme=None, key=f"chart-{key}", width="stretch", **selection,

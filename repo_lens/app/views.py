@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Literal, cast
 
 import numpy as np
 import streamlit as st
@@ -44,6 +46,7 @@ def _head_patterns(trace: Trace, head: int | str, size: int, eps: float) -> np.n
     z = trace.positions
     if head == "mean":
         return chunk_pattern_codes(z.astype(np.float64).mean(axis=1, keepdims=True), size, eps)[:, 0]
+    head = cast(int, head)  # not "mean"
     return chunk_pattern_codes(z[:, head:head + 1], size, eps)[:, 0]
 
 
@@ -91,7 +94,7 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
             highlight = (int(token), k)
         elif token is not None:
             st.caption(f"Token {token} is outside the tokens shown ({start}..{end - 1}); widen the window to see it.")
-        row_scale = "row" if scale == "per layer" else "shared"
+        row_scale: Literal["row", "shared"] = "row" if scale == "per layer" else "shared"
         fig = spaced_tokens_figure(trace, head=h, scale=row_scale, window=(start, end), patterns=patterns,
                                    chunk_size=size, max_tokens=config.SPACED_TOKEN_LIMIT, highlight=highlight,
                                    x_range=_zoomed(trace, h, row_scale, (start, end), zoom),
@@ -126,7 +129,7 @@ def _zoomed(trace: Trace, head: int | str, scale: str, window: tuple[int, int],
     low, high = 0.0, 1.0
     if scale == "shared":
         z = trace.positions[:, :, window[0]:window[1]]
-        z = z.mean(axis=1) if head == "mean" else z[:, head]
+        z = z.mean(axis=1) if head == "mean" else z[:, cast(int, head)]
         finite = z[np.isfinite(z)]
         if finite.size == 0:
             return None
@@ -161,8 +164,9 @@ def scatter_view(items: Sequence[Item], selection: Selection) -> None:
         if chosen >= trace.n_layers:
             chosen = trace.n_layers - 1
             st.caption(f"{item.label} has {trace.n_layers} layers; showing L{chosen}")
-        fig = position_scatter_figure(trace, chosen, clamp_head(head, trace.n_heads), view=view,
-                                      max_points=config.SCATTER_POINT_LIMIT, width=config.PLOT_WIDTH_PX,
+        fig = position_scatter_figure(trace, chosen, clamp_head(head, trace.n_heads),
+                                      view=cast(Literal["focus", "global"], view), max_points=config.SCATTER_POINT_LIMIT,
+                                      width=config.PLOT_WIDTH_PX,
                                       highlight=_highlights(trace, item) if highlight else None)
         show_figure(fig, f"scatter-{item.key}",
                     export_name(item.label, "scatter", item.input_id, layer=chosen, head=clamp_head(head, trace.n_heads)))
@@ -264,11 +268,11 @@ def data_view(items: Sequence[Item], selection: Selection) -> None:
         st.markdown(f"{len(trace):,} tokens · {trace.n_layers} layers ({', '.join(trace.layer_kinds)}) · "
                     f"{trace.n_heads} heads")
         name = export_name(item.label, "trace", item.input_id)
-        st.download_button("Trace (.safetensors)", data=lambda t=trace: results.trace_bytes(t),
+        st.download_button("Trace (.safetensors)", data=partial(results.trace_bytes, trace),
                            file_name=f"{name}.trace.safetensors", mime="application/octet-stream",
                            key=f"trace-{item.key}", on_click="ignore", icon=":material/download:",
                            help="Open it later with “Open a saved trace” or repo_lens.Trace.load")
-        csv_button("Positions (CSV, every layer and head)", lambda t=trace: results.positions_csv(t),
+        csv_button("Positions (CSV, every layer and head)", partial(results.positions_csv, trace),
                    f"{name}-positions.csv", f"csv-positions-{item.key}")
         shown = min(len(trace), 2000)
         st.dataframe({"token": trace.tokens[:shown], "id": trace.token_ids[:shown].tolist(),

@@ -33,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{message} (see {self.prog} --help)")
 
 
-def _error_line(error: BaseException, args: argparse.Namespace | None) -> str:
+def _error_line(error: RepoLensError | OSError | UnicodeError, args: argparse.Namespace | None) -> str:
     if isinstance(error, ContextLengthError):
         return error.explain(getattr(args, "context_flags", {}))
     if isinstance(error, RepoLensError):

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from repo_lens.cli_args import number_list, output_dir, positive_int, seed_value, whole_number
 from repo_lens.cli.model_arguments import add_device_map_arguments, add_model_arguments
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if not ranks.is_main:  # rank 0 writes the summary and reports
         return 0
     print(result.status(), file=sys.stderr)
-    print(summary_json(result.summary))
+    print(summary_json(cast(dict, result.summary)))  # rank 0 has the summary
     return 0
 
 
@@ -187,6 +187,7 @@ def _add_study_option_flags(analyze: argparse.ArgumentParser) -> None:
     for study in registered().values():
         group = analyze.add_argument_group(f"{study.name} options") if study.options else None
         for option in study.options:
+            assert group is not None  # made for a study with options
             if option.kind is bool:
                 group.add_argument(option.flag, dest=f"option_{option.name}", action="store_true", default=None,
                                    help=option.help)
@@ -201,7 +202,7 @@ def _add_study_option_flags(analyze: argparse.ArgumentParser) -> None:
 def _option_type(option: Option) -> Callable[[str], Any]:
     """The argparse type of a study option's flag: the command line's own checks where they fit."""
     if option.many and option.kind in (int, float):
-        return number_list(option.kind, option.low, option.high, option.example or "1,2")
+        return number_list(option.kind, cast(float, option.low), option.high, option.example or "1,2")
     if option.kind is int and option.low is not None:
         return whole_number(int(option.low), None if option.high is None else int(option.high))
 

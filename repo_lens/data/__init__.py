@@ -17,6 +17,7 @@ from repo_lens.data.niah import (
     niah_prompt,
     niah_single,
 )
+from repo_lens.data.retrieval_families import FAMILIES, moved_pairs, retrieval_prompt, retrieval_prompts
 from repo_lens.data.reversal import (
     REVERSAL_PROMPT,
     REVERSAL_SPECIALS,
@@ -28,6 +29,7 @@ from repo_lens.data.spans import Prompt, PromptBuilder, char_to_token_span, enco
 from repo_lens.data.tables import table_prompt
 
 __all__ = [
+    "FAMILIES",
     "NEEDLE",
     "NOISE",
     "REVERSAL_PROMPT",
@@ -38,6 +40,9 @@ __all__ = [
     "PromptBuilder",
     "Sentence",
     "bilingual_splits",
+    "moved_pairs",
+    "retrieval_prompt",
+    "retrieval_prompts",
     "char_to_token_span",
     "encode_with_offsets",
     "fetch_peoples_daily",

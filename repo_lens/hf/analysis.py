@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -71,7 +71,7 @@ def attention_mass_hf(model: Any, ids: Any, spans: Mapping[str, tuple[int, int]]
                     "(load it with attn_implementation='eager' or through repo_lens.hf.load_hf)"
                 )
             rows = weights[0, :, q_start:q_end, :q_end]  # [head, R, keys]: the query rows only
-            sums[layer] = groups.sum_rows(rows).mean(dim=1).cpu().save()  # [head, groups]
+            sums[layer] = cast(Any, groups.sum_rows(rows).mean(dim=1).cpu()).save()  # [head, groups]; an nnsight proxy
         tracer.stop()
     stacked = torch.stack([sums[layer] for layer in chosen]).numpy()  # [L, H, groups]
     kinds = layer_kinds(hf_lens)

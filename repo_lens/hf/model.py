@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -91,6 +91,15 @@ class HFLens:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
+    @overload
+    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> Trace: ...
+    @overload
+    def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
+              allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...
+    @overload
+    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
+              progress: bool = True) -> Trace | list[Trace]: ...
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
               progress: bool = True) -> Trace | list[Trace]:
         """Positions (n_layers, n_heads, T): the ``position_ids`` the model gives its rotary embedding
@@ -229,7 +238,7 @@ def load_hf(
         if device_map is not None:
             kwargs["device_map"] = device_map
         try:
-            hf_model = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
+            hf_model: Any = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)  # or a module with .config
         except (OSError, ValueError) as error:
             raise CheckpointError(f"transformers cannot load {directory} as a causal LM offline: {error}") from None
         if device_map is None:

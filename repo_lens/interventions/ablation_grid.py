@@ -19,7 +19,7 @@ import torch
 
 from repo_lens.interventions.ablate import ablate, checked_means
 from repo_lens.interventions.batch import as_single
-from repo_lens.interventions.edits import edit_values, shuffle_orders
+from repo_lens.interventions.edits import edit_values, keep_tokens, token_orders
 from repo_lens.interventions.metrics import Metric, first_logit_row
 from repo_lens.interventions.modes import parse_mode
 from repo_lens.interventions.pairs import Pair
@@ -28,6 +28,7 @@ from repo_lens.interventions.prefix import run_prefix
 from repo_lens.interventions.results import InterventionGrid, check_grid
 from repo_lens.interventions.runs import capture
 from repo_lens.interventions.selection import head_mask, select_sites
+from repo_lens.interventions.tokens import token_mask
 from repo_lens.protocol import check_batch_size
 from repo_lens.validation import check_int
 
@@ -35,10 +36,11 @@ from repo_lens.validation import check_int
 def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, grid: str = "layer_head",
                   layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
                   reference: Any = None, seed: int = 0, batch_size: int = 16, progress: bool = True,
-                  also: Mapping[str, Metric] | None = None) -> InterventionGrid:
+                  also: Mapping[str, Metric] | None = None, tokens: Any = None) -> InterventionGrid:
     """The metric of one prompt with one cell's positions ablated (``mode`` as in :func:`ablate`), for
     every cell of ``grid``; ``baseline`` is the unablated metric, ``clean`` the metric with every
-    selected layer and head ablated at once; ``also``: further metrics of the same runs (``result.also``).
+    selected layer and head ablated at once; ``also``: further metrics of the same runs (``result.also``);
+    ``tokens``: ablate only these tokens' entries in every cell (as in :func:`ablate`).
 
     Example:
         >>> from repo_lens.lens import Lens
@@ -59,17 +61,20 @@ def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, 
     sites, heads_on = select_sites(lens.model, layers), head_mask(lens.model, heads)
     width = batch.lengths[0]
     means = checked_means(lens, inputs if reference is None else reference, sites, width) if parsed.name == "mean" else {}
-    orders = shuffle_orders(batch.lengths, width, seed) if parsed.name == "shuffle" else None
+    orders = token_orders(parsed, batch.lengths, width, seed)
+    selected = token_mask(tokens, batch.prompts, batch.lengths, width)
     pair = Pair(batch, batch, np.arange(width), sites, heads_on, {}, float("nan"), run_prefix(lens.model, batch.ids, 0))
     metrics = {"metric": metric, **(also or {})}
     with torch.no_grad():
         run = capture(lens.model, batch.ids, sites, inputs_from=sites[0].layer, prefix=pair.prefix,
                       rows_from=first_logit_row(list(metrics.values()), width))
-    edited = {site.layer: edit_values(run.quantities[site.layer], parsed, site.edit, mean=means.get(site.layer),
-                                      orders=orders) for site in sites}
+    edited = {site.layer: keep_tokens(edit_values(run.quantities[site.layer], parsed, site.edit,
+                                                  mean=means.get(site.layer), orders=orders, lengths=batch.lengths,
+                                                  seed=seed + site.layer), run.quantities[site.layer], selected)
+              for site in sites}
     values, baselines = grid_values(lens, pair, run, edited, grid, metrics, batch_size, progress, "ablating")
     every = float(ablate(lens, inputs, mode=parsed, layers=[site.layer for site in sites],
-                         heads=pair.head_list, metric=metric, reference=reference, seed=seed)[0])
+                         heads=pair.head_list, metric=metric, reference=reference, seed=seed, tokens=tokens)[0])
     meta = {"mode": parsed.label, **({"also_baseline": baselines} if also else {})}
     return InterventionGrid("ablate", grid, values.pop("metric"), baselines.pop("metric"), every,
                             [site.layer for site in sites], pair.head_list, round(time.perf_counter() - started, 4),

@@ -45,6 +45,7 @@ def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, 
         logits = run_from(model, first, start[0], rest, rows_from=unread)
         logits = with_unread_rows(logits, unread)
         if prefix.length:
+            assert prefix.logits is not None  # a computed prefix has its logits
             logits = torch.cat((prefix.logits, logits), dim=1)
         values = metric_values(metric, logits)
     if not values.requires_grad:
@@ -72,10 +73,11 @@ def _per_token(pair: Pair, site: Any, corrupted: torch.Tensor, gradient: torch.T
 
 def attribute(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = "layer_head",
               layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
-              align: str | Sequence[str] | None = None) -> InterventionGrid:
+              align: str | Sequence[str] | None = None, tokens: Any = None) -> InterventionGrid:
     """The gradient estimate of :func:`repo_lens.interventions.patch`'s grid (same arguments, same
     layout; ``values`` = baseline + estimated effect), from one forward and one backward pass of the
     corrupted prompt from the first selected layer. Exact where the metric is linear in the positions.
+    ``tokens``: only these tokens' positions are patched (as in :func:`repo_lens.interventions.patch`).
 
     Example:
         >>> from repo_lens.lens import Lens
@@ -89,7 +91,7 @@ def attribute(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: st
     """
     grid = check_grid(grid)
     started = time.perf_counter()
-    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align)
+    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
     baseline, quantities, gradients = _gradients(lens, pair, metric)
     values = np.full((lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1], np.nan)
     heads, tokens = pair.head_list, pair.aligned_tokens

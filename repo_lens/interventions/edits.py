@@ -3,7 +3,9 @@
 The quantity is [batch, head, pos] (positions, increments, forget-gate logs) or, for ``pairwise``
 mechanisms, [batch, head, query_pos, key_pos] (CoPE gates, GRAPE-AP potentials). "integer" and
 "constant" take their values from the registry; "interpolate" mixes the layer's own values with them;
-"mean" writes a reference set's mean at each token index; "shuffle" permutes the tokens.
+"mean" writes a reference set's mean at each token index; "shuffle" permutes the tokens, "window"
+within blocks of a few tokens; "affine", "rank", "scaled" and "random" edit the positions on their own
+scale (:mod:`repo_lens.interventions.scale_edits`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from repo_lens.interventions.modes import Mode
+from repo_lens.interventions.scale_edits import SCALE_MODES, scale_edit
 from repo_lens.model.registry import PositionEdit
 
 
@@ -44,6 +47,24 @@ def shuffle_orders(lengths: list[int], width: int, seed: int) -> torch.Tensor:
     return orders
 
 
+def window_orders(lengths: list[int], width: int, window: int, seed: int) -> torch.Tensor:
+    """[batch, width] token orders that permute tokens only within consecutive blocks of ``window``
+    tokens (the last block of a row may be shorter; pads stay): a local disorder that keeps every
+    token's position within ``window`` − 1 of its own.
+
+    >>> orders = window_orders([6], 6, 3, seed=0)[0].tolist()
+    >>> sorted(orders[:3]), sorted(orders[3:])
+    ([0, 1, 2], [3, 4, 5])
+    """
+    orders = torch.arange(width).repeat(len(lengths), 1)
+    for row, length in enumerate(lengths):
+        generator = torch.Generator().manual_seed(seed + row)
+        for start in range(0, length, window):
+            size = min(window, length - start)
+            orders[row, start:start + size] = start + torch.randperm(size, generator=generator)
+    return orders
+
+
 def shuffled(value: torch.Tensor, orders: torch.Tensor, pairwise: bool) -> torch.Tensor:
     """``value`` with its tokens in ``orders``: new[..., t] = value[..., order[t]]. A pairwise quantity
     keeps causality: query row i permutes its visible keys 0..i in the order they appear in ``order``.
@@ -64,10 +85,20 @@ def shuffled(value: torch.Tensor, orders: torch.Tensor, pairwise: bool) -> torch
     return value.gather(-1, by_row[:, None].expand_as(value))
 
 
+def token_orders(mode: Mode, lengths: list[int], width: int, seed: int) -> torch.Tensor | None:
+    """The token orders of "shuffle" (:func:`shuffle_orders`) and "window" (:func:`window_orders`); None otherwise."""
+    if mode.name == "shuffle":
+        return shuffle_orders(lengths, width, seed)
+    if mode.name == "window":
+        return window_orders(lengths, width, mode.width, seed)
+    return None
+
+
 def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: torch.Tensor | None = None,
-                orders: torch.Tensor | None = None) -> torch.Tensor:
+                orders: torch.Tensor | None = None, lengths: list[int] | None = None, seed: int = 0) -> torch.Tensor:
     """The quantity ``value`` after ``mode`` in every head (:func:`keep_heads` restricts it).
-    ``mean`` [1, head, ≥pos (, ≥pos)]: the reference mean ("mean"); ``orders``: :func:`shuffle_orders` ("shuffle").
+    ``mean`` [1, head, ≥pos (, ≥pos)]: the reference mean ("mean"); ``orders``: :func:`token_orders`
+    ("shuffle", "window"); ``lengths``: each row's real tokens (None: every entry), ``seed``: "random"'s direction.
 
     >>> from repo_lens.model.registry import position_edit
     >>> z = torch.full((1, 1, 3), 4.0)
@@ -78,10 +109,14 @@ def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: to
         return target_values(edit, value, mode.name)
     if mode.name == "interpolate":
         return (1.0 - mode.p) * value + mode.p * target_values(edit, value, mode.toward)
+    if mode.name in SCALE_MODES:
+        return scale_edit(value, mode.name, edit, target_values(edit, value, "integer"), lengths, seed)
     if mode.name == "mean":
         width = value.shape[2]
+        assert mean is not None  # "mean" mode: the caller passes the reference mean
         window = mean[:, :, :width, :width] if edit.pairwise else mean[:, :, :width]
         return window.to(value.device, value.dtype).expand_as(value)
+    assert orders is not None  # a shuffle mode: the caller passes token_orders
     return shuffled(value, orders, edit.pairwise)
 
 
@@ -93,3 +128,17 @@ def keep_heads(edited: torch.Tensor, original: torch.Tensor, heads: torch.Tensor
     """
     shape = (1, -1) + (1,) * (original.dim() - 2)
     return torch.where(heads.to(original.device).view(shape), edited, original)
+
+
+def keep_tokens(edited: torch.Tensor, original: torch.Tensor, tokens: torch.Tensor | None) -> torch.Tensor:
+    """``edited`` at the tokens where ``tokens`` [batch, pos] is True (for a pairwise quantity, those
+    tokens' query rows), ``original`` elsewhere; None: every token.
+
+    >>> keep_tokens(torch.ones(1, 1, 3), torch.zeros(1, 1, 3), torch.tensor([[True, False, True]])).tolist()
+    [[[1.0, 0.0, 1.0]]]
+    """
+    if tokens is None:
+        return edited
+    mask = tokens.to(original.device)[:, None, :original.shape[2]]
+    mask = mask if original.dim() == 3 else mask[..., None]
+    return torch.where(mask, edited, original)

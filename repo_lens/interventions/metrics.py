@@ -10,7 +10,7 @@ against target b. Any callable with the same contract works in ``ablate``, ``pat
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ Target = tuple[np.ndarray, tuple[int, int]]
 
 def _target(item: Any) -> Target:
     if isinstance(item, Prompt):
-        return np.asarray(item.ids, dtype=np.int64), tuple(item.query)
+        return np.asarray(item.ids, dtype=np.int64), cast("tuple[int, int]", tuple(item.query))
     if isinstance(item, tuple) and len(item) == 2 and len(item[1]) == 2:
         return np.asarray(item[0], dtype=np.int64), (int(item[1][0]), int(item[1][1]))
     raise InputError(f"a metric target is a Prompt or (token ids, (start, end)), got {type(item).__name__}")
@@ -160,7 +160,7 @@ def first_logit_row(metrics: Sequence[Metric], width: int) -> int:
     >>> first_logit_row([logit_difference(1, 2), lambda logits: logits[:, 0, 0]], 9)
     0
     """
-    rows = [getattr(metric, "first_row", None) for metric in metrics]
+    rows: list[Any] = [getattr(metric, "first_row", None) for metric in metrics]  # each first_row, or None
     if not rows or any(row is None for row in rows):
         return 0
     return max(0, min(min(int(row(width)), width - 1) for row in rows))

@@ -15,6 +15,7 @@ from repo_lens.interventions.metrics import Metric, first_logit_row, metric_valu
 from repo_lens.interventions.prefix import Prefix, run_prefix, shared_prefix
 from repo_lens.interventions.runs import capture
 from repo_lens.interventions.selection import Site, head_mask, select_sites
+from repo_lens.interventions.tokens import token_mask
 
 
 @dataclass
@@ -48,8 +49,9 @@ class Pair:
 
 
 def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: int | Iterable[int] | None,
-                 heads: int | Iterable[int] | None, align: str | Sequence[str] | None) -> Pair:
+                 heads: int | Iterable[int] | None, align: str | Sequence[str] | None, tokens: Any = None) -> Pair:
     """Check and align the pair, pick the sites, and run the clean prompt once (no gradient).
+    ``tokens``: only these corrupted tokens take clean positions (see ``repo_lens.interventions.tokens``).
 
     >>> from repo_lens.lens import Lens
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
@@ -61,6 +63,9 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
     """
     clean_batch, corrupted_batch = as_single(lens, clean, "clean"), as_single(lens, corrupted, "corrupted")
     mapping = alignment(clean_batch, corrupted_batch, align)
+    selected = token_mask(tokens, corrupted_batch.prompts, corrupted_batch.lengths, corrupted_batch.lengths[0])
+    if selected is not None:
+        mapping = np.where(selected[0].numpy(), mapping, -1)
     sites = select_sites(lens.model, layers)
     heads_on = head_mask(lens.model, heads)
     shared = shared_prefix(clean_batch.ids, corrupted_batch.ids, mapping)

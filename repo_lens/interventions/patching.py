@@ -100,7 +100,7 @@ def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, tor
 def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = "layer_head",
           layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
           align: str | Sequence[str] | None = None, batch_size: int = 16, progress: bool = True,
-          also: Mapping[str, Metric] | None = None) -> InterventionGrid:
+          also: Mapping[str, Metric] | None = None, tokens: Any = None) -> InterventionGrid:
     """The metric of the corrupted run with the clean run's positions written into one cell at a time.
 
     ``grid``: "layer" (all selected heads of a layer), "layer_head" or "layer_head_position" (one
@@ -109,7 +109,9 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
     otherwise pass ``align`` = span names (e.g. ["needle", "query", "answer"]). ``metric`` maps logits
     [batch, pos, vocab] to [batch] (see ``repo_lens.interventions.metrics``); ``also`` names further
     metrics measured on the same runs (their grids in ``result.also``). ``batch_size`` patched copies
-    run per forward pass.
+    run per forward pass. ``tokens``: patch only these tokens of the corrupted prompt (a slice, indices,
+    or a span name of a Prompt: "needle", "question", "~needle", "rest"; a pairwise quantity takes the
+    entries whose query and key are both selected), to find which tokens' positions carry the effect.
 
     Example:
         >>> from repo_lens.lens import Lens
@@ -123,7 +125,7 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
     """
     grid, batch_size = check_grid(grid), check_batch_size(batch_size)
     started = time.perf_counter()
-    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align)
+    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
     with torch.no_grad():
         metrics = {"metric": metric, **(also or {})}
         run = capture(lens.model, pair.corrupted.ids, pair.sites, inputs_from=pair.first_layer, prefix=pair.prefix,

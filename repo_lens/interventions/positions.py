@@ -13,11 +13,13 @@ from repo_lens.interventions.ablate import edit_hooks
 from repo_lens.interventions.batch import as_single
 from repo_lens.interventions.modes import parse_mode
 from repo_lens.interventions.selection import head_mask, select_sites
+from repo_lens.interventions.tokens import token_mask
 from repo_lens.validation import check_int
 
 
 def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int | Iterable[int] | None = None,
-                      heads: int | Iterable[int] | None = None, reference: Any = None, seed: int = 0) -> np.ndarray:
+                      heads: int | Iterable[int] | None = None, reference: Any = None, seed: int = 0,
+                      tokens: Any = None) -> np.ndarray:
     """float32 (n_layers, n_heads, tokens): what ``lens.trace(inputs).positions`` would hold with the
     ablation of :func:`repo_lens.interventions.ablate` applied (later layers see the earlier layers'
     change; CoPE / GRAPE-AP layers as seen from the last token, as in a trace).
@@ -33,8 +35,9 @@ def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int 
     parsed, seed = parse_mode(mode), check_int(seed, "seed", minimum=0)
     batch = as_single(lens, inputs, "inputs")
     sites = select_sites(lens.model, layers)
+    selected = token_mask(tokens, batch.prompts, batch.lengths, batch.ids.shape[1])
     hooks = edit_hooks(lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(lens.model, heads),
-                       inputs if reference is None else reference, seed)
+                       inputs if reference is None else reference, seed, selected)
     seen: dict[int, torch.Tensor] = {}
 
     def keep(layer: int):

@@ -77,6 +77,7 @@ def capture(model: Any, ids: torch.Tensor, sites: Sequence[Site], *, inputs_from
                 handle.remove()
     captured.logits = with_unread_rows(captured.logits, unread)
     if start:
+        assert prefix is not None and prefix.logits is not None  # start > 0: a computed prefix
         captured.logits = torch.cat((prefix.logits, captured.logits), dim=1)
         captured.quantities = {site.layer: prefix.full(site.layer, captured.quantities[site.layer], site.edit.pairwise)
                                for site in sites}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,11 +34,14 @@ class Attention(AttentionWeights, nn.Module):
     group share their positions, as in RoPE layers, else per query head). Each hook sees a view, so
     a hook that is not attached costs nothing and leaves the output bit-identical."""
 
+    positions: Any  # the layer's position mechanism (the registry's nn.Module: role, logit_bias, … by kind)
+    inv_freq: torch.Tensor  # a buffer
+
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.layer = layer
         self.kind = cfg.layer_mechanisms[layer]
-        self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, int(cfg.n_kv_heads), cfg.d_head
+        self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, int(cast(int, cfg.n_kv_heads)), cfg.d_head
         q_width, kv_width = self.n_heads * self.d_head, self.n_kv_heads * self.d_head
         self.q_proj = nn.Linear(cfg.d_model, q_width, bias=cfg.attention_bias)
         self.k_proj = nn.Linear(cfg.d_model, kv_width, bias=cfg.attention_bias)
@@ -129,12 +134,14 @@ class Attention(AttentionWeights, nn.Module):
                 state["key_positions"] = key_positions.detach()
             bias = mechanism.logit_bias(positions, key_positions)
         elif mechanism.role == "contextual":
+            assert allowed is not None  # only a rotary layer's square pattern goes without a mask
             scores = self._scores(q, k).masked_fill(~allowed, float("-inf"))
             bias, positions = mechanism(q, scores, allowed)
             self.hook_pos(editable(self.hook_pos, positions))
         if bias is None:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
         else:
+            assert allowed is not None  # a bias comes from an additive or contextual layer, which has a mask
             bias = bias.masked_fill(~allowed, float("-inf"))
             z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias).to(v.dtype)
         z = hooked_attention(q, k, v, z, allowed, bias, self.hook_attn_scores, self.hook_pattern)

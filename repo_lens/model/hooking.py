@@ -7,6 +7,8 @@ a torch module hook, or an nnsight trace that reads or writes the hook's output.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from transformer_lens.hook_points import HookPoint
 
@@ -46,7 +48,7 @@ def through(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor | None:
     if hooked is not tensor or point._backward_hooks:
         return hooked
     if inference:
-        return None if torch.equal(before, tensor) else tensor
+        return None if torch.equal(cast(torch.Tensor, before), tensor) else tensor
     return None if tensor._version == before else tensor
 
 

@@ -27,7 +27,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig, repo_start_layer
@@ -64,7 +64,8 @@ class MechanismTraits:
         ``hook`` (the writable hook under ``blocks.{l}.``), ``integer`` (``"index"``: the token index
         0..T−1, or the value every entry takes so that each token adds one unit), ``constant`` (the value
         that leaves no positional signal), ``quantity`` (what the hook holds), ``pairwise`` (the hook is
-        [batch, head, query_pos, key_pos] instead of [batch, head, pos]).
+        [batch, head, query_pos, key_pos] instead of [batch, head, pos]), ``sum`` (how the positions are
+        summed from the quantity, for edits on the positions' own scale; see :class:`PositionEdit`).
     """
 
     kind: str
@@ -95,6 +96,8 @@ class PositionEdit:
     constant: the value of every entry for a constant position.
     quantity: what the hook holds, in words.
     pairwise: the hook holds [batch, head, query_pos, key_pos] (e.g. CoPE's gates), not [batch, head, pos].
+    sum: how positions follow from the quantity q: "none" (q is the positions), "inclusive" (Σ_{s≤t} q_s),
+        "exclusive" (Σ_{s<t} q_s), "suffix" (pairwise, Σ_{j≤s≤i} q_is), "suffix_exclusive" (Σ_{j<s≤i} q_is).
     """
 
     hook: str
@@ -102,6 +105,7 @@ class PositionEdit:
     constant: float
     quantity: str
     pairwise: bool = False
+    sum: str = "none"
 
 
 _REGISTRY: dict[str, MechanismTraits] = {}
@@ -176,7 +180,7 @@ def position_edit(kind: str) -> PositionEdit:
     >>> position_edit("repo").hook, position_edit("repo").integer, position_edit("fox").integer
     ('attn.hook_pos', None, 1.0)
     """
-    edit = dict(mechanism_traits(kind).edit)
+    edit: dict[str, Any] = dict(mechanism_traits(kind).edit)
     if not edit:
         raise KeyError(f"position mechanism {kind!r} declares no edit (its traits' 'edit'); interventions cannot "
                        "change its positions")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -81,7 +81,7 @@ def rope_frequencies(
     if rope_type == "default":
         return 1.0 / (theta ** _exponents(head_dim)), 1.0
     assert rope_scaling is not None
-    factor = rope_scaling.get("factor")
+    factor = cast(float, rope_scaling.get("factor"))  # every scaled rope type has one
     if rope_type == "linear":
         return 1.0 / (theta ** _exponents(head_dim)) / float(factor), 1.0
     if rope_type == "dynamic":

@@ -51,16 +51,18 @@ def attention_mass_figure(masses: Any, spans: Sequence[str] | None = None, log: 
     fig = go.Figure()
     single = len(results) == 1
     all_values = []
-    for index, (label, mass) in enumerate(results.items()):
+    for label, mass in results.items():
         missing = [n for n in names if n not in mass.per_token]
         if missing:
             raise InputError(f"{label!r} has no span {missing}; it has {sorted(mass.per_token)}")
+        all_values += [float(mass.per_token[n]) for n in names]
+    decimals = shared_decimals(all_values)
+    for index, (label, mass) in enumerate(results.items()):
         values = [float(mass.per_token[n]) for n in names]
-        all_values += values
         colors = [SPAN_COLORS.get(n, OKABE_ITO[4]) for n in names] if single else series_style(index)["color"]
         fig.add_trace(go.Bar(
             x=names, y=values, name=label, marker_color=colors,
-            text=[f"{v:.3g}" if np.isfinite(v) else "n/a" for v in values], texttemplate="%{text}",
+            text=[f"{v:.{decimals}f}" if np.isfinite(v) else "n/a" for v in values], texttemplate="%{text}",
             textposition="outside", cliponaxis=False,
             customdata=[mass.span_lengths.get(n, 0) for n in names],
             hovertemplate="%{x}: %{y:.4g} per token (%{customdata} tokens)<extra>" + label + "</extra>",
@@ -112,3 +114,16 @@ def attention_mass_layers_figure(masses: Any, spans: Sequence[str] | None = None
     fig.update_yaxes(title_text="mass per token", **(LOG_AXIS if log_y else {"type": "linear"}))
     fig.update_layout(meta={"kind": "attention_mass_layers"})
     return fig
+
+
+def shared_decimals(values: list[float], significant: int = 2) -> int:
+    """Decimal places that show the smallest non-zero value with ``significant`` digits: one precision for a
+    whole set of value labels (at most 6).
+
+    >>> shared_decimals([0.0103, 0.012, 0.5]), shared_decimals([12.5, 3.0]), shared_decimals([0.0, float("nan")])
+    (3, 1, 2)
+    """
+    finite = [abs(value) for value in values if np.isfinite(value) and value != 0]
+    if not finite:
+        return significant
+    return int(min(6, max(0, significant - 1 - np.floor(np.log10(min(finite))))))

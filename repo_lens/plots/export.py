@@ -211,9 +211,11 @@ def _check_size(width: int | None, height: int | None, scale: float | None) -> N
 
 
 def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: int | None = None,
-                 scale: float | None = 2.0) -> bytes:
+                 scale: float | None = 2.0, font: str | None = None) -> bytes:
     """The figure as ``fmt`` ("png", "svg", "pdf" or "html") bytes; a PNG has ``scale`` device pixels per
-    CSS pixel (None: 2).
+    CSS pixel (None: 2). A PDF is the SVG converted page for page (its page is the figure, fonts embedded,
+    heatmaps as vector cells: :func:`repo_lens.plots.pdf_export.svg_to_pdf`); with ``font`` ("sans",
+    "serif", "cm") it must embed that face, else an :class:`ExportError` names the package to install.
 
     Example:
         >>> import plotly.graph_objects as go
@@ -230,7 +232,7 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
         return fig.to_html(include_plotlyjs=True, full_html=True, include_mathjax=False).encode("utf-8")
     start_export_server()
     opts = {
-        "format": fmt,
+        "format": "svg" if fmt == "pdf" else fmt,
         "width": int(width or fig.layout.width or DEFAULT_WIDTH),
         "height": int(height or fig.layout.height or 500),
         "scale": (scale or 2.0) if fmt == "png" else 1,
@@ -238,6 +240,13 @@ def figure_bytes(fig: go.Figure, fmt: str, *, width: int | None = None, height: 
     data = _render(fig, opts, EXPORT_TIMEOUT_S)
     if not data:
         raise ExportError(f"rendering the figure as {fmt.upper()} produced no data")
+    if fmt == "pdf":
+        from repo_lens.plots.pdf_export import PdfExportError, svg_to_pdf
+
+        try:
+            return svg_to_pdf(bytes(data), font)
+        except PdfExportError as error:
+            raise ExportError(str(error)) from None
     return bytes(data)
 
 
@@ -269,8 +278,9 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
     :data:`repo_lens.plots.paper.PAPER_PRESETS`) or gives one with a unit (``"3.3in"``, ``"240pt"``,
     ``"8.5cm"``); the figure is laid out again for it (:func:`paper_figure`) with ``font_pt``-point text
     (default 8), ``font`` "sans" (default), "serif" (Times) or "cm" (Computer Modern), and height
-    ``aspect`` × width (default: what the figure's content needs). PDF and SVG are vector (the PDF
-    embeds its fonts); a PNG has ``dpi`` pixels per inch (default 300 with a layout; it says so in the
+    ``aspect`` × width (default: what the figure's content needs). PDF and SVG are vector: the PDF's
+    page is the figure at its size, its fonts embedded as outlines (an error names the package to install
+    when the face asked for is missing), its heatmaps drawn as vector cells; a PNG has ``dpi`` pixels per inch (default 300 with a layout; it says so in the
     file), or ``scale`` pixels per figure pixel (default 2 without a layout). ``width`` / ``height``
     (pixels) override the figure's own size.
 
@@ -303,7 +313,8 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
                          "'icml-column', or a width such as '3.3in')")
     if dpi is not None:
         scale = dpi / 96  # kaleido's scale: device pixels per CSS pixel (96 per inch)
-    data = figure_bytes(fig, fmt, width=width, height=height, scale=scale)
+    data = figure_bytes(fig, fmt, width=width, height=height, scale=scale,
+                        font=(font or "sans") if layout is not None else None)
     if fmt == "png" and dpi is not None:
         data = png_with_dpi(data, dpi)
     atomic_write_bytes(path, data)

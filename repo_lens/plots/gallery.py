@@ -37,7 +37,7 @@ def synthetic_trace(n_layers: int = 16, n_heads: int = 16, n_tokens: int = 250, 
     tokens = ["␣" if char == " " else char for char in text]
     ids = [ord(char) % 256 for char in text]
     kinds = [ROPE_KIND] * rope_layers + [DEFAULT_KIND] * (n_layers - rope_layers)
-    return Trace(tokens=tokens, token_ids=ids, positions=z, layer_kinds=kinds)
+    return Trace(tokens=tokens, token_ids=np.asarray(ids), positions=z, layer_kinds=kinds)
 
 
 def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]:

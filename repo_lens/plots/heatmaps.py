@@ -96,7 +96,7 @@ def layer_head_heatmap(
     title: str,
     colorbar_title: str,
     layer_kinds: Sequence[str] | None = None,
-    colorscale: str = SEQUENTIAL,
+    colorscale: str | list[list[Any]] = SEQUENTIAL,
     zmin: float | None = None,
     zmax: float | None = None,
     zmid: float | None = None,

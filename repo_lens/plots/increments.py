@@ -40,12 +40,26 @@ def category_increments_figure(layers: Sequence[Mapping[str, float]], categories
     shown = list(categories) if categories is not None else list(layers[0])
     fig = go.Figure()
     for layer, table in enumerate(layers):
-        fig.add_bar(name=f"L{layer}", x=shown, y=[table.get(category, float("nan")) for category in shown],
-                    marker_color=series_style(layer)["color"])
+        fig.add_bar(name=f"L{layer}", x=[category_label(category) for category in shown],
+                    y=[table.get(category, float("nan")) for category in shown], marker_color=series_style(layer)["color"])
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888888", annotation_text="RoPE (δ = 1)")
     fig.update_layout(barmode="group", yaxis_title="mean increment δ", xaxis_title="byte category",
                       meta={"kind": "category_increments"})
     return styled(fig, title)
+
+
+# the analysers' category names as a reader of a figure says them
+CATEGORY_LABELS: dict[str, str] = {"cjk_lead": "CJK lead byte", "continuation": "continuation byte",
+                                   "other_lead": "other lead byte", "word_initial": "word start"}
+
+
+def category_label(category: str) -> str:
+    """How a figure names a byte or token category.
+
+    >>> category_label("cjk_lead"), category_label("space"), category_label("my_class")
+    ('CJK lead byte', 'space', 'my class')
+    """
+    return CATEGORY_LABELS.get(category, category.replace("_", " "))
 
 
 def layer_series_figure(series: Mapping[str, Sequence[float]], y_title: str, title: str,

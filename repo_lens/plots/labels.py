@@ -85,3 +85,40 @@ def place_labels(
             ends.insert(slot, b)
             chosen[index] = True
     return chosen
+
+
+# what separates words in token text: spaces and newlines as byte models and BPE tokenizers show them
+WORD_BREAKS = "␣↵ \t\n\u0120\u010a\u2581"
+
+
+def words_of_tokens(texts: Sequence[str], token_index: Sequence[int] | np.ndarray) -> list[tuple[list[int], str]]:
+    """The words a row of tokens spells: (the slots of its tokens, its text), in order. A word ends at a
+    token that is or starts with a space or newline (``WORD_BREAKS``; the break itself is no part of any
+    word) and where ``token_index`` skips a token (a sampled row), so each word's text is a contiguous
+    piece of the input.
+
+    >>> words_of_tokens(["Ma", "rie", "␣", "Cu", "rie", "\u0120was"], [0, 1, 2, 3, 4, 5])
+    [([0, 1], 'Marie'), ([3, 4], 'Curie'), ([5], 'was')]
+    >>> words_of_tokens(["a", "b", "c"], [0, 1, 5])
+    [([0, 1], 'ab'), ([2], 'c')]
+    """
+    words: list[tuple[list[int], str]] = []
+    slots: list[int] = []
+    text = ""
+    previous = None
+    for slot, (token, index) in enumerate(zip(texts, np.asarray(token_index).tolist())):
+        core = token.strip(WORD_BREAKS)
+        breaks_before = token[:1] in WORD_BREAKS or (previous is not None and index != previous + 1)
+        if (breaks_before or not core) and slots:
+            words.append((slots, text))
+            slots, text = [], ""
+        if core:
+            slots.append(slot)
+            text += core
+        if core and token[-1:] in WORD_BREAKS:
+            words.append((slots, text))
+            slots, text = [], ""
+        previous = index
+    if slots:
+        words.append((slots, text))
+    return words

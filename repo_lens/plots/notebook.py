@@ -44,6 +44,8 @@ class ResponsivePlotlyRenderer(PlotlyRenderer):
     """plotly's interactive output without the figure's fixed width: the chart takes the width of the
     output area (its height is kept), and follows it when the area is resized."""
 
+    config: dict[str, Any]  # set by PlotlyRenderer.__init__
+
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         super().__init__({**(config or {}), "responsive": True})
 

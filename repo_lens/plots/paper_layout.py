@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -31,7 +31,7 @@ from repo_lens.plots.style import SEQUENTIAL
 LINE_EM = 1.25  # a line of text, in font sizes
 LEGEND_SYMBOL_PX = 40.0  # a legend entry's symbol and the gap before its text (plotly: itemwidth 30 + 10)
 LEGEND_GAP_PX = 12.0  # between two entries of a horizontal legend
-LEGEND_PAD_PX = 8  # above and below a legend's rows
+LEGEND_PAD_PX = 4  # below a legend's rows
 COLORBAR_THICKNESS_PX = 8
 PLOT_ASPECT = 0.6  # plot height / plot width of bars, lines and scatters
 PLOT_HEIGHT_PX = (100, 320)  # the plotting area's height: at least (a heatmap of few rows too), at most
@@ -71,7 +71,7 @@ def relayout(fig: go.Figure, target: PaperTarget) -> None:
                       font=dict(family=target.family, size=target.text_px, color="#000000"),
                       hoverlabel=dict(font_family=target.family))
     kind = fig.layout.meta.get("kind") if isinstance(fig.layout.meta, dict) else None
-    _KIND_RELAYOUTS.get(kind, relayout_plot)(fig, target)
+    _KIND_RELAYOUTS.get(cast(str, kind), relayout_plot)(fig, target)
 
 
 def register_relayout(kind: str, relayout_kind: Callable[[go.Figure, PaperTarget], None]) -> None:
@@ -90,13 +90,13 @@ def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
     ticks = _category_ticks(fig, target, plot_width)
     bottom = ticks + LINE_EM * (target.text_px if _has_x_title(fig) else 0) + 8
     if target.height_px is not None:
-        height = target.height_px
+        height: float = target.height_px
     elif heatmap_rows:
         height = max(PLOT_HEIGHT_PX[0], heatmap_rows * _heatmap_row_px(fig, target)) + top + bottom
     else:
         low, high = PLOT_HEIGHT_PX
         height = min(high, max(low, PLOT_ASPECT * plot_width)) + top + bottom
-    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + EDGE_PX,
+    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + (EDGE_PX if not top else 1),
                                                             b=EDGE_PX, pad=0, autoexpand=True))
 
 
@@ -119,7 +119,7 @@ def legend_height(names: Sequence[str], target: PaperTarget, width: float | None
     entries = [LEGEND_SYMBOL_PX + label_width_px(_plain(name), target.tick_px) + LEGEND_GAP_PX for name in names]
     if not entries:
         return 0.0
-    per_row = len(entries) if sum(entries) <= width else max(1, int(width // max(entries)))
+    per_row = max(1, int(width // max(entries)))
     return math.ceil(len(entries) / per_row) * (max(16.0, 1.3 * target.tick_px) + 3) + LEGEND_PAD_PX
 
 
@@ -131,14 +131,18 @@ def _legend(fig: go.Figure, target: PaperTarget) -> float:
     fig.update_layout(showlegend=True, legend=dict(
         orientation="h", x=0, xanchor="left", y=1.0, yanchor="top", yref="container", xref="paper",
         font=dict(size=target.tick_px), itemwidth=30, itemsizing="trace", tracegroupgap=0,
-        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text=""))
+        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text="",
+        # entries as wide as legend_height counts them, so plotly breaks the rows where it does
+        entrywidth=max(label_width_px(_plain(name), target.tick_px) for name in names) + LEGEND_GAP_PX,
+        entrywidthmode="pixels"))
     return legend_height(names, target)
 
 
 def _legend_names(fig: go.Figure) -> list[str]:
     if fig.layout.showlegend is False:
         return []
-    shown = [trace.name for trace in fig.data if trace.name and trace.showlegend is not False]
+    shown = [trace.name for trace in fig.data if trace.name and (trace.showlegend or (
+        trace.showlegend is None and not isinstance(trace, go.Heatmap)))]  # plotly lists no heatmap by default
     shapes = [shape.name for shape in fig.layout.shapes if shape.showlegend and shape.name]
     if fig.layout.showlegend is None and len(shown) < 2 and not shapes:  # plotly draws no legend for one trace
         return []
@@ -178,6 +182,9 @@ def _heatmaps(fig: go.Figure, target: PaperTarget, plot_width: float) -> int:
     cell = plot_width / panels / max(np.shape(heatmaps[0].z)[-1], 1) - (heatmaps[0].xgap or 0)
     row_px = _heatmap_row_px(fig, target)
     for trace in heatmaps:
+        suffix = (trace.xaxis or "x")[1:]  # no grid lines between the cells (gaps stay white)
+        fig.layout["xaxis" + suffix].update(showgrid=False, zeroline=False)
+        fig.layout["yaxis" + (trace.yaxis or "y")[1:]].update(showgrid=False, zeroline=False)
         if trace.texttemplate:
             fits = (cell >= label_width_px(_widest_value(trace), target.small_px) + 2
                     and row_px >= LINE_EM * target.small_px + 2)
@@ -288,12 +295,12 @@ def _fit_bar_text(fig: go.Figure, trace: go.Bar, target: PaperTarget, plot_width
     bar = plot_width / groups * (1 - (fig.layout.bargap if fig.layout.bargap is not None else 0.2)) / max(series, 1)
     widest = max(label_width_px(_plain(text), target.small_px) for text in texts)
     outside = trace.textposition in ("outside", "auto", None)
-    if widest + 2 <= bar:
+    if widest + 2 <= bar:  # plotly's autorange makes room in the plot for a line of values above the bars
         trace.update(textangle=0)
-        return LINE_EM * target.small_px + 2 if outside else 0.0
+        return 0.0
     if LINE_EM * target.small_px <= bar:
-        trace.update(textangle=-90)
-        return widest + 4 if outside else 0.0
+        trace.update(textangle=-90)  # upright values reach further than the line plotly's autorange allows
+        return max(0.0, widest + 4 - LINE_EM * target.small_px) if outside else 0.0
     trace.update(texttemplate="", text=None)
     return 0.0
 
@@ -307,7 +314,7 @@ def _annotations(fig: go.Figure, target: PaperTarget, plot_width: float) -> floa
         if _is_subplot_title(note):
             text = _wrap(_plain(note.text or ""), plot_width / panels - 4, target.tick_px)
             note.update(text=text, font=dict(size=target.tick_px))
-            top = max(top, (text.count("<br>") + 1) * LINE_EM * target.tick_px + 4)
+            top = max(top, (text.count("<br>") + 1) * LINE_EM * target.tick_px + 1)
         else:
             note.update(font=dict(size=target.small_px))
     return top

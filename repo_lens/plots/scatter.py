@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from numbers import Real
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -133,7 +133,7 @@ def _check_options(view: Any, k: Any, max_points: Any, max_total_points: Any, co
                    width: Any) -> tuple[int, int, int]:
     if view not in ("focus", "global"):
         raise InputError(f"view must be 'focus' or 'global', got {view!r}")
-    if isinstance(k, bool) or not isinstance(k, Real) or not np.isfinite(k) or k < 0:
+    if isinstance(k, bool) or not isinstance(k, Real) or not np.isfinite(cast(float, k)) or k < 0:
         raise InputError(f"k (the fences' multiple of the interquartile range) must be a finite number >= 0, "
                          f"got {k!r} ({type(k).__name__})")
     check_int(width, "width (pixels)", minimum=100)

@@ -5,31 +5,27 @@ otherwise each row draws its tokens as vertical tick marks, all of a row one lay
 "marks of layer N"; beyond ``COLUMN_DEDUP_MIN_TOKENS`` shown tokens one tick per 2-pixel column),
 under invisible markers (the trace named after the layer; ``marker.maxdisplayed=1``, so the browser
 creates one element) that carry their hover (a tick standing for several tokens says how many) and
-clicks, and a second trace per row (``meta["labels_of_layer"]``) draws the labels that fit, placed
-greedily from left to right (:func:`repo_lens.plots.labels.place_labels`). One SVG path per row
-rather than thousands of marker elements is what keeps a 16-layer view of 4,096 tokens quick to draw.
-The connectors are the trace named "connectors"; the chunk strip is a shape per class, named in the
-legend. For a paper, :func:`repo_lens.plots.export` with a ``layout`` (or
-:func:`repo_lens.plots.paper_figure`) reads the rows back and draws them again for the paper's width
-and type sizes (:func:`paper_layout`): fewer labels, more marks, none past the plot's edges.
+clicks, and a second trace per row (``meta["labels_of_layer"]``) draws the whole words that fit, placed
+greedily from left to right (:func:`repo_lens.plots.labels.place_labels`). One SVG path per row rather
+than thousands of marker elements keeps a 16-layer view of 4,096 tokens quick to draw. The connectors
+are the trace named "connectors"; the chunk strip is a shape per class, named in the legend. For a
+paper, :func:`repo_lens.plots.export` with a ``layout`` draws the rows again for the paper's width
+(:func:`repo_lens.plots.spaced_tokens_paper.paper_layout`).
 """
 
 from __future__ import annotations
 
-import html
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
 from repo_lens.plots.heatmaps import PATTERN_NAMES, pattern_codes
-from repo_lens.plots.labels import label_width_px, place_labels
-from repo_lens.plots.paper_layout import legend_height, register_relayout, relayout_plot
+from repo_lens.plots.spaced_token_labels import RowLabels, place_rows
 from repo_lens.plots.style import (
     DEFAULT_WIDTH,
     LEGEND_ROW_PX,
@@ -45,9 +41,6 @@ from repo_lens.plots.style import (
     styled,
 )
 from repo_lens.validation import check_int, check_positive_number
-
-if TYPE_CHECKING:
-    from repo_lens.plots.paper import PaperTarget
 
 # beyond this many shown tokens each row draws one tick mark per COLUMN_PX pixels
 COLUMN_DEDUP_MIN_TOKENS = 100
@@ -102,23 +95,24 @@ def spaced_tokens_figure(
     chosen = _choose_tokens(trace, head=head, layers=layers, scale=scale, window=window, max_tokens=max_tokens,
                             highlight=highlight)
     rows = _rows(trace, chosen, head, patterns, chunk_size)
-    axis_range = _axis_range(chosen.xs, x_range)
+    axis_range = x_axis_range(chosen.xs, x_range)
     fig = go.Figure()
     _lay_out(fig, title=title, head=head, scale=scale, rows=chosen.rows, kinds=chosen.kinds, width=width,
              axis_range=axis_range, patterns=patterns is not None)
     look = RowLook.screen(width - fig.layout.margin.l - fig.layout.margin.r, font_size)
-    placed = _place_rows(rows, axis_range, look, label_limit)
+    tokens = None if len(chosen.shown) < chosen.window[1] - chosen.window[0] else rows[0].display.tolist()
+    placed = place_rows(rows, axis_range, look, label_limit, tokens=(chosen.window[0], tokens) if tokens else None)
     if connect and len(rows) > 1:
         slots = chosen.first if chosen.marked.size else _connected(len(chosen.shown), len(rows), max_connectors)
         fig.add_trace(_connectors(chosen.xs, slots, strong=bool(chosen.marked.size)))
-    _draw_rows(fig, rows, placed, look, axis_range)
+    draw_rows(fig, rows, placed, look, axis_range)
     if chosen.marked.size:
         fig.add_trace(_highlight_marks(chosen.xs, chosen.first, chosen.shown, rows[0].display))
     start, end = chosen.window
     fig.layout.meta = {"kind": "spaced_tokens", "head": head, "scale": scale, "window": [start, end],
                        "sampled": bool(len(chosen.shown) < end - start), "x_range": list(axis_range),
-                       "labelled": [int(p.sum()) for p in placed], "highlight": chosen.marked.tolist(), "width": width,
-                       "label_limit": label_limit}
+                       "labelled": [len(p.x) for p in placed], "highlight": chosen.marked.tolist(), "width": width,
+                       "label_limit": label_limit, "tokens": tokens}
     return fig
 
 
@@ -231,20 +225,7 @@ def _chunk_classes(patterns: Any, chunk_size: Any, chosen: _Chosen) -> np.ndarra
     return out
 
 
-def _place_rows(rows: list[Row], axis_range: tuple[float, float], look: RowLook, label_limit: int) -> list[np.ndarray]:
-    """Per row, the mask of the labels drawn (:func:`repo_lens.plots.labels.place_labels`)."""
-    out, widths_of = [], {}
-    for row in rows:
-        if id(row.display) not in widths_of:  # the rows of a new figure share one display array
-            widths_of[id(row.display)] = np.array([label_width_px(html.unescape(text), look.font_size)
-                                                   for text in row.display.tolist()])
-        widths = widths_of[id(row.display)]
-        out.append(place_labels(row.x, widths, axis_range, look.plot_width, first=row.first, limit=label_limit,
-                                inside=look.label_inside))
-    return out
-
-
-def _draw_rows(fig: go.Figure, rows: list[Row], placed: list[np.ndarray], look: RowLook,
+def draw_rows(fig: go.Figure, rows: list[Row], placed: list[RowLabels], look: RowLook,
                axis_range: tuple[float, float]) -> None:
     """Each row as one text trace when every label fits, else as marks (ticks, hover markers, the labels
     that fit); the chunk strip first, under them."""
@@ -252,9 +233,9 @@ def _draw_rows(fig: go.Figure, rows: list[Row], placed: list[np.ndarray], look: 
     if any(row.custom.shape[1] > 3 for row in rows):
         for shape in _strip_shapes(rows, look, units_per_px):
             fig.add_shape(**shape)
-    every_label = all(mask.all() for mask in placed)
+    every_label = all(labels.every_token for labels in placed)
     row_dtype = np.int8 if len(rows) < 128 else np.int32
-    for r, (row, mask) in enumerate(zip(rows, placed)):
+    for r, (row, labels) in enumerate(zip(rows, placed)):
         if every_label:
             fig.add_trace(go.Scatter(
                 x=row.x.astype(np.float32), y=_row_y(len(row.x), r, row_dtype, look.label_dy), name=row.name,
@@ -263,7 +244,7 @@ def _draw_rows(fig: go.Figure, rows: list[Row], placed: list[np.ndarray], look: 
                 meta={"layer": row.layer}, hovertemplate=HOVER, showlegend=False,
             ))
         else:
-            _draw_marks(fig, r, row, mask, look, units_per_px, row_dtype)
+            _draw_marks(fig, r, row, labels, look, units_per_px, row_dtype)
 
 
 def _row_y(n: int, r: int, dtype: type, dy: float) -> np.ndarray:
@@ -271,7 +252,7 @@ def _row_y(n: int, r: int, dtype: type, dy: float) -> np.ndarray:
     return np.full(n, r, dtype=dtype) if dy == 0 else np.full(n, r + dy, dtype=np.float32)
 
 
-def _draw_marks(fig: go.Figure, r: int, row: Row, placed: np.ndarray, look: RowLook, units_per_px: float,
+def _draw_marks(fig: go.Figure, r: int, row: Row, labels: RowLabels, look: RowLook, units_per_px: float,
                 row_dtype: type) -> None:
     drawn, text = np.arange(len(row.x)), row.display if row.hover is None else row.hover
     if len(row.x) > COLUMN_DEDUP_MIN_TOKENS:
@@ -288,9 +269,9 @@ def _draw_marks(fig: go.Figure, r: int, row: Row, placed: np.ndarray, look: RowL
         mode="markers", marker=dict(color=row.color, size=7, opacity=0, maxdisplayed=1), text=text,
         customdata=row.custom[drawn], meta={"layer": row.layer}, hovertemplate=HOVER, showlegend=False,
     ))
-    fig.add_trace(go.Scatter(  # the labels that fit
-        x=row.x[placed].astype(np.float32), y=_row_y(int(placed.sum()), r, row_dtype, look.label_dy),
-        mode="text", text=row.display[placed], textposition=look.label_position,
+    fig.add_trace(go.Scatter(  # the words that fit
+        x=labels.x.astype(np.float32), y=_row_y(len(labels.x), r, row_dtype, look.label_dy),
+        mode="text", text=labels.text, textposition=look.label_position,
         textfont=dict(color=row.color, size=look.font_size), hoverinfo="skip", showlegend=False, name="",
         meta={"labels_of_layer": row.layer},
     ))
@@ -325,7 +306,7 @@ def _highlighted(highlight: tuple[int, int] | None, start: int, end: int) -> np.
     return np.arange(max(start, token - k), min(end, token + k + 1))
 
 
-def _axis_range(xs: np.ndarray, x_range: tuple[float, float] | None) -> tuple[float, float]:
+def x_axis_range(xs: np.ndarray, x_range: tuple[float, float] | None) -> tuple[float, float]:
     if x_range is not None:
         try:
             low, high = (float(value) for value in x_range)
@@ -464,101 +445,3 @@ def _strip_shapes(rows: list[Row], look: RowLook, units_per_px: float) -> list[d
             out.append(dict(type="path", path="".join(path), xref="x", yref="y", layer="above", showlegend=True,
                             line=dict(color=PATTERN_COLORS[name], width=look.strip_px), name=f"{name} chunk"))
     return out
-
-
-# --- for a paper: the rows drawn again for the paper's width and type sizes -----------------------------
-
-PAPER_TICK_HALF_PX = 3.0
-PAPER_STRIP_PX = 3.0
-PAPER_GAP_PX = 1.5
-LINE_EM = 1.2  # the height of a line of labels, in font sizes
-
-
-def paper_layout(fig: go.Figure, target: PaperTarget) -> None:
-    """Lay a spaced-token figure out again for ``target`` (see :func:`repo_lens.plots.paper_figure`):
-    its rows, read back from the figure, drawn again with the labels placed for the paper's plot width
-    and label size (fewer labels, and marks for the rest), none running past the plot's edges; rows as
-    high as a label, its marks and the chunk strip need."""
-    rows = _rows_of_figure(fig)
-    if not rows:
-        relayout_plot(fig, target)
-        return
-    meta = dict(fig.layout.meta or {})
-    axis_range = tuple(fig.layout.xaxis.range or meta.get("x_range") or _axis_range(np.concatenate([r.x for r in rows]), None))
-    strip = [shape.name for shape in fig.layout.shapes if (shape.name or "").endswith(" chunk")]
-    frame = _paper_frame(rows, target, legend_height(strip, target) if strip else 0.0)
-    placed = _place_rows(rows, axis_range, frame["look"], int(meta.get("label_limit", 400)))
-    overlays = _drop_rows(fig)
-    _draw_rows(fig, rows, placed, frame["look"], axis_range)
-    fig.data = [trace for trace in fig.data if trace.name != "highlighted tokens"] + overlays  # rings on top
-    _restyle_overlays(fig, frame["look"])
-    scale = meta.get("scale")
-    fig.update_xaxes(title_text="position (rescaled per layer)" if scale == "row" else "position", automargin=False,
-                     range=list(axis_range), tickfont_size=target.tick_px, title_font_size=target.text_px,
-                     title_standoff=2, ticklen=3)
-    fig.update_yaxes(range=frame["y_range"], autorange=False, automargin=False, tickfont_size=target.tick_px)
-    fig.update_layout(height=frame["height"], margin=frame["margin"], showlegend=bool(strip),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1, yanchor="top", yref="container",
-                                  font_size=target.tick_px, itemwidth=30, bgcolor="rgba(0,0,0,0)"))
-    fig.layout.meta = {**meta, "labelled": [int(mask.sum()) for mask in placed], "width": target.width_px,
-                       "paper": target.name}
-
-
-def _paper_frame(rows: list[Row], target: PaperTarget, legend_px: float) -> dict[str, Any]:
-    """Margins, height, y range and row look of a spaced-token figure at ``target``'s size."""
-    label_px = target.small_px
-    strip = any(row.custom.shape[1] > 3 for row in rows)
-    above = PAPER_TICK_HALF_PX + PAPER_GAP_PX + LINE_EM * label_px  # the labels over a row's marks
-    below = PAPER_TICK_HALF_PX + (PAPER_GAP_PX + PAPER_STRIP_PX if strip else 0.0)  # the strip under them
-    margin = dict(l=math.ceil(max(label_width_px(row.name, target.tick_px) for row in rows) + 8), r=4,
-                  t=math.ceil(4 + legend_px), b=math.ceil(LINE_EM * (target.tick_px + target.text_px) + 8), pad=0)
-    height = target.height_px or math.ceil(len(rows) * (above + below + 2 * PAPER_GAP_PX) + margin["t"] + margin["b"])
-    row_px = (height - margin["t"] - margin["b"]) / len(rows)
-    shift = (below - above) / 2 / row_px  # centre each row's block of labels, marks and strip in its band
-    look = RowLook(target.width_px - margin["l"] - margin["r"], label_px, tick_half=PAPER_TICK_HALF_PX / row_px,
-                   label_dy=-(PAPER_TICK_HALF_PX + PAPER_GAP_PX + LINE_EM * label_px / 2) / row_px,
-                   label_position="middle center", strip_dy=(below - PAPER_STRIP_PX / 2) / row_px,
-                   strip_px=PAPER_STRIP_PX, column_px=1.0, tick_width=0.75, label_inside=True)
-    return {"look": look, "margin": margin, "height": height, "y_range": [len(rows) - 0.5 + shift, -0.5 + shift]}
-
-
-def _rows_of_figure(fig: go.Figure) -> list[Row]:
-    """The rows of a spaced-token figure, read back from its row traces (top to bottom)."""
-    highlighted = np.asarray((fig.layout.meta or {}).get("highlight", []) if isinstance(fig.layout.meta, dict) else [])
-    out = []
-    for trace in fig.data:
-        layer = trace.meta.get("layer") if isinstance(trace.meta, dict) else None
-        if layer is None or trace.customdata is None:
-            continue
-        custom = np.asarray(trace.customdata, dtype=np.float32)
-        display = np.asarray([re.sub(MERGED_PATTERN, "", text) for text in np.asarray(trace.text, dtype=str).tolist()],
-                             dtype=str)
-        color = trace.textfont.color if trace.mode == "text" else trace.marker.color
-        first = np.flatnonzero(np.isin(custom[:, 0], highlighted)) if highlighted.size else np.zeros(0, dtype=np.int64)
-        out.append(Row(int(layer), trace.name, color, np.asarray(trace.x, dtype=np.float64), display, custom, first))
-    return out
-
-
-def _drop_rows(fig: go.Figure) -> list[go.Scatter]:
-    """Take the rows (traces, marks, strip) out of ``fig``; returns the highlight rings, to be drawn last."""
-    def row_part(trace: Any) -> bool:
-        return isinstance(trace.meta, dict) and ("layer" in trace.meta or "labels_of_layer" in trace.meta)
-
-    rings = [trace for trace in fig.data if trace.name == "highlighted tokens"]
-    fig.data = [trace for trace in fig.data if not row_part(trace)]
-    fig.layout.shapes = [shape for shape in fig.layout.shapes
-                         if not (shape.name or "").startswith("marks of layer") and not (shape.name or "").endswith(" chunk")]
-    return rings
-
-
-def _restyle_overlays(fig: go.Figure, look: RowLook) -> None:
-    """Connectors and highlight rings at paper size: thinner lines, rings the size of a label."""
-    for trace in fig.data:
-        if trace.name == "connectors":
-            trace.line.width = 0.5 + 0.3 * (trace.line.width > 1)
-        elif trace.name == "highlighted tokens":
-            trace.marker.size = look.font_size + 2
-            trace.marker.line.width = 1
-
-
-register_relayout("spaced_tokens", paper_layout)

@@ -1,12 +1,14 @@
 """Shared look of every figure: colour-blind-safe colours, fonts with a CJK family, sampling helpers.
 
 Colours are Okabe & Ito's palette (distinguishable under the common colour-vision deficiencies);
-continuous scales are Cividis (sequential) and PuOr (diverging), both colour-blind safe. Fonts list
+continuous scales are Cividis (sequential) and a purple–orange diverging scale, both colour-blind safe and
+of monotone lightness, so they print in greyscale; classes differ in lightness too. Fonts list
 a CJK family so Chinese tokens render in the browser and in exported files alike.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,23 +54,27 @@ KIND_PALETTE: tuple[str, ...] = (
     "#6E6E6E", OKABE_ITO[1], OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5],
     OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288", "#117733",
 )
-# chunk classes, from Paul Tol's colour-blind-safe "light" scheme, none of them close to a kind's colour (a
-# strip under a row of tokens must not read as another mechanism's text): flat grey, light cyan, pink
-PATTERN_COLORS: dict[str, str] = {"constant": "#B0B0B0", "mono": "#99DDFF", "hybrid": "#FFAABB"}
-SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": OKABE_ITO[0], "rest": "#8C8C8C"}
+# chunk classes and prompt spans: colours whose lightness L* differs by 20 or more between any two classes,
+# so they stay apart printed in greyscale (and for colour-blind readers); chunk classes: pale grey (L* 88),
+# slate blue (63), brown (41), none close to a kind's colour (a strip under a row of tokens must not read as
+# another mechanism's text); spans: navy (29), Okabe–Ito's vermillion (54), grey (76)
+PATTERN_COLORS: dict[str, str] = {"constant": "#DDDDDD", "mono": "#8899BB", "hybrid": "#885522"}
+SPAN_COLORS: dict[str, str] = {"needle": OKABE_ITO[5], "query": "#004488", "rest": "#BBBBBB"}
 # a log axis labelled at the decades only (1e-3, 1e-2, ...), with unlabelled minor ticks at 2..9 × each
 # decade: plotly's default labels the minor ticks "2 … 9" beside "0.001" when a range spans few decades
 LOG_AXIS: dict[str, Any] = {"type": "log", "dtick": 1, "exponentformat": "power",
                             "minor": {"ticks": "outside", "ticklen": 3, "dtick": "D1", "showgrid": False}}
 SEQUENTIAL = "Cividis"
-DIVERGING = "PuOr"
+# purple below the middle, orange above, and lightness rising all the way (L* 10, 34, 53, 63, 91), so
+# values on either side of the middle print as different greys (PuOr gives both ends the same grey)
+DIVERGING: list[list] = [[0.0, "#2D004B"], [0.25, "#5E3C99"], [0.5, "#7F7F7F"], [0.75, "#E08214"], [1.0, "#FEE0B6"]]
 FONT_FAMILY = "'DejaVu Sans', 'WenQuanYi Micro Hei', 'Noto Sans CJK SC', 'Microsoft YaHei', sans-serif"
 # Times (the ICML, NeurIPS, ICLR and ACL templates' body font: TeX's `times` package draws Nimbus Roman;
 # Liberation Serif has Times' metrics) and Computer Modern (LaTeX's default, as Latin Modern or CMU Serif),
-# each falling back to DejaVu Serif and to a CJK family
+# each with a CJK family for Chinese text and no other serif to fall back to (a PDF export checks the face)
 SERIF_FAMILY = ("'Nimbus Roman', 'Nimbus Roman No9 L', 'TeX Gyre Termes', 'Times New Roman', 'Liberation Serif', "
-                "'DejaVu Serif', 'WenQuanYi Micro Hei', serif")
-CM_FAMILY = "'Latin Modern Roman', 'LM Roman 10', 'CMU Serif', 'DejaVu Serif', 'WenQuanYi Micro Hei', serif"
+                "'WenQuanYi Micro Hei', serif")
+CM_FAMILY = "'Latin Modern Roman', 'LM Roman 10', 'CMU Serif', 'WenQuanYi Micro Hei', serif"
 MONO_FAMILY = "'DejaVu Sans Mono', 'WenQuanYi Micro Hei Mono', 'WenQuanYi Micro Hei', monospace"
 DEFAULT_WIDTH = 1100
 MARGIN_LEFT_PX = 70
@@ -155,7 +161,7 @@ def check_layer(layer: int, n_layers: int) -> int:
     return check_index(layer, n_layers, "layer")
 
 
-def check_head(head: int, n_heads: int, alternatives: str = "'mean' for the mean over heads") -> int:
+def check_head(head: int | str, n_heads: int, alternatives: str = "'mean' for the mean over heads") -> int:
     """``head`` as an index in 0..n_heads-1 (negatives count from the end); else an InputError that
     also names the ``alternatives`` a figure accepts instead of an index.
 
@@ -244,3 +250,23 @@ def positions_of(trace: Any) -> tuple[np.ndarray, list[str], list[str] | None]:
         raise InputError(f"positions of shape {positions.shape} do not match {len(tokens)} tokens")
     kinds = getattr(trace, "layer_kinds", None)
     return positions, tokens, list(kinds) if kinds is not None else None
+
+
+def lightness(color: str) -> float:
+    """CIE L* (0 black … 100 white) of an sRGB colour given as "#RRGGBB" or "rgb(r, g, b)": how light it
+    prints in greyscale.
+
+    >>> round(lightness("#000000")), round(lightness("#FFFFFF")), round(lightness("#777777"))
+    (0, 100, 50)
+    """
+    found = re.fullmatch(r"\s*#([0-9a-fA-F]{6})\s*", color)
+    if found:
+        channels: list[float] = [int(found.group(1)[i:i + 2], 16) for i in (0, 2, 4)]
+    else:
+        found = re.fullmatch(r"\s*rgba?\(\s*([\d.]+)\s*,\s*([\d.]+)\s*,\s*([\d.]+)\s*(?:,\s*[\d.]+\s*)?\)\s*", color)
+        if not found:
+            raise InputError(f"cannot read the colour {color!r}; give it as '#RRGGBB' or 'rgb(r, g, b)'")
+        channels = [float(value) for value in found.groups()]
+    linear = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in channels]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return 116 * luminance ** (1 / 3) - 16 if luminance > (6 / 29) ** 3 else luminance * (29 / 3) ** 3

@@ -304,7 +304,8 @@ def summarize_positions(records: Iterable[dict[str, Any]], options: dict[str, An
     """Mean range per layer over windows (each weighted equally) and chunk-pattern shares per layer over
     chunks (each window weighted by its ``n_chunks``), from running sums over the records."""
     kinds, windows, chunks = None, 0, 0
-    range_sum = pattern_sum = None
+    range_sum: np.ndarray | None = None
+    pattern_sum: np.ndarray | None = None
     for record in records:
         kinds = record.get("layer_kinds") if kinds is None else kinds
         ranges = np.asarray(record["range_mean_by_layer"], dtype=np.float64)
@@ -314,7 +315,7 @@ def summarize_positions(records: Iterable[dict[str, Any]], options: dict[str, An
             shares = np.asarray(record["pattern_by_layer"], dtype=np.float64) * weight
             pattern_sum, chunks = (shares if pattern_sum is None else pattern_sum + shares), chunks + weight
     summary: dict[str, Any] = {"layer_kinds": kinds} if kinds is not None else {}
-    summary["range_mean_by_layer"] = (range_sum / windows).tolist() if windows else []
+    summary["range_mean_by_layer"] = (range_sum / windows).tolist() if range_sum is not None and windows else []
     if pattern_sum is not None:
         summary["pattern_labels"] = list(PATTERN_LABELS)
         summary["pattern_by_layer"] = (pattern_sum / chunks).tolist()

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,7 +153,7 @@ def harmonize(out: Path) -> None:
     for path, schema in zip(files, schemas):
         if not schema.equals(unified, check_metadata=False):
             table = pa.Table.from_pylist(pq.read_table(path).to_pylist(), schema=unified)
-            atomic_write(path, lambda temp, table=table: pq.write_table(table, temp))
+            atomic_write(path, partial(pq.write_table, table))
 
 
 def iter_records(out: Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:

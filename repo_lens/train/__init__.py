@@ -1,5 +1,7 @@
 """Training: a small loop, tasks (bilingual bytes, text reversal) and presets."""
 
+from typing import Any
+
 from repo_lens.train.config import PRESETS, TrainConfig, preset
 from repo_lens.train.loop import TrainResult, build_model, train
 from repo_lens.train.tasks import ByteLMTask, ReversalTask
@@ -18,7 +20,7 @@ def build_task(cfg: TrainConfig):
         from repo_lens.data.bilingual import bilingual_splits
         from repo_lens.train.mixture import RetrievalMixTask
 
-        options = {key: tuple(value) if isinstance(value, list) else value for key, value in cfg.task_options.items()}
+        options: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value for key, value in cfg.task_options.items()}
         return RetrievalMixTask(bilingual_splits(), cfg.context, cfg.batch_size, seed=cfg.seed,
                                 eval_batches=cfg.eval_batches, **options)
     if cfg.task == "reversal":

@@ -223,7 +223,7 @@ class RetrievalMixTask:
             length, kinds = min(self.lengths), ["repeat"] * self.batch_size
         else:
             length = int(np.random.default_rng([self.seed, step]).choice(self.lengths, p=self.length_weights))
-            kinds = rng.choices(self.row_kinds, weights=self.row_weights, k=self.batch_size)
+            kinds = rng.choices(self.row_kinds, weights=[float(w) for w in self.row_weights], k=self.batch_size)
         rows = [self._row(rng, length, kind, self.train_bytes) for kind in kinds]
         ids = torch.from_numpy(np.stack([row for row, _ in rows]))
         weights = torch.from_numpy(np.stack([weight for _, weight in rows])).float()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,11 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
     for file in SHIPPED_FILES:
         source = run_dir / file
         if file != "config.json" and source.exists():
-            atomic_write(target / file, lambda temp, source=source: shutil.copy2(source, temp))
+            atomic_write(target / file, partial(_copy_file, source))
     atomic_write_text(target / "config.json", json.dumps(config, indent=2))
     atomic_write_text(target / "README.md", model_card(name, {**config["info"], "history": history}, config["model"]))
     return target
+
+
+def _copy_file(source: Path, temp: Path) -> None:
+    shutil.copy2(source, temp)

@@ -51,7 +51,8 @@ MODULES = sorted(name for _, name, _ in pkgutil.iter_modules(repo_lens.intervent
 
 @pytest.mark.parametrize("name", ["repo_lens.interventions", *MODULES,
                                   "repo_lens.studies.reproductions.position_interventions",
-                                  "repo_lens.studies.reproductions.position_interventions_report"])
+                                  "repo_lens.studies.reproductions.position_interventions_report",
+                                  "repo_lens.studies.reproductions.position_interventions_lm"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0, f"{name} has no examples"

@@ -29,7 +29,6 @@ from repo_lens.plots import (
     sample_indices,
     spaced_tokens_figure,
 )
-from repo_lens.plots.style import sample_indices
 from repo_lens.trace import Trace
 
 

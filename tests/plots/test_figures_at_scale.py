@@ -85,9 +85,11 @@ def assert_no_overlap(fig) -> int:
 def test_labels_never_overlap_in_a_row_at_4096_tokens(trace):
     fig = spaced_tokens_figure(trace, head=3, scale="shared")
     drawn = assert_no_overlap(fig)
-    assert 16 * 20 < drawn < 16 * 4096  # labels drawn in every row, not every token
-    for layer, (x, _) in labels_of(fig).items():
-        assert len(x) >= 20, f"layer {layer} has {len(x)} labels"
+    assert 16 * 2 <= drawn < 16 * 4096  # words labelled in every row, not every token
+    text = "".join(html.unescape(token) for token in trace.tokens)
+    for layer, (x, labels) in labels_of(fig).items():
+        assert len(x) >= 2, f"layer {layer} has {len(x)} labels"
+        assert all(html.unescape(label) in text for label in labels), f"layer {layer}: {labels}"
 
 
 @pytest.mark.parametrize("n_tokens", [30, 300])
@@ -132,7 +134,7 @@ def test_zooming_into_a_range_labels_tokens_that_were_not_labelled_there(trace):
         before = set(before_x[(before_x >= low) & (before_x <= high)].round().astype(int).tolist())
         after = set(after_x.round().astype(int).tolist())
         assert all(low <= x <= high for x in after)
-        assert len(after - before) > 20 and len(after) > 2 * len(before)
+        assert len(after - before) >= 3 and len(after) > 2 * len(before)  # whole words, 10 to 24 tokens long
 
 
 @pytest.mark.parametrize("token, k", [(2048, 3), (0, 2), (4095, 5)])

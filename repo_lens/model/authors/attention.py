@@ -15,6 +15,8 @@ models as any other.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,6 +38,8 @@ from repo_lens.model.config import ModelConfig
 
 class AuthorsAttention(AttentionWeights, nn.Module):
     """One attention layer of a GRAPE or FoX authors' checkpoint (see the module docstring)."""
+
+    positions: Any  # the layer's position mechanism (an authors' nn.Module: role, logit_bias, … by kind)
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -104,6 +108,7 @@ class AuthorsAttention(AttentionWeights, nn.Module):
 
     def _rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q, k [batch, pos, head, d_head] rotated at ``positions`` [batch, head, pos]."""
+        assert self.rotary is not None  # called only for a layer that rotates
         angles = rotation_angles(positions, self.rotary(positions.device)).transpose(1, 2)
         if self.options.neox_rotation:  # FoX's package rotates by +angle (rotate_half), GRAPE by −angle
             angles = -angles
@@ -123,6 +128,7 @@ class AuthorsAttention(AttentionWeights, nn.Module):
         if rotates:
             index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
             at = positions if self.positions.role == "rotary" else index.expand(batch, self.n_heads, pos)
+            assert at is not None  # a rotary mechanism gives positions
             q, k = self._rotate(q, k, at)
             if not norm_first:
                 q, k = self._qk_norm(q, k)

@@ -7,6 +7,8 @@ relative embeddings (kind ``rel``, or beside CoPE with ``--pos-emb cope+rel``), 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
@@ -77,7 +79,7 @@ class CopeAttention(AttentionWeights, nn.Module):
             scores = (q.float() @ self._gate_source(h, k, v, cache).float().transpose(-1, -2)) / self.d_head ** 0.5
             bias, positions = self.positions(q, scores, allowed)
             if hasattr(self.positions, "relative"):
-                bias = bias + self.positions.relative(q, None, allowed)[0]
+                bias = bias + cast(RelativePositions, self.positions.relative)(q, None, allowed)[0]
         self.hook_pos(editable(self.hook_pos, positions))
         return bias
 

@@ -6,9 +6,14 @@ logits unless ``--cope-nodiv``; the loader folds that division into e."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from repo_lens.model.additive import ContextualPositions
+
+if TYPE_CHECKING:
+    from repo_lens.model.authors.cope_relative import RelativePositions
 
 
 def interpolated_bias(q: torch.Tensor, gates: torch.Tensor, embeddings: torch.Tensor, max_position: int) -> torch.Tensor:
@@ -33,6 +38,7 @@ class GatedCope(ContextualPositions):
     With ``--pos-emb cope+rel`` the layer's relative embeddings are its submodule ``relative``."""
 
     row_bias_hooks: tuple[str, ...] = ("positions.hook_gates",)
+    relative: RelativePositions  # set only with --pos-emb cope+rel
 
     def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:

@@ -35,11 +35,11 @@ class CopeModel(LensModel):
             self.unembed.weight = self.embed.weight
         self.setup()
 
-    def forward_logits(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward_logits(self, input_ids: torch.Tensor, cache: KVCache | None = None, rows_from: int = 0) -> torch.Tensor:
         offset = cache.seq_len if cache is not None else 0
         x = self.hook_embed(self.embed(input_ids))
         if hasattr(self, "abs_pos_emb"):
             x = x + self.hook_pos_embed(self.abs_pos_emb[:, offset:offset + input_ids.shape[1]].expand_as(x))
         for block in self.blocks:
             x = block(x, cache, offset, None)
-        return self.unembed(self.final_norm(x))
+        return self.unembed(self.final_norm(x[:, rows_from:]))

@@ -76,15 +76,16 @@ class GatedRates(EdgePotentials):
         dist = (query_index[:, None] - torch.arange(n_keys, device=q.device)[None, :]).clamp_min(0).float()
         slopes = torch.tensor(self.slopes, dtype=torch.float32, device=q.device)
         omega = (F.softplus(self.omega.float()) * slopes)[None, :, None, None]
-        rate = 0.0
+        rate: float | torch.Tensor = 0.0
         if "v" in GATINGS[self.gating]:
             rate = rate + self._gate(q, "v")[..., :, None]
         if "u" in GATINGS[self.gating]:
+            assert k is not None  # checked above: key gating needs the keys
             rate = rate + self._gate(k, "u")[..., None, :]
         return -dist[None, None] * omega * rate
 
-    def edge_potentials(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, h: torch.Tensor,
-                        n_past: int, state: dict | None) -> torch.Tensor:
+    def edge_potentials(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+                        h: torch.Tensor | None, n_past: int, state: dict | None) -> torch.Tensor:
         bias = self.rate_bias(q, k, n_past)
         return torch.cat((torch.zeros_like(bias[..., :1]), bias[..., :-1] - bias[..., 1:]), dim=-1)
 

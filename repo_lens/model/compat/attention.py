@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 
 def _weight(projection: nn.Module) -> torch.Tensor:
-    inner = getattr(projection, "linear", projection)  # the authors' token-shift projections wrap a Linear
+    inner: Any = getattr(projection, "linear", projection)  # the authors' token-shift projections wrap a Linear
     return inner.weight
 
 
 def _bias(projection: nn.Module, heads: int, d_head: int) -> torch.Tensor:
-    inner = getattr(projection, "linear", projection)
+    inner: Any = getattr(projection, "linear", projection)
     bias = getattr(inner, "bias", None)
     if bias is None:
         return torch.zeros(heads, d_head, dtype=inner.weight.dtype, device=inner.weight.device)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import cast
 
 import torch
 from torch import nn
@@ -71,7 +73,7 @@ def transformer_lens_hook_names(model: nn.Module) -> dict[str, str]:
     ('blocks.0.ln1.hook_scale', 'ln_final.hook_normalized')
     """
     renames = {"final_norm": "ln_final"}
-    for layer, block in enumerate(getattr(model, "blocks", [])):
+    for layer, block in enumerate(cast("Iterable[nn.Module]", getattr(model, "blocks", []))):
         if isinstance(block, BlockNames):
             for name, alias in block.norm_aliases().items():
                 renames[f"blocks.{layer}.{name}"] = f"blocks.{layer}.{alias}"

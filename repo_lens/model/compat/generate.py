@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformer_lens.utilities.logits_utils import sample_logits
@@ -34,11 +34,11 @@ class GenerateInterface:
         if return_type not in ("input", "str", "tokens"):
             raise InputError(f"return_type={return_type!r}; choose 'input', 'str' or 'tokens'")
         if isinstance(input, list) and return_type != "tokens":  # texts of different lengths: one at a time,
-            settings = dict(max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id,
+            settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id,
                             do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature,
                             freq_penalty=freq_penalty, repetition_penalty=repetition_penalty,
                             use_past_kv_cache=use_past_kv_cache, prepend_bos=prepend_bos, verbose=verbose)
-            return [self.generate(text, **settings) for text in input]  # so no text continues after pads
+            return [cast(str, self.generate(text, **settings)) for text in input]  # so no text continues after pads
         tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
         if stop_at_eos and eos_token_id is None:
             eos_token_id = getattr(getattr(self, "tokenizer", None), "eos_token_id", None)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -73,7 +73,7 @@ class TokenMethods:
                       padding_side: str | None = None) -> list[str] | list[list[str]]:
         """Each token of a text (or of token ids) as a string; a list of those for a list of texts."""
         if isinstance(input, list) and input and isinstance(input[0], str):
-            return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]  # type: ignore[misc]
+            return [cast("list[str]", self.to_str_tokens(text, prepend_bos, padding_side)) for text in input]
         tokens = self.to_tokens(input, prepend_bos, padding_side, move_to_device=False)[0] if isinstance(input, str) \
             else torch.as_tensor(input).reshape(-1)
         tokenizer = self._require_tokenizer()

@@ -66,7 +66,7 @@ def load_cope(path: Path, device: torch.device, dtype: torch.dtype) -> LoadedMod
         model = CopeModel(cfg)
     load_weights_strict(model, tensors, rename=rename, dtype=dtype, device=device)
     words = tokenizer_state.get("ind2word") if isinstance(tokenizer_state, dict) else None
-    meta = {"source": str(path.resolve()), "format": "cope", "name": str(options.get("log_name") or path.name),
+    meta: dict[str, Any] = {"source": str(path.resolve()), "format": "cope", "name": str(options.get("log_name") or path.name),
             "dtype": dtype_name(dtype), "device": str(device), "pe_config": None, "pe_config_notes": [], "info": {},
             "authors": {"code": CODE, "variant": f"pos_emb={authors['pos_emb']}", "notes": cope_notes(authors),
                         "options": {key: value for key, value in options.items()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import re
 
+from typing import cast
+
 import torch
 
 from repo_lens.model.loaders.renames import compile_rules, rename_by_rules
@@ -41,7 +43,7 @@ def cope_to_lens_name(name: str, kinds: list[str]) -> str:
     """
     renamed = rename_by_rules(name, _RULES)
     if "{rel}" in renamed:  # the shared relative embeddings: the layer's mechanism, or beside its CoPE
-        layer = int(_LAYER.match(name).group(1))
+        layer = int(cast("re.Match[str]", _LAYER.match(name)).group(1))  # every {rel} rule has a layer
         renamed = renamed.replace("{rel}", "positions" if layer < len(kinds) and kinds[layer] == "rel"
                                   else "positions.relative")
     return renamed

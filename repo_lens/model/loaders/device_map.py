@@ -22,7 +22,7 @@ Example (2 GPUs):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -44,7 +44,7 @@ def _require_accelerate() -> Any:
 
 def no_split_classes(model: torch.nn.Module) -> list[str]:
     """Class names of the blocks (each kept whole on one device)."""
-    return sorted({type(block).__name__ for block in model.blocks})
+    return sorted({type(block).__name__ for block in cast(torch.nn.ModuleList, model.blocks)})
 
 
 def plan_device_map(model: torch.nn.Module, device_map: Any = "auto", max_memory: dict | None = None,

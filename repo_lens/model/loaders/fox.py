@@ -71,7 +71,7 @@ def load_fox(directory: Path, config: dict[str, Any], device: torch.device, dtyp
     if options.get("log_pruning_tolerance") is not None:
         notes.append("log_pruning_tolerance: their kernel skips blocks whose bias falls below a threshold; repo_lens "
                      "computes every block (their kernel's own reference does the same)")
-    meta = {"source": str(directory.resolve()), "format": "fox", "name": config.get("_name_or_path") or directory.name,
+    meta: dict[str, Any] = {"source": str(directory.resolve()), "format": "fox", "name": config.get("_name_or_path") or directory.name,
             "dtype": dtype_name(dtype), "device": str(device), "pe_config": None, "pe_config_notes": [], "info": {},
             "authors": {"code": CODE, "variant": f"fgate_type={options['fgate_type']}", "options": options, "notes": notes}}
     return LoadedModel(model=model, tokenizer=load_tokenizer(directory), meta=meta)

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -140,7 +140,7 @@ def _unmapped_gguf_tensors(skeleton: Any, parsed_config: dict[str, Any], gguf_na
             get_gguf_hf_weights_map,
         )
 
-        processor = TENSOR_PROCESSORS.get(parsed_config.get("model_type"), TensorProcessor)(config=parsed_config)
+        processor = TENSOR_PROCESSORS.get(cast(str, parsed_config.get("model_type")), TensorProcessor)(config=parsed_config)
         mapping = get_gguf_hf_weights_map(skeleton, processor)
         return sorted(name for name in gguf_names if name not in mapping)
     except Exception:  # noqa: BLE001 - only used to name the keys in an error message

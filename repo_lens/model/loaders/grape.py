@@ -41,7 +41,7 @@ def load_grape(directory: Path, config: dict[str, Any], device: torch.device, dt
     check_weight_names(model_config, tensors, variant)
     model = build_strict(model_config, tensors, rename=grape_to_lens_name, dtype=dtype, device=device)
     options = {key: value for key, value in model_config.extra["authors"].items() if key != "variant"}
-    meta = {
+    meta: dict[str, Any] = {
         "source": str(directory.resolve()), "format": "grape",
         "name": f"{directory.parent.name}/{directory.name}" if directory.name.startswith("checkpoint-") else directory.name,
         "dtype": dtype_name(dtype), "device": str(device), "pe_config": None, "pe_config_notes": [], "info": {},

@@ -69,8 +69,11 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
           "increment_findings", "increment_findings_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
     Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",
           ("zoo:flipflop-rope", "zoo:flipflop-cope")),
-    Study("position_interventions", "causal studies: ablating, interpolating and patching learned positions",
-          "position_interventions", "position_interventions_study", ("zoo:bytes1k-repo", "zoo:bytes1k-rope"),
+    Study("position_interventions", "causal studies: edits of learned positions on and off their own scale, "
+          "controls, intervals and span-restricted patching",
+          "position_interventions", "position_interventions_study",
+          ("zoo:bytes1k-repo", "zoo:bytes1k-rope", "zoo:bytes1k-lpi", "zoo:bytes-repo", "zoo:bytes-lpi",
+           "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-cope"),
           batched=True),
 )}
 

@@ -66,7 +66,7 @@ def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bo
         kinds = trace.layer_kinds
         categories = byte_categories(trace.token_ids)
         boundary_bytes = np.isin(categories, ("space", "punctuation", "newline"))
-        heads = []
+        heads: list[dict[str, Any]] = []
         for layer in learned_layers(kinds):
             for head in range(trace.n_heads):
                 z = trace.positions[layer, head].astype(np.float64)

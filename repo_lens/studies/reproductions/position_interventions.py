@@ -1,15 +1,24 @@
-"""Causal studies of positions on the 1,024-byte retrieval models.
+"""Causal studies of positions: which layers and heads carry a model's use of its positions, and what
+kind of information there (scale, order, exact layout) it needs.
 
-On the held-out NIAH prompts of the model cards (RULER noise haystack at the training context, needle
-depths spread over 0–1, the same seeds as ``niah_accuracy``), each layer's and each head's positions
-are made integer (RoPE's, one unit per token) or constant (NoPE-like), and every learned layer's are
-mean-ablated, shuffled, and interpolated toward the integers by the RePo authors' ``dynamic_pe_pdrop``
-(z' = (1 − p)·z + p·t) and toward a constant; scored by exact match (greedy decoding, teacher forced)
-and the answer's log-probability. Then the per-head patching map: a clean prompt and one whose needle
-moved (same key and value, depth 0.25 → 0.75, equal length), the clean positions written into the
-corrupted run one head at a time, the change of the answer's log-probability averaged over pairs
-(and the attribution estimate of the same map). ``bytes1k-rope`` is the control: its positions are the
-integers, so only "constant" changes them, and patching (the same integers) changes nothing.
+Retrieval models (context ≥ 512 tokens) are scored on prompts of several families
+(``repo_lens.data.retrieval_families``: RULER needles in noise and in running text, key–value lines,
+a fact in other words; needle depths and haystacks varied): exact match of the greedy answer (teacher
+forced) and its log-probability. The positions of every learned layer, of each layer and of each head
+are replaced by edits of two kinds:
+
+- off the positions' scale: "integer" (RoPE's 0..T−1), "constant" (NoPE-like), "mean", "shuffle",
+  and the RePo authors' interpolation z' = (1 − p)·z + p·t (``dynamic_pe_pdrop``) and toward a constant;
+- on their own scale: "affine" (each head's least-squares line), "rank" (order kept, spacing even),
+  "scaled" (the integers rescaled to the head's range);
+
+with controls that can fail: "random" (a random direction as long as the "affine" edit) and
+"window" (positions permuted within blocks of 8 tokens). Every rate has its Wilson interval, every
+mean its bootstrap interval, and every condition a paired test against the unedited run. Patching
+pairs (the same fact, the needle moved; each pair its own haystack) give the per-head map of
+writing the clean positions into the moved run, for every token, the needle's only, and the rest.
+Models with a short context (the 256-byte language models) go through the same edits, scored by
+held-out bits per byte (``position_interventions_lm``).
 """
 
 from __future__ import annotations
@@ -20,153 +29,287 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from repo_lens.interventions import stats
 from repo_lens.studies.reproductions import position_interventions_report as report
 from repo_lens.studies.reproductions.common import save_study, stem
 
-SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-QUICK_SWEEP = (0.0, 0.5, 1.0)
-DEPTHS = (0.25, 0.75)  # the clean needle's depth, and where the corrupted prompt moves it
+SWEEP = (0.05, 0.2, 0.5)
+QUICK_SWEEP = (0.5,)
+ALL_MODES = ("integer", "constant", "mean", "shuffle", "affine", "rank", "scaled", "random", "window")
+LAYER_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "window")
+HEAD_MODES = ("integer", "constant", "affine", "rank", "random")
+QUICK_ALL_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "window")
+QUICK_UNIT_MODES = ("constant", "affine")  # quick mode, for tests: one off-scale and one on-scale edit per unit
+PATCH_TOKENS = {"every token": None, "needle": "needle", "rest": "rest"}
+RETRIEVAL_CONTEXT = 512  # models with at least this context are scored on retrieval prompts
+MIN_ACCURACY = 0.2  # ... if they retrieve: below this unedited accuracy, on held-out bits per byte instead
 
 
-def niah_eval_prompts(tokenizer: Any, length: int, count: int) -> list:
-    """The model cards' held-out NIAH prompts (RetrievalMixTask.niah_prompts with the noise haystack).
+def held_out_text() -> str:
+    """Held-out English documents of the bilingual corpus (fetched into the cache on first use)."""
+    from repo_lens.data.bilingual import bilingual_splits
 
+    return "\n".join(bilingual_splits()["en"][1])
+
+
+def study_prompts(tokenizer: Any, length: int, per_family: int, text: str | None) -> list:
+    """``per_family`` prompts of every family (seeds disjoint from training's), in family order.
+
+    >>> from repo_lens.data.retrieval_families import FAMILIES
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
-    >>> prompts = niah_eval_prompts(ByteTokenizer(), 512, 2)
-    >>> [len(p) <= 512 for p in prompts], prompts[0].answer != prompts[1].answer
-    ([True, True], True)
+    >>> prompts = study_prompts(ByteTokenizer(), 512, 1, None)
+    >>> sorted({p.meta["family"] for p in prompts}) == sorted(FAMILIES), all(len(p) <= 512 for p in prompts)
+    (True, True)
     """
-    from repo_lens.data.niah import niah_prompt
+    from repo_lens.data.retrieval_families import retrieval_prompts
     from repo_lens.train.mixture import EVAL_SEED_OFFSET
 
-    return [niah_prompt(tokenizer, length, depth=index / max(1, count - 1), seed=EVAL_SEED_OFFSET + index,
-                        add_special_tokens=False) for index in range(count)]
+    return retrieval_prompts(tokenizer, length, per_family, seed=EVAL_SEED_OFFSET + 7000, text=text)
 
 
-def needle_moved_pairs(tokenizer: Any, length: int, count: int, seed: int = 0) -> list[tuple[Any, Any]]:
-    """``count`` (clean, corrupted) NIAH prompts of equal length: the same key and value, the needle at
-    depth 0.25 in the clean prompt and 0.75 in the corrupted one.
+class Scorer:
+    """Scores ``prompts`` under many edits: the residual stream entering the first learned layer (which
+    no edit changes) is computed once per batch, and each edit runs only the blocks from there on.
 
+    >>> from repo_lens.lens import Lens
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
-    >>> [(clean.answer == moved.answer, len(clean) == len(moved)) for clean, moved in needle_moved_pairs(ByteTokenizer(), 512, 2)]
-    [(True, True), (True, True)]
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> from repo_lens.data.niah import niah_prompt
+    >>> lens = Lens(tiny_model("repo", context=512), ByteTokenizer())
+    >>> prompts = [niah_prompt(lens.tokenizer, 450, seed=seed, add_special_tokens=False) for seed in (1, 2)]
+    >>> hits, logprobs = Scorer(lens, prompts, 2)("constant", layers=2, heads=1)
+    >>> from repo_lens import interventions
+    >>> bool(np.allclose(logprobs, interventions.ablate(lens, prompts, mode="constant", layers=2, heads=1,
+    ...      metric=interventions.answer_logprob(prompts)), atol=1e-4))
+    True
     """
-    from repo_lens.data.niah import niah_prompt
 
-    pairs, candidate = [], seed
-    while len(pairs) < count:
-        clean, moved = (niah_prompt(tokenizer, length, depth=depth, seed=candidate, add_special_tokens=False)
-                        for depth in DEPTHS)
-        if len(clean) == len(moved):
-            pairs.append((clean, moved))
-        candidate += 1
-    return pairs
+    def __init__(self, lens: Any, prompts: list, batch_size: int) -> None:
+        import torch
+
+        from repo_lens import interventions
+        from repo_lens.interventions.batch import as_batch
+        from repo_lens.interventions.runs import block_inputs
+
+        self.lens, self.prompts = lens, prompts
+        self.start = min(site.layer for site in interventions.select_sites(lens.model, None))
+        self.chunks = []
+        for first in range(0, len(prompts), batch_size):
+            chunk = prompts[first:first + batch_size]
+            batch = as_batch(lens, chunk)
+            with torch.no_grad():
+                inputs = block_inputs(lens.model, batch.ids, self.start)
+            self.chunks.append((chunk, batch, inputs, interventions.niah_exact_match(chunk),
+                                interventions.answer_logprob(chunk)))
+        self._means: dict | None = None
+
+    def means(self, sites: list) -> dict:
+        """Each site's mean over every prompt (the reference of "mean"), computed once."""
+        from repo_lens.interventions.ablate import checked_means
+
+        if self._means is None:  # the 16 longest prompts: one batch that covers every width
+            reference = sorted(self.prompts, key=len)[-16:]
+            self._means = checked_means(self.lens, reference, sites, max(len(p) for p in self.prompts))
+        return {site.layer: self._means[site.layer] for site in sites}
+
+    def __call__(self, mode: Any, layers: Any = None, heads: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per prompt: exact match (0/1) and answer log-probability under the edit."""
+        import torch
+
+        from repo_lens.capture import forward_lock
+        from repo_lens.interventions import parse_mode, select_sites
+        from repo_lens.interventions.ablate import edit_hooks
+        from repo_lens.interventions.runs import run_from
+        from repo_lens.interventions.selection import head_mask
+
+        parsed, model = parse_mode(mode), self.lens.model
+        sites = select_sites(model, layers)
+        means = self.means(select_sites(model, None)) if parsed.name == "mean" else None
+        hits, logprobs = [], []
+        for chunk, batch, inputs, exact, logprob in self.chunks:
+            hooks = edit_hooks(self.lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(model, heads),
+                               None, 0, means=None if means is None else {s.layer: means[s.layer] for s in sites})
+            with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
+                logits = run_from(model, self.start, inputs[0], inputs[1:])
+            hits += exact(logits).tolist()
+            logprobs += logprob(logits).tolist()
+        return np.asarray(hits, dtype=float), np.asarray(logprobs, dtype=float)
 
 
-def scores(lens: Any, prompts: list, mode: Any, layers: Any = None, heads: Any = None, batch_size: int = 8,
-           reference: list | None = None) -> dict[str, float]:
-    """Exact-match accuracy and mean answer log-probability of ``prompts`` under the ablation."""
-    from repo_lens import interventions
+def summarise(hits: np.ndarray, logprobs: np.ndarray, families: list[str], base: tuple | None) -> dict[str, Any]:
+    """Accuracy (Wilson) and mean log p (bootstrap), overall and per family; with ``base`` (the unedited
+    hits and log p), the paired tests of the change."""
+    out: dict[str, Any] = {"accuracy": stats.accuracy(hits), "logprob": stats.bootstrap_mean(logprobs),
+                           "by_family": {}}
+    names = np.asarray(families)
+    for family in dict.fromkeys(families):
+        rows = names == family
+        out["by_family"][family] = {"accuracy": stats.accuracy(hits[rows]),
+                                    "logprob": stats.bootstrap_mean(logprobs[rows])}
+    if base is not None:
+        out["vs_unedited"] = {"accuracy": stats.paired(hits, base[0], binary=True),
+                              "logprob": stats.paired(logprobs, base[1], binary=False)}
+    out["hits"], out["logprobs"] = hits.astype(int).tolist(), np.round(logprobs, 3).tolist()
+    return out
 
-    hits, logprobs = [], []
-    for first in range(0, len(prompts), batch_size):
-        chunk = prompts[first:first + batch_size]
-        logits = interventions.ablate(lens, chunk, mode=mode, layers=layers, heads=heads, reference=reference)
-        hits += interventions.niah_exact_match(chunk)(logits).tolist()
-        logprobs += interventions.answer_logprob(chunk)(logits).tolist()
-    return {"accuracy": float(np.mean(hits)), "logprob": float(np.mean(logprobs))}
 
-
-def ablation_conditions(lens: Any, sweep: tuple[float, ...]) -> list[tuple[str, Any, Any, Any]]:
-    """(group, layers, heads, mode) of every ablation: all edited layers, each layer, each head, the sweeps."""
+def conditions(lens: Any, sweep: tuple[float, ...], quick: bool = False) -> list[tuple[str, Any, Any, Any]]:
+    """(group, layer, head, mode) of every edit: every learned layer at once, each layer, each head, the sweeps."""
     from repo_lens import interventions
 
     layers = [site.layer for site in interventions.select_sites(lens.model, None)]
-    conditions = [("all", None, None, mode) for mode in ("integer", "constant", "mean", "shuffle")]
-    conditions += [("layer", layer, None, mode) for layer in layers for mode in ("integer", "constant")]
-    conditions += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads)
-                   for mode in ("integer", "constant")]
-    conditions += [("sweep", None, None, ("interpolate", p, toward)) for toward in ("integer", "constant")
-                   for p in sweep]
-    return conditions
+    every, per_layer, per_head = (QUICK_ALL_MODES, QUICK_UNIT_MODES, QUICK_UNIT_MODES) if quick else \
+        (ALL_MODES, LAYER_MODES, HEAD_MODES)
+    out: list[tuple[str, Any, Any, Any]] = [("all", None, None, mode) for mode in every]
+    out += [("layer", layer, None, mode) for layer in layers for mode in per_layer]
+    out += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads) for mode in per_head]
+    out += [("sweep", None, None, ("interpolate", p, toward)) for toward in ("integer", "constant") for p in sweep]
+    return out
 
 
-def changes_positions(lens: Any, prompt: Any, mode: Any, layers: Any, heads: Any, unchanged: np.ndarray) -> bool:
-    """Whether the ablation moves any position of ``prompt`` (e.g. "integer" leaves RoPE's as they are)."""
+def moves_positions(lens: Any, prompt: Any, mode: Any, layer: Any, head: Any, unchanged: np.ndarray) -> bool:
+    """Whether the edit moves any position of ``prompt`` (e.g. "integer" or "affine" leave RoPE's as they are)."""
     from repo_lens import interventions
 
-    ablated = interventions.ablated_positions(lens, prompt, mode=mode, layers=layers, heads=heads,
-                                              reference=[prompt])
-    return not np.allclose(ablated, unchanged, atol=1e-5)
+    edited = interventions.ablated_positions(lens, prompt, mode=mode, layers=layer, heads=head, reference=[prompt])
+    return not np.allclose(edited, unchanged, atol=1e-4 * max(1.0, float(np.abs(unchanged).max())))
 
 
-def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], batch_size: int, progress: bool,
-                   name: str) -> dict[str, Any]:
-    """Every condition of :func:`ablation_conditions`, scored on ``prompts``; a condition that moves no
-    position (checked on the first prompt) is recorded as ``None`` and not run."""
-    from repo_lens import interventions
+def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
+    """A condition's name in results.json, e.g. ``head 2.3 affine`` or ``sweep interpolate 0.05``.
 
-    baseline = scores(lens, prompts, ("interpolate", 0.0), batch_size=batch_size)
-    result: dict[str, Any] = {"baseline": baseline, "all": {}, "layer": {}, "head": {},
-                              "sweep": {"integer": {}, "constant": {}}}
+    >>> condition_key("head", 2, 3, "affine"), condition_key("all", None, None, ("window", 8))
+    ('head 2.3 affine', 'all window 8')
+    """
+    from repo_lens.interventions import parse_mode
+
+    where = {"all": "all", "layer": f"layer {layer}", "head": f"head {layer}.{head}", "sweep": "sweep"}[group]
+    return f"{where} {parse_mode(mode).label}"
+
+
+def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], scorer: Scorer, progress: bool,
+                   name: str, quick: bool = False) -> dict[str, Any]:
+    """Every condition scored on ``prompts``; an edit that moves no position (checked on the first
+    prompt) is recorded with ``"moves": False`` and not run."""
+    families = [prompt.meta["family"] for prompt in prompts]
+    base = scorer(("interpolate", 0.0))
+    result: dict[str, Any] = {"unedited": summarise(*base, families, None), "conditions": {}}
     unchanged = lens.trace(prompts[0].ids, progress=False).positions
-    for group, layer, head, mode in tqdm(ablation_conditions(lens, sweep), desc=f"ablations {name}",
-                                         disable=not progress):
-        label = interventions.parse_mode(mode).name
-        score = None
-        if label != "mean" and changes_positions(lens, prompts[0], mode, layer, head, unchanged):
-            score = scores(lens, prompts, mode, layer, head, batch_size)
-        elif label == "mean":  # the check needs the reference set; the mean of the index is the index
-            score = scores(lens, prompts, mode, layer, head, batch_size, reference=prompts[:16])
-        if group == "all":
-            result["all"][label] = score
-        elif group == "layer":
-            result["layer"].setdefault(str(layer), {})[label] = score
-        elif group == "head":
-            result["head"].setdefault(f"{layer}.{head}", {})[label] = score
+    for group, layer, head, mode in tqdm(conditions(lens, sweep, quick), desc=f"edits {name}", disable=not progress):
+        entry = {"group": group, "layer": layer, "head": head, "mode": report.mode_label(mode)}
+        is_mean = mode == "mean"
+        if not is_mean and not moves_positions(lens, prompts[0], mode, layer, head, unchanged):
+            entry["moves"] = False
         else:
-            result["sweep"][mode[2]][f"{mode[1]:g}"] = score
+            scored = scorer(mode, layer, head)
+            entry.update(moves=True, **summarise(*scored, families, base))
+        result["conditions"][condition_key(group, layer, head, mode)] = entry
+    result["head_comparisons"] = head_comparisons(result)
     return result
 
 
+def head_comparisons(result: dict[str, Any]) -> dict[str, Any]:
+    """Per layer and mode, every pair of heads compared on the same prompts (McNemar on exact match)."""
+    by_layer: dict[str, dict[str, dict[int, list[int]]]] = {}
+    for entry in result["conditions"].values():
+        if entry["group"] == "head" and entry.get("moves"):
+            by_layer.setdefault(str(entry["layer"]), {}).setdefault(entry["mode"], {})[entry["head"]] = entry["hits"]
+    out: dict[str, Any] = {}
+    for layer, modes in by_layer.items():
+        for mode, heads in modes.items():
+            for a in sorted(heads):
+                for b in sorted(heads):
+                    if a < b:
+                        test = stats.paired(heads[a], heads[b], binary=True)
+                        out[f"{layer} {mode} h{a} vs h{b}"] = {"difference": test["difference"], "p": test["p"]}
+    return out
+
+
 def patching_study(lens: Any, pairs: list[tuple[Any, Any]], progress: bool, name: str) -> dict[str, Any]:
-    """The per-head patching map (answer log-probability) of the needle-moved pairs, exact and attributed."""
+    """Per token set (every token, the needle's, the rest), the per-head map of Δ answer log p when the
+    clean positions are written into the moved-needle run: mean and bootstrap interval over pairs; and the
+    attribution estimate's Pearson correlation with the exact map (every token)."""
     from repo_lens import interventions
 
-    exact, estimate, baselines, cleans = [], [], [], []
+    effects: dict[str, list[np.ndarray]] = {label: [] for label in PATCH_TOKENS}
+    estimates, baselines, cleans, families = [], [], [], []
     for clean, moved in tqdm(pairs, desc=f"patching {name}", disable=not progress):
         metric = interventions.answer_logprob(moved)
-        grid = interventions.patch(lens, clean, moved, metric, progress=False)
-        exact.append(grid.effects)
-        estimate.append(interventions.attribute(lens, clean, moved, metric).effects)
-        baselines.append(grid.baseline)
-        cleans.append(grid.clean)
-    exact_mean, estimate_mean = np.mean(exact, axis=0), np.mean(estimate, axis=0)
-    cells = np.isfinite(exact_mean)
-    moved_cells = np.abs(np.asarray(exact)[:, cells]).sum() > 0
-    pearson = float(np.corrcoef(np.asarray(exact)[:, cells].ravel(), np.asarray(estimate)[:, cells].ravel())[0, 1]) \
-        if moved_cells else None
-    return {"pairs": len(pairs), "depths": list(DEPTHS), "effects": exact_mean, "attribution": estimate_mean,
-            "baseline_logprob": float(np.mean(baselines)), "clean_logprob": float(np.mean(cleans)),
-            "attribution_pearson": pearson, "max_abs_effect": float(np.nanmax(np.abs(exact_mean)))}
+        for label, tokens in PATCH_TOKENS.items():
+            grid = interventions.patch(lens, clean, moved, metric, tokens=tokens, progress=False)
+            effects[label].append(grid.effects)
+            if tokens is None:
+                baselines.append(grid.baseline)
+                cleans.append(grid.clean)
+        estimates.append(interventions.attribute(lens, clean, moved, metric).effects)
+        families.append(moved.meta["family"])
+    maps = {label: cell_intervals(np.asarray(values)) for label, values in effects.items()}
+    exact, estimate = np.asarray(effects["every token"]), np.asarray(estimates)
+    cells = np.isfinite(exact[0])
+    varied = np.abs(exact[:, cells]).sum() > 0
+    pearson = float(np.corrcoef(exact[:, cells].ravel(), estimate[:, cells].ravel())[0, 1]) if varied else None
+    return {"pairs": len(pairs), "families": families, "maps": maps,
+            "moved_logprob": stats.bootstrap_mean(baselines), "clean_logprob": stats.bootstrap_mean(cleans),
+            "attribution_pearson": pearson}
+
+
+def cell_intervals(values: np.ndarray) -> dict[str, Any]:
+    """[pairs, layer, head] effects → mean, low, high [layer, head] (NaN where not patched) and n."""
+    shape = values.shape[1:]
+    mean, low, high = (np.full(shape, np.nan) for _ in range(3))
+    for index in zip(*np.nonzero(np.isfinite(values[0]))):
+        estimate = stats.bootstrap_mean(values[(slice(None),) + index])
+        mean[index], low[index], high[index] = estimate["value"], estimate["low"], estimate["high"]
+    return {"value": mean, "low": low, "high": high, "n": int(values.shape[0])}
+
+
+def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, progress: bool,
+                    name: str) -> dict[str, Any] | None:
+    """The retrieval protocol on one model; None when the model does not retrieve (unedited accuracy
+    below ``MIN_ACCURACY``: its edits would have nothing to break)."""
+    from repo_lens.data.retrieval_families import FAMILIES, moved_pairs
+
+    per_family, n_pairs, sweep = (2, 1, QUICK_SWEEP) if quick else (50, 8, SWEEP)
+    prompts = study_prompts(lens.tokenizer, lens.context_length, per_family, text)
+    scorer = Scorer(lens, prompts, batch_size)
+    if not quick and scorer(("interpolate", 0.0))[0].mean() < MIN_ACCURACY:
+        return None
+    pairs = [pair for family in FAMILIES
+             for pair in moved_pairs(lens.tokenizer, family, lens.context_length, n_pairs, seed=20_000, text=text)]
+    return {"protocol": "retrieval", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
+            "context": lens.context_length, "prompts": len(prompts),
+            "ablations": ablation_study(lens, prompts, sweep, scorer, progress, name, quick),
+            "patching": patching_study(lens, pairs, progress, name)}
 
 
 def position_interventions_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
                                  progress: bool = True, batch_size: int = 8) -> dict[str, Any]:
-    """Ablations, sweeps and patching maps of each model (see the module docstring); writes results.json,
-    the tables and the figures into ``out``."""
-    from repo_lens.loading import load
+    """Edits, controls and patching maps of each model (see the module docstring); writes results.json
+    (after each model, so a long run keeps what it has), the tables and the figures into ``out``."""
+    import time
 
-    count, n_pairs, sweep = (8, 2, QUICK_SWEEP) if quick else (32, 8, SWEEP)
-    results: dict[str, Any] = {}
+    from repo_lens.loading import load
+    from repo_lens.studies.reproductions.position_interventions_lm import language_model
+
+    results: dict[str, Any]
+    started, results = time.perf_counter(), {}
+    text = None if quick else held_out_text()
+    settings = {"quick": quick, "all_modes": list(ALL_MODES), "layer_modes": list(LAYER_MODES),
+                "head_modes": list(HEAD_MODES), "sweep": list(QUICK_SWEEP if quick else SWEEP)}
+
+    def document() -> dict[str, Any]:
+        return {"study": "position_interventions", "settings": settings, "results": results,
+                "seconds": round(time.perf_counter() - started, 1), "markdown": report.markdown(results)}
+
     for model in models:
         lens = load(model, device="cpu")
-        prompts = niah_eval_prompts(lens.tokenizer, lens.context_length, count)
-        results[model] = {"layer_kinds": list(lens.model.cfg.layer_mechanisms), "context": lens.context_length,
-                          "ablations": ablation_study(lens, prompts, sweep, batch_size, progress, stem(model)),
-                          "patching": patching_study(lens, needle_moved_pairs(lens.tokenizer, lens.context_length,
-                                                                              n_pairs), progress, stem(model))}
-    document = {"study": "position_interventions", "settings": {"prompts": count, "pairs": n_pairs,
-                                                                "sweep": list(sweep)},
-                "results": results, "markdown": report.markdown(results)}
-    return save_study(out, document, report.figures(results) if figures else None)
+        model_started = time.perf_counter()
+        result = retrieval_model(lens, quick, text, batch_size, progress, stem(model)) \
+            if lens.context_length >= RETRIEVAL_CONTEXT else None
+        if result is None:
+            result = language_model(lens, quick, text, batch_size, progress, stem(model))
+        result["seconds"] = round(time.perf_counter() - model_started, 1)
+        results[model] = result
+        if model != models[-1]:
+            save_study(out, document())
+    return save_study(out, document(), report.figures(results) if figures else None)

@@ -1,4 +1,9 @@
-"""Tables and figures of the ``position_interventions`` study (its results dict, one entry per model)."""
+"""Tables and figures of the ``position_interventions`` study (its results dict, one entry per model).
+
+Rates are printed as ``value [low, high]`` (95 % Wilson intervals), mean log-probabilities and bits per
+byte with 95 % bootstrap intervals; "=" marks an edit that moves no position (not run: the unedited
+scores hold).
+"""
 
 from __future__ import annotations
 
@@ -6,143 +11,211 @@ from typing import Any
 
 import numpy as np
 
-ALL_MODES = ("integer", "constant", "mean", "shuffle")
+from repo_lens.interventions.stats import interval_text
 
 
-def _cell(score: dict[str, float] | None) -> str:
-    return "=" if score is None else f"{score['accuracy']:.2f} ({score['logprob']:.1f})"
+def mode_label(mode: Any) -> str:
+    """A mode's short name, e.g. ``interpolate 0.05 to constant``.
+
+    >>> mode_label(("interpolate", 0.05, "constant")), mode_label("affine")
+    ('interpolate 0.05 to constant', 'affine')
+    """
+    from repo_lens.interventions import parse_mode
+
+    return parse_mode(mode).label
 
 
 def _name(model: str) -> str:
-    return model.replace("zoo:", "")
+    return model.replace("zoo:", "").rstrip("/").rsplit("/", 1)[-1]
 
 
-def summary_table(results: dict[str, Any]) -> str:
-    """Accuracy (mean answer log-probability) with every edited layer's positions replaced; "=" marks an
-    edit that moves no position (not run: the scores are the unchanged ones).
+def _acc(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "–"
+    if not entry.get("moves", True):
+        return "="
+    return f"{interval_text(entry['accuracy'])} ({entry['logprob']['value']:.1f})"
 
-    >>> score = {"accuracy": 1.0, "logprob": -0.5}
-    >>> print(summary_table({"zoo:m": {"ablations": {"baseline": score, "all": {"integer": score}}}}).splitlines()[2])
-    | m | 1.00 (-0.5) | 1.00 (-0.5) | = | = | = |
-    """
-    lines = ["| model | unchanged | integer | constant | mean | shuffle |", "|---|---|---|---|---|---|"]
-    for model, result in results.items():
+
+def _retrieval(results: dict[str, Any]) -> dict[str, Any]:
+    return {model: result for model, result in results.items() if result["protocol"] == "retrieval"}
+
+
+def _row(result: dict[str, Any], group: str, where: str, modes: list[str]) -> list[str]:
+    conditions = result["ablations"]["conditions"]
+    return [_acc(conditions.get(f"{where} {mode}")) for mode in modes]
+
+
+def _modes(result: dict[str, Any], group: str) -> list[str]:
+    return list(dict.fromkeys(entry["mode"] for entry in result["ablations"]["conditions"].values()
+                              if entry["group"] == group))
+
+
+def all_layers_table(results: dict[str, Any]) -> str:
+    """Accuracy [95 % interval] (mean answer log p) with every learned layer edited, per model."""
+    retrieval = _retrieval(results)
+    if not retrieval:
+        return ""
+    modes = _modes(next(iter(retrieval.values())), "all")
+    lines = ["| model | n | unedited | " + " | ".join(modes) + " |", "|---|---|---|" + "---|" * len(modes)]
+    for model, result in retrieval.items():
+        unedited = result["ablations"]["unedited"]
+        lines.append(f"| {_name(model)} | {result['prompts']} | {_acc(unedited)} | "
+                     + " | ".join(_row(result, "all", "all", modes)) + " |")
+    return "\n".join(lines)
+
+
+def family_table(results: dict[str, Any], modes: tuple[str, ...] = ("integer", "constant", "affine", "rank",
+                                                                     "random", "window 8")) -> str:
+    """Accuracy per prompt family, unedited and with every learned layer edited."""
+    lines = ["| model | family | n | unedited | " + " | ".join(modes) + " |", "|---|---|---|---|" + "---|" * len(modes)]
+    for model, result in _retrieval(results).items():
         ablations = result["ablations"]
-        row = [_cell(ablations["baseline"])] + [_cell(ablations["all"].get(mode)) for mode in ALL_MODES]
-        lines.append(f"| {_name(model)} | " + " | ".join(row) + " |")
+        for family, score in ablations["unedited"]["by_family"].items():
+            cells = []
+            for mode in modes:
+                entry = ablations["conditions"].get(f"all {mode}")
+                cells.append("–" if entry is None else "=" if not entry["moves"] else
+                             interval_text(entry["by_family"][family]["accuracy"]))
+            lines.append(f"| {_name(model)} | {family} | {score['accuracy']['n']} | "
+                         f"{interval_text(score['accuracy'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def layer_table(results: dict[str, Any]) -> str:
-    """One row per model and layer: accuracy (log-probability) with that layer made integer / constant."""
-    lines = ["| model | layer | integer | constant |", "|---|---|---|---|"]
-    for model, result in results.items():
-        for layer, modes in result["ablations"]["layer"].items():
-            lines.append(f"| {_name(model)} | {layer} | {_cell(modes.get('integer'))} | {_cell(modes.get('constant'))} |")
-    return "\n".join(lines)
-
-
-def head_grid(result: dict[str, Any], mode: str, field: str = "accuracy") -> np.ndarray:
-    """(n_layers, n_heads) of one mode's per-head scores; NaN for layers not edited.
-
-    >>> head_grid({"layer_kinds": ["a", "b"], "ablations": {"head": {"1.0": {"constant": {"accuracy": 0.5}}}}},
-    ...           "constant").tolist()
-    [[nan], [0.5]]
-    """
-    heads = result["ablations"]["head"]
-    n_heads = 1 + max(int(key.split(".")[1]) for key in heads)
-    grid = np.full((len(result["layer_kinds"]), n_heads), np.nan)
-    for key, modes in heads.items():
-        layer, head = (int(part) for part in key.split("."))
-        if modes.get(mode) is not None:
-            grid[layer, head] = modes[mode][field]
-        elif mode in modes:  # an edit that moves no position: the unchanged score
-            grid[layer, head] = result["ablations"]["baseline"][field]
-    return grid
-
-
-def head_table(results: dict[str, Any]) -> str:
-    """Per model, a layer × head table of accuracy with one head made integer / constant (an edit that
-    moves no position shows the unchanged accuracy)."""
+def unit_table(results: dict[str, Any], group: str) -> str:
+    """One row per layer ("layer") or head ("head"): accuracy [interval] (log p) under each mode, and
+    the accuracy per family (family order as in the prompts) under each mode."""
     blocks = []
-    for model, result in results.items():
-        integer, constant = head_grid(result, "integer"), head_grid(result, "constant")
-        header = "| layer | " + " | ".join(f"h{head}" for head in range(integer.shape[1])) + " |"
-        lines = [f"{_name(model)} (integer / constant):", "", header, "|---|" + "---|" * integer.shape[1]]
-        for layer in range(integer.shape[0]):
-            if np.isfinite(integer[layer]).any():
-                cells = [f"{a:.2f} / {b:.2f}" for a, b in zip(integer[layer], constant[layer])]
-                lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    for model, result in _retrieval(results).items():
+        modes = _modes(result, group)
+        units = list(dict.fromkeys(
+            (entry["layer"], entry["head"]) for entry in result["ablations"]["conditions"].values()
+            if entry["group"] == group))
+        lines = [f"{_name(model)}:", "", f"| {group} | " + " | ".join(modes) + " | per family: " + " / ".join(modes)
+                 + " |", "|---|" + "---|" * (len(modes) + 1)]
+        for layer, head in units:
+            where = f"layer {layer}" if group == "layer" else f"head {layer}.{head}"
+            label = f"L{layer}" if group == "layer" else f"L{layer} h{head}"
+            families = []
+            for mode in modes:
+                entry = result["ablations"]["conditions"].get(f"{where} {mode}")
+                families.append("=" if entry is None or not entry["moves"] else "/".join(
+                    f"{score['accuracy']['value']:.2f}" for score in entry["by_family"].values()))
+            lines.append(f"| {label} | " + " | ".join(_row(result, group, where, modes)) + " | "
+                         + " ; ".join(families) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
 def sweep_table(results: dict[str, Any]) -> str:
-    """Accuracy against p, interpolating every edited layer toward the integers and toward a constant."""
-    columns = [(model, toward) for model in results for toward in ("integer", "constant")]
-    ps = list(next(iter(results.values()))["ablations"]["sweep"]["integer"])
-    lines = ["| p | " + " | ".join(f"{_name(model)} → {toward}" for model, toward in columns) + " |",
-             "|---|" + "---|" * len(columns)]
-    for p in ps:
-        row = [_cell(results[model]["ablations"]["sweep"][toward].get(p)) for model, toward in columns]
-        lines.append(f"| {p} | " + " | ".join(row) + " |")
+    """Accuracy against p, interpolating every learned layer toward the integers and toward a constant."""
+    lines = ["| model | " + " | ".join(["p → integer", "p → constant"]) + " |", "|---|---|---|"]
+    for model, result in _retrieval(results).items():
+        cells = []
+        for toward in ("", " to constant"):
+            points = [(key.split()[2], entry) for key, entry in result["ablations"]["conditions"].items()
+                      if entry["group"] == "sweep" and key.endswith(toward) and (toward or "to" not in key)]
+            cells.append("; ".join(f"{p}: {_acc(entry)}" for p, entry in points))
+        lines.append(f"| {_name(model)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def comparison_table(results: dict[str, Any], limit: int = 12) -> str:
+    """The head pairs whose exact match differs most under an edit (McNemar p)."""
+    lines = ["| model | layer, mode, heads | difference [95 %] | p |", "|---|---|---|---|"]
+    for model, result in _retrieval(results).items():
+        ranked = sorted(result["ablations"]["head_comparisons"].items(),
+                        key=lambda item: -abs(item[1]["difference"]["value"]))
+        for key, test in ranked[:limit]:
+            lines.append(f"| {_name(model)} | {key} | {interval_text(test['difference'])} | {test['p']:.3g} |")
     return "\n".join(lines)
 
 
 def patching_table(results: dict[str, Any]) -> str:
-    """Per model, the mean change of the answer's log-probability when one head's clean positions are written."""
+    """Per model and token set, Δ log p(answer) of the moved-needle run per head: mean [95 % interval]."""
     blocks = []
-    for model, result in results.items():
+    for model, result in _retrieval(results).items():
         patching = result["patching"]
-        effects = np.asarray(patching["effects"], dtype=float)
         pearson = patching["attribution_pearson"]
-        caption = (f"{_name(model)}: {patching['pairs']} pairs, corrupted log p {patching['baseline_logprob']:.2f}, "
-                   f"clean {patching['clean_logprob']:.2f}, attribution vs exact Pearson "
-                   f"{'–' if pearson is None else f'{pearson:.2f}'}:")
-        lines = [caption, "",
-                 "| layer | " + " | ".join(f"h{head}" for head in range(effects.shape[1])) + " |",
-                 "|---|" + "---|" * effects.shape[1]]
-        for layer in range(effects.shape[0]):
-            if np.isfinite(effects[layer]).any():
-                lines.append(f"| {layer} | " + " | ".join(f"{value:+.3f}" for value in effects[layer]) + " |")
+        head = (f"{_name(model)}: {patching['pairs']} pairs; moved-needle log p {interval_text(patching['moved_logprob'])}, "
+                f"clean {interval_text(patching['clean_logprob'])}; attribution vs exact (every token) Pearson "
+                f"{'–' if pearson is None else f'{pearson:.2f}'}")
+        maps = patching["maps"]
+        first = np.asarray(next(iter(maps.values()))["value"], dtype=float)
+        lines = [head, "", "| cell | " + " | ".join(maps) + " |", "|---|" + "---|" * len(maps)]
+        for layer, head_index in zip(*np.nonzero(np.isfinite(first))):
+            cells = [interval_text({key: np.asarray(m[key], dtype=float)[layer, head_index]
+                                    for key in ("value", "low", "high")}) for m in maps.values()]
+            lines.append(f"| L{layer} h{head_index} | " + " | ".join(cells) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
+def language_model_table(results: dict[str, Any]) -> str:
+    """Held-out bits per byte, unedited, and the change [95 %] under each edit of all / each learned layer."""
+    lms = {model: result for model, result in results.items() if result["protocol"] == "language model"}
+    if not lms:
+        return ""
+    modes = list(dict.fromkeys(entry["mode"] for result in lms.values() for entry in result["conditions"].values()))
+    lines = ["| model | layers | unedited bits/byte | " + " | ".join(f"Δ {mode}" for mode in modes) + " |",
+             "|---|---|---|" + "---|" * len(modes)]
+    for model, result in lms.items():
+        groups = ["all"] + sorted({entry["layer"] for entry in result["conditions"].values() if entry["layer"] is not None})
+        for group in groups:
+            where = "all" if group == "all" else f"layer {group}"
+            cells = [interval_text(result["conditions"][f"{where} {mode}"]["change"])
+                     if f"{where} {mode}" in result["conditions"] else "–" for mode in modes]
+            lines.append(f"| {_name(model)} | {where} | {interval_text(result['unedited'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any]) -> str:
     """Every table of the study, with a heading each."""
-    sections = [("Every edited layer at once: accuracy (answer log-probability)", summary_table(results)),
-                ("One layer at a time", layer_table(results)), ("One head at a time", head_table(results)),
+    sections = [("Every learned layer edited: accuracy [95 % Wilson] (mean answer log p)", all_layers_table(results)),
+                ("By prompt family (every learned layer edited)", family_table(results)),
+                ("One layer at a time", unit_table(results, "layer")),
+                ("One head at a time", unit_table(results, "head")),
+                ("Head against head (exact McNemar on the same prompts)", comparison_table(results)),
                 ("Interpolation p (the authors' dynamic_pe_pdrop toward the integers, and toward a constant)",
                  sweep_table(results)),
-                ("Patching: needle moved (depth 0.25 → 0.75), Δ log p(answer) per head", patching_table(results))]
-    return "\n\n".join(f"### {title}\n\n{table}" for title, table in sections)
+                ("Patching: needle moved, Δ log p(answer) per head, by the tokens patched", patching_table(results)),
+                ("Language models: held-out bits per byte and its change [95 % bootstrap]", language_model_table(results))]
+    return "\n\n".join(f"### {title}\n\n{table}" for title, table in sections if table)
+
+
+def head_grid(result: dict[str, Any], mode: str) -> np.ndarray:
+    """(n_layers, n_heads) accuracy with one head edited by ``mode``; NaN where not edited, the unedited
+    accuracy where the edit moves no position.
+
+    >>> entry = {"group": "head", "layer": 1, "head": 0, "mode": "constant", "moves": True,
+    ...          "accuracy": {"value": 0.5}}
+    >>> result = {"layer_kinds": ["a", "b"], "ablations": {"unedited": {"accuracy": {"value": 1.0}},
+    ...           "conditions": {"head 1.0 constant": entry}}}
+    >>> head_grid(result, "constant").tolist()
+    [[nan], [0.5]]
+    """
+    entries = [entry for entry in result["ablations"]["conditions"].values() if entry["group"] == "head"]
+    grid = np.full((len(result["layer_kinds"]), 1 + max(entry["head"] for entry in entries)), np.nan)
+    for entry in entries:
+        if entry["mode"] == mode:
+            source = entry if entry["moves"] else result["ablations"]["unedited"]
+            grid[entry["layer"], entry["head"]] = source["accuracy"]["value"]
+    return grid
 
 
 def figures(results: dict[str, Any]) -> dict[str, Any]:
-    """Per model: per-head accuracy with the head made constant, and the patching map; and the p-sweep."""
-    import plotly.graph_objects as go
-
+    """Per retrieval model: per-head accuracy under "constant" and "affine", and the patching map."""
     from repo_lens.plots.heatmaps import layer_head_heatmap
-    from repo_lens.plots.style import series_style, styled
 
     out = {}
-    for model, result in results.items():
+    for model, result in _retrieval(results).items():
         name, kinds = _name(model), result["layer_kinds"]
-        out[f"head_constant_{name}"] = layer_head_heatmap(
-            head_grid(result, "constant"), title=f"{name}: NIAH accuracy, one head's positions constant",
-            colorbar_title="accuracy", layer_kinds=kinds, zmin=0.0, zmax=1.0)
+        for mode in ("constant", "affine"):
+            out[f"head_{mode}_{name}"] = layer_head_heatmap(
+                head_grid(result, mode), title=f"{name}: accuracy, one head's positions {mode}",
+                colorbar_title="accuracy", layer_kinds=kinds, zmin=0.0, zmax=1.0)
         out[f"patching_{name}"] = layer_head_heatmap(
-            np.asarray(result["patching"]["effects"], dtype=float), title=f"{name}: Δ log p(answer), needle moved",
-            colorbar_title="Δ log p", layer_kinds=kinds, colorscale="PuOr", zmid=0.0, value_format=".3f")
-    sweep = go.Figure()
-    for index, (model, toward) in enumerate((m, t) for m in results for t in ("integer", "constant")):
-        unchanged = results[model]["ablations"]["baseline"]  # "=": the edit moves no position
-        points = {p: score or unchanged for p, score in results[model]["ablations"]["sweep"][toward].items()}
-        look = series_style(index)
-        sweep.add_scatter(x=[float(p) for p in points], y=[score["accuracy"] for score in points.values()],
-                          name=f"{_name(model)} → {toward}", mode="lines+markers",
-                          line={"color": look["color"], "dash": look["dash"]}, marker={"symbol": look["symbol"]})
-    sweep.update_layout(xaxis_title="p", yaxis_title="NIAH accuracy", yaxis_range=[-0.05, 1.05])
-    out["interpolation_sweep"] = styled(sweep, "Interpolating positions: z' = (1 − p)·z + p·target")
+            np.asarray(result["patching"]["maps"]["every token"]["value"], dtype=float),
+            title=f"{name}: Δ log p(answer), needle moved", colorbar_title="Δ log p", layer_kinds=kinds,
+            colorscale="PuOr", zmid=0.0, value_format=".2f")
     return out

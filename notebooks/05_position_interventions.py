@@ -129,11 +129,11 @@ repo_lens.plots.layer_head_heatmap(maps["integer"][0], title="bytes1k-repo: NIAH
                                    colorbar_title="accuracy", layer_kinds=lens.layer_kinds, zmin=0.0, zmax=1.0)
 
 # %% [markdown]
-# Within the lower RePo layer, heads 0 and 3 carry retrieval and the others can lose their positions
-# with little harm. "Integer" hurts more than "constant" here, but the on-scale maps qualify that:
-# the same heads given a straight line or the integers at their own scale mostly keep retrieving,
-# so what "integer" breaks is the scale (the integers span about a thousand units, these heads a few
-# dozen), not a missing RoPE-like layout. `repo-lens reproduce position_interventions` measures this
+# Within the lower RePo layer, heads 0 and 3 carry retrieval, head 1 a little, head 2 not at all.
+# "Integer" hurts head 3 more than "constant", but the on-scale maps qualify that: given its own
+# straight line or the integers at its own scale, head 3 retrieves about as often as with a constant,
+# so what "integer" breaks is mostly the scale (the integers span about a thousand units, these heads
+# a few dozen), not a missing RoPE-like layout. `repo-lens reproduce position_interventions` measures this
 # on 200 prompts of four families with intervals and paired tests.
 #
 # ## 3. The authors' interpolation

@@ -5,7 +5,8 @@ FoX, GRAPE-M) and pairwise gates (CoPE, GRAPE-AP) are summed into positions as t
 says, edited there, and turned back into the quantity. Each head (and, for a pairwise quantity, each
 query row) is edited on its own tokens only: a right-padded row's pads take no part. An exclusive sum
 starts at 0 by construction, so its edited positions are shifted to start there (rotations and
-additive biases see only differences of positions: the shift changes nothing); CoPE's are kept ≥ 0.
+additive biases see only differences of positions: the shift changes nothing); CoPE's are kept at
+or above 10⁻³ (its positions index an embedding table from 0).
 
 - "affine": the least-squares line a + b·I fitted to the head's positions against the integer
   positions I (the token index for RePo), written in their place: scale and offset kept, every
@@ -23,6 +24,7 @@ import torch
 from repo_lens.model.registry import PositionEdit
 
 SCALE_MODES = ("affine", "rank", "scaled", "random")
+SUFFIX_FLOOR = 1e-3  # the least edited CoPE position: float rounding of a sum at 0 must not reach index −1
 
 
 def valid_mask(value: torch.Tensor, lengths: list[int] | None, pairwise: bool) -> torch.Tensor:
@@ -137,8 +139,8 @@ def scale_edit(value: torch.Tensor, name: str, edit: PositionEdit, integer: torc
         direction = torch.where(mask, torch.randn(value.shape, generator=generator).to(value.device), 0.0)
         direction = direction / direction.pow(2).sum(-1, keepdim=True).sqrt().clamp(min=1e-30)
         new = positions + size * direction
-    if edit.sum == "suffix":  # CoPE's positions are sums of gates in [0, 1]: never below 0
-        new = new.clamp(min=0.0)
+    if edit.sum == "suffix":  # CoPE's positions are sums of gates in [0, 1]: never below 0 (a hair above,
+        new = new.clamp(min=SUFFIX_FLOOR)  # so that the layer's own re-summing cannot round below 0)
     return from_positions(new, value.float(), edit.sum, mask).to(value.dtype)
 
 

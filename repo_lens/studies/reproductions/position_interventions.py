@@ -40,6 +40,8 @@ LAYER_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "win
 HEAD_MODES = ("integer", "constant", "affine", "rank", "random")
 QUICK_ALL_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", "window")
 QUICK_UNIT_MODES = ("constant", "affine")  # quick mode, for tests: one off-scale and one on-scale edit per unit
+FOCUS_LAYER_MODES = ("integer", "constant", "affine", "scaled", "random")  # focus: a cheaper plan (see study)
+FOCUS_HEAD_MODES = ("integer", "constant", "affine", "scaled")
 PATCH_TOKENS = {"every token": None, "needle": "needle", "rest": "rest"}
 RETRIEVAL_CONTEXT = 512  # models with at least this context are scored on retrieval prompts
 MIN_ACCURACY = 0.2  # ... if they retrieve: below this unedited accuracy, on held-out bits per byte instead
@@ -119,7 +121,8 @@ class Scorer:
         from repo_lens.capture import forward_lock
         from repo_lens.interventions import parse_mode, select_sites
         from repo_lens.interventions.ablate import edit_hooks
-        from repo_lens.interventions.runs import run_from
+        from repo_lens.interventions.metrics import first_logit_row
+        from repo_lens.interventions.runs import run_from, with_unread_rows
         from repo_lens.interventions.selection import head_mask
 
         parsed, model = parse_mode(mode), self.lens.model
@@ -129,8 +132,9 @@ class Scorer:
         for chunk, batch, inputs, exact, logprob in self.chunks:
             hooks = edit_hooks(self.lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(model, heads),
                                None, 0, means=None if means is None else {s.layer: means[s.layer] for s in sites})
+            unread = first_logit_row([exact, logprob], batch.ids.shape[1])  # the answers' rows only
             with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
-                logits = run_from(model, self.start, inputs[0], inputs[1:])
+                logits = with_unread_rows(run_from(model, self.start, inputs[0], inputs[1:], rows_from=unread), unread)
             hits += exact(logits).tolist()
             logprobs += logprob(logits).tolist()
         return np.asarray(hits, dtype=float), np.asarray(logprobs, dtype=float)
@@ -153,13 +157,16 @@ def summarise(hits: np.ndarray, logprobs: np.ndarray, families: list[str], base:
     return out
 
 
-def conditions(lens: Any, sweep: tuple[float, ...], quick: bool = False) -> list[tuple[str, Any, Any, Any]]:
-    """(group, layer, head, mode) of every edit: every learned layer at once, each layer, each head, the sweeps."""
+def conditions(lens: Any, sweep: tuple[float, ...], plan: str = "full") -> list[tuple[str, Any, Any, Any]]:
+    """(group, layer, head, mode) of every edit: every learned layer at once, each layer, each head, the
+    sweeps. ``plan``: "full", "quick" (tests) or "focus" (fewer modes; heads only of the layers whose
+    own edit breaks the task, see :func:`ablation_study`)."""
     from repo_lens import interventions
 
     layers = [site.layer for site in interventions.select_sites(lens.model, None)]
-    every, per_layer, per_head = (QUICK_ALL_MODES, QUICK_UNIT_MODES, QUICK_UNIT_MODES) if quick else \
-        (ALL_MODES, LAYER_MODES, HEAD_MODES)
+    every, per_layer, per_head = {"quick": (QUICK_ALL_MODES, QUICK_UNIT_MODES, QUICK_UNIT_MODES),
+                                  "focus": (QUICK_ALL_MODES, FOCUS_LAYER_MODES, FOCUS_HEAD_MODES)}.get(
+        plan, (ALL_MODES, LAYER_MODES, HEAD_MODES))
     out: list[tuple[str, Any, Any, Any]] = [("all", None, None, mode) for mode in every]
     out += [("layer", layer, None, mode) for layer in layers for mode in per_layer]
     out += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads) for mode in per_head]
@@ -188,14 +195,17 @@ def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
 
 
 def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], scorer: Scorer, progress: bool,
-                   name: str, quick: bool = False) -> dict[str, Any]:
+                   name: str, plan: str = "full") -> dict[str, Any]:
     """Every condition scored on ``prompts``; an edit that moves no position (checked on the first
-    prompt) is recorded with ``"moves": False`` and not run."""
+    prompt) is recorded with ``"moves": False`` and not run. In the "focus" plan, heads are edited only
+    in the layers where an edit of the whole layer lowers accuracy by more than 0.2."""
     families = [prompt.meta["family"] for prompt in prompts]
     base = scorer(("interpolate", 0.0))
     result: dict[str, Any] = {"unedited": summarise(*base, families, None), "conditions": {}}
     unchanged = lens.trace(prompts[0].ids, progress=False).positions
-    for group, layer, head, mode in tqdm(conditions(lens, sweep, quick), desc=f"edits {name}", disable=not progress):
+    for group, layer, head, mode in tqdm(conditions(lens, sweep, plan), desc=f"edits {name}", disable=not progress):
+        if group == "head" and plan == "focus" and not _breaks(result, layer, base[0].mean()):
+            continue
         entry = {"group": group, "layer": layer, "head": head, "mode": report.mode_label(mode)}
         is_mean = mode == "mean"
         if not is_mean and not moves_positions(lens, prompts[0], mode, layer, head, unchanged):
@@ -206,6 +216,12 @@ def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], scorer: S
         result["conditions"][condition_key(group, layer, head, mode)] = entry
     result["head_comparisons"] = head_comparisons(result)
     return result
+
+
+def _breaks(result: dict[str, Any], layer: int, unedited: float) -> bool:
+    """Whether some edit of the whole ``layer`` lowered accuracy by more than 0.2."""
+    return any(entry["group"] == "layer" and entry["layer"] == layer and entry.get("moves")
+               and entry["accuracy"]["value"] < unedited - 0.2 for entry in result["conditions"].values())
 
 
 def head_comparisons(result: dict[str, Any]) -> dict[str, Any]:
@@ -264,12 +280,16 @@ def cell_intervals(values: np.ndarray) -> dict[str, Any]:
 
 
 def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, progress: bool,
-                    name: str) -> dict[str, Any] | None:
+                    name: str, focus: tuple[int, int] | None = None) -> dict[str, Any] | None:
     """The retrieval protocol on one model; None when the model does not retrieve (unedited accuracy
-    below ``MIN_ACCURACY``: its edits would have nothing to break)."""
+    below ``MIN_ACCURACY``: its edits would have nothing to break). ``focus``: (prompts per family,
+    pairs per family) of the cheaper "focus" plan."""
     from repo_lens.data.retrieval_families import FAMILIES, moved_pairs
 
     per_family, n_pairs, sweep = (2, 1, QUICK_SWEEP) if quick else (50, 8, SWEEP)
+    if focus is not None:
+        per_family, n_pairs, sweep = focus[0], focus[1], SWEEP[:1]
+    plan = "quick" if quick else "focus" if focus else "full"
     prompts = study_prompts(lens.tokenizer, lens.context_length, per_family, text)
     scorer = Scorer(lens, prompts, batch_size)
     if not quick and scorer(("interpolate", 0.0))[0].mean() < MIN_ACCURACY:
@@ -278,14 +298,18 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
              for pair in moved_pairs(lens.tokenizer, family, lens.context_length, n_pairs, seed=20_000, text=text)]
     return {"protocol": "retrieval", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
             "context": lens.context_length, "prompts": len(prompts),
-            "ablations": ablation_study(lens, prompts, sweep, scorer, progress, name, quick),
+            "plan": plan, "ablations": ablation_study(lens, prompts, sweep, scorer, progress, name, plan),
             "patching": patching_study(lens, pairs, progress, name)}
 
 
 def position_interventions_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                                 progress: bool = True, batch_size: int = 8) -> dict[str, Any]:
+                                 progress: bool = True, batch_size: int = 8,
+                                 focus: tuple[int, int] | None = None) -> dict[str, Any]:
     """Edits, controls and patching maps of each model (see the module docstring); writes results.json
-    (after each model, so a long run keeps what it has), the tables and the figures into ``out``."""
+    (after each model, so a long run keeps what it has), the tables and the figures into ``out``.
+    ``focus=(prompts per family, pairs per family)``: the cheaper plan for a busy machine (all-layer
+    edits and controls, each layer under five edits, heads only where their layer's edit breaks the
+    task, the sweep at p = 0.05)."""
     import time
 
     from repo_lens.loading import load
@@ -294,7 +318,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
     results: dict[str, Any]
     started, results = time.perf_counter(), {}
     text = None if quick else held_out_text()
-    settings = {"quick": quick, "all_modes": list(ALL_MODES), "layer_modes": list(LAYER_MODES),
+    settings = {"quick": quick, "focus": focus, "all_modes": list(ALL_MODES), "layer_modes": list(LAYER_MODES),
                 "head_modes": list(HEAD_MODES), "sweep": list(QUICK_SWEEP if quick else SWEEP)}
 
     def document() -> dict[str, Any]:
@@ -304,7 +328,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
     for model in models:
         lens = load(model, device="cpu")
         model_started = time.perf_counter()
-        result = retrieval_model(lens, quick, text, batch_size, progress, stem(model)) \
+        result = retrieval_model(lens, quick, text, batch_size, progress, stem(model), focus) \
             if lens.context_length >= RETRIEVAL_CONTEXT else None
         if result is None:
             result = language_model(lens, quick, text, batch_size, progress, stem(model))

@@ -31,7 +31,7 @@ from repo_lens.plots.style import SEQUENTIAL
 LINE_EM = 1.25  # a line of text, in font sizes
 LEGEND_SYMBOL_PX = 40.0  # a legend entry's symbol and the gap before its text (plotly: itemwidth 30 + 10)
 LEGEND_GAP_PX = 12.0  # between two entries of a horizontal legend
-LEGEND_PAD_PX = 4  # below a legend's rows
+LEGEND_PAD_PX = 8  # above and below a legend's rows
 COLORBAR_THICKNESS_PX = 8
 PLOT_ASPECT = 0.6  # plot height / plot width of bars, lines and scatters
 PLOT_HEIGHT_PX = (100, 320)  # the plotting area's height: at least (a heatmap of few rows too), at most
@@ -96,7 +96,7 @@ def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
     else:
         low, high = PLOT_HEIGHT_PX
         height = min(high, max(low, PLOT_ASPECT * plot_width)) + top + bottom
-    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + (EDGE_PX if not top else 1),
+    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + EDGE_PX,
                                                             b=EDGE_PX, pad=0, autoexpand=True))
 
 
@@ -119,7 +119,7 @@ def legend_height(names: Sequence[str], target: PaperTarget, width: float | None
     entries = [LEGEND_SYMBOL_PX + label_width_px(_plain(name), target.tick_px) + LEGEND_GAP_PX for name in names]
     if not entries:
         return 0.0
-    per_row = max(1, int(width // max(entries)))
+    per_row = len(entries) if sum(entries) <= width else max(1, int(width // max(entries)))
     return math.ceil(len(entries) / per_row) * (max(16.0, 1.3 * target.tick_px) + 3) + LEGEND_PAD_PX
 
 
@@ -131,10 +131,7 @@ def _legend(fig: go.Figure, target: PaperTarget) -> float:
     fig.update_layout(showlegend=True, legend=dict(
         orientation="h", x=0, xanchor="left", y=1.0, yanchor="top", yref="container", xref="paper",
         font=dict(size=target.tick_px), itemwidth=30, itemsizing="trace", tracegroupgap=0,
-        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text="",
-        # entries as wide as legend_height counts them, so plotly breaks the rows where it does
-        entrywidth=max(label_width_px(_plain(name), target.tick_px) for name in names) + LEGEND_GAP_PX,
-        entrywidthmode="pixels"))
+        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text=""))
     return legend_height(names, target)
 
 

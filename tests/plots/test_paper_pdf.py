@@ -85,7 +85,7 @@ def test_value_labels_share_one_precision_and_categories_read_as_words():
     texts = [str(text) for trace in figures["attention_mass_figure"].data for text in trace.text]
     assert len({len(text.split(".")[1]) for text in texts}) == 1, texts
     bars = category_increments_figure([{"cjk_lead": 1.2, "continuation": 0.8, "space": 1.0}])
-    assert list(bars.data[0].x) == ["CJK lead byte", "continuation byte", "space"]
+    assert list(bars.data[0].x) == ["CJK lead", "continuation", "space"]
 
 
 @needs_export

@@ -280,7 +280,8 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
     (default 8), ``font`` "sans" (default), "serif" (Times) or "cm" (Computer Modern), and height
     ``aspect`` × width (default: what the figure's content needs). PDF and SVG are vector: the PDF's
     page is the figure at its size, its fonts embedded as outlines (an error names the package to install
-    when the face asked for is missing), its heatmaps drawn as vector cells; a PNG has ``dpi`` pixels per inch (default 300 with a layout; it says so in the
+    when the face asked for is missing), its heatmaps drawn as vector cells; a PNG has ``dpi`` pixels per
+    inch (default 300 with a layout; it says so in the
     file), or ``scale`` pixels per figure pixel (default 2 without a layout). ``width`` / ``height``
     (pixels) override the figure's own size.
 

@@ -61,14 +61,19 @@ def find_browser() -> str | None:
     return found
 
 
-def export_unavailable() -> str | None:
-    """Why PNG / SVG / PDF export cannot work here (the :class:`ExportError` message), or None if a browser is found.
+def export_unavailable(fmt: str = "png") -> str | None:
+    """Why export to ``fmt`` cannot work here (the :class:`ExportError` message), or None: PNG, SVG and PDF
+    need Chromium, and PDF also rsvg-convert.
 
     Example:
         >>> export_unavailable() is None or browser_install_hint() in export_unavailable()
         True
     """
     if find_browser() is not None:
+        if fmt == "pdf":
+            from repo_lens.plots.pdf_export import converter_missing
+
+            return converter_missing()
         return None
     where = os.environ.get("BROWSER_PATH")
     return _no_browser_message(f"BROWSER_PATH={where!r} is no executable file" if where else "no Chromium on PATH")

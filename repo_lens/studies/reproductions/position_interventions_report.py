@@ -124,7 +124,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
     import plotly.graph_objects as go
 
     from repo_lens.plots.heatmaps import layer_head_heatmap
-    from repo_lens.plots.style import series_style, styled
+    from repo_lens.plots.style import DIVERGING, series_style, styled
 
     out = {}
     for model, result in results.items():
@@ -134,7 +134,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             colorbar_title="accuracy", layer_kinds=kinds, zmin=0.0, zmax=1.0)
         out[f"patching_{name}"] = layer_head_heatmap(
             np.asarray(result["patching"]["effects"], dtype=float), title=f"{name}: Δ log p(answer), needle moved",
-            colorbar_title="Δ log p", layer_kinds=kinds, colorscale="PuOr", zmid=0.0, value_format=".3f")
+            colorbar_title="Δ log p", layer_kinds=kinds, colorscale=DIVERGING, zmid=0.0, value_format=".3f")
     sweep = go.Figure()
     for index, (model, toward) in enumerate((m, t) for m in results for t in ("integer", "constant")):
         unchanged = results[model]["ablations"]["baseline"]  # "=": the edit moves no position

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from plotly.colors import get_colorscale, sample_colorscale  # noqa: E402
 
-from repo_lens.plots import export, paper_figure, start_export_server  # noqa: E402
-from repo_lens.plots.gallery import EXAMPLE_TEXT, example_figures  # noqa: E402
+from repo_lens.plots import export, paper_figure, position_scatter_figure, start_export_server  # noqa: E402
+from repo_lens.plots.gallery import EXAMPLE_TEXT, example_figures, synthetic_trace  # noqa: E402
 from repo_lens.plots.pdf_measure import largest_empty_band, plot_rows, read_pdf, svg_text  # noqa: E402
 from repo_lens.plots.style import lightness  # noqa: E402
 
@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout", default="icml-column", help="paper layout passed to export (default icml-column)")
     parser.add_argument("--font", default="sans", choices=["sans", "serif", "cm"])
     parser.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
+    parser.add_argument("--scatter-heads", type=int, nargs="*", default=[], metavar="N",
+                        help="also print the empty band of the all-heads scatter of a synthetic trace with N heads")
     args = parser.parse_args(argv)
     start_export_server()
     rows = []
@@ -115,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['smallest_pt']:.2f} | {row['largest_pt']:.2f} | {'; '.join(row['fonts'])} | {classes} | "
               f"{row['min_delta_l'] if row['min_delta_l'] is not None else '–'} | "
               f"{'/'.join('yes' if ok else 'NO' for ok in row['scales_monotone']) or '–'} | {row['empty_band']:.0%} |")
+    for heads in args.scatter_heads:
+        figure = position_scatter_figure(synthetic_trace(4, heads, 120), layer=3, head="all",
+                                         highlight={"needle": (12, 20), "query": (80, 95)})
+        with tempfile.TemporaryDirectory() as folder:
+            data = export(figure, Path(folder) / "f.pdf", layout=args.layout, font=args.font).read_bytes()
+        band = largest_empty_band(data, plot_rows(paper_figure(figure, args.layout, font=args.font)))
+        print(f"position_scatter_figure of a synthetic trace, {heads} heads: empty band {band:.1%}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, ensure_ascii=False))
     return 0

@@ -16,7 +16,7 @@ import streamlit as st
 
 from repo_lens import InputError, interventions
 from repo_lens.model.registry import learned_layers
-from repo_lens.plots import layer_head_heatmap, spaced_tokens_figure
+from repo_lens.plots import DIVERGING, layer_head_heatmap, spaced_tokens_figure
 
 from repo_lens.app import cache, config
 from repo_lens.app.names import export_name
@@ -136,7 +136,7 @@ def interventions_view(items: Sequence[Item], selection: Selection) -> None:
         if with_map:
             fig = layer_head_heatmap(result.effects, title="Δ log p(answer), one head ablated at a time",
                                      colorbar_title="Δ log p", layer_kinds=item.trace.layer_kinds,
-                                     colorscale="PuOr", zmid=0.0, value_format=".2f")
+                                     colorscale=DIVERGING, zmid=0.0, value_format=".2f")
             show_figure(fig, f"iv-map-{item.key}", export_name(item.label, "intervention-map", item.input_id))
 
     per_item(items, render)

@@ -71,14 +71,16 @@ def show_figure(fig: go.Figure, key: str, name: str, on_select: Callable[[], Non
                             config={"displaylogo": False, "toImageButtonOptions": {"format": "svg", "filename": name}})
     columns = st.columns(len(EXPORT_FORMATS) + 1, gap="small")
     problem = export_unavailable()  # no Chromium: static formats are off and say why; HTML still works
+    pdf_problem = problem or export_unavailable("pdf")  # PDF also needs rsvg-convert
     for column, (label, fmt, mime) in zip(columns, EXPORT_FORMATS):
-        static = fmt != "html"
+        why = pdf_problem if fmt == "pdf" else problem if fmt != "html" else None
         column.download_button(f"Download {label}", data=_renderer(fig, fmt), file_name=f"{name}.{fmt}", mime=mime,
                                key=f"export-{fmt}-{key}", on_click="ignore", icon=":material/download:",
-                               help=problem if static and problem else f"Download this figure as {label}",
-                               disabled=bool(static and problem), width="stretch")
+                               help=why or f"Download this figure as {label}", disabled=bool(why), width="stretch")
     if problem:
         columns[-1].caption(f"PNG / SVG / PDF export is off: {problem}")
+    elif pdf_problem:
+        columns[-1].caption(f"PDF export is off: {pdf_problem}")
     return state
 
 

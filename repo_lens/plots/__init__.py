@@ -43,6 +43,7 @@ from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_f
 from repo_lens.plots.spaced_tokens import spaced_tokens_figure
 from repo_lens.plots import spaced_tokens_paper  # noqa: F401,I001  (registers the spaced-token paper layout)
 from repo_lens.plots.style import (
+    DIVERGING,
     FONT_FAMILY,
     KIND_COLORS,
     OKABE_ITO,
@@ -51,6 +52,7 @@ from repo_lens.plots.style import (
 )
 
 __all__ = [
+    "DIVERGING",
     "FONT_FAMILIES",
     "FONT_FAMILY",
     "FORMATS",

@@ -61,14 +61,19 @@ def find_browser() -> str | None:
     return found
 
 
-def export_unavailable() -> str | None:
-    """Why PNG / SVG / PDF export cannot work here (the :class:`ExportError` message), or None if a browser is found.
+def export_unavailable(fmt: str = "png") -> str | None:
+    """Why export to ``fmt`` cannot work here (the :class:`ExportError` message), or None: PNG, SVG and PDF
+    need Chromium, and PDF also rsvg-convert.
 
     Example:
         >>> export_unavailable() is None or browser_install_hint() in export_unavailable()
         True
     """
     if find_browser() is not None:
+        if fmt == "pdf":
+            from repo_lens.plots.pdf_export import converter_missing
+
+            return converter_missing()
         return None
     where = os.environ.get("BROWSER_PATH")
     return _no_browser_message(f"BROWSER_PATH={where!r} is no executable file" if where else "no Chromium on PATH")
@@ -280,7 +285,8 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
     (default 8), ``font`` "sans" (default), "serif" (Times) or "cm" (Computer Modern), and height
     ``aspect`` × width (default: what the figure's content needs). PDF and SVG are vector: the PDF's
     page is the figure at its size, its fonts embedded as outlines (an error names the package to install
-    when the face asked for is missing), its heatmaps drawn as vector cells; a PNG has ``dpi`` pixels per inch (default 300 with a layout; it says so in the
+    when the face asked for is missing), its heatmaps drawn as vector cells; a PNG has ``dpi`` pixels per
+    inch (default 300 with a layout; it says so in the
     file), or ``scale`` pixels per figure pixel (default 2 without a layout). ``width`` / ``height``
     (pixels) override the figure's own size.
 

@@ -49,15 +49,14 @@ def category_increments_figure(layers: Sequence[Mapping[str, float]], categories
 
 
 # the analysers' category names as a reader of a figure says them
-CATEGORY_LABELS: dict[str, str] = {"cjk_lead": "CJK lead byte", "continuation": "continuation byte",
-                                   "other_lead": "other lead byte", "word_initial": "word start"}
+CATEGORY_LABELS: dict[str, str] = {"cjk_lead": "CJK lead", "other_lead": "other lead", "word_initial": "word start"}
 
 
 def category_label(category: str) -> str:
     """How a figure names a byte or token category.
 
     >>> category_label("cjk_lead"), category_label("space"), category_label("my_class")
-    ('CJK lead byte', 'space', 'my class')
+    ('CJK lead', 'space', 'my class')
     """
     return CATEGORY_LABELS.get(category, category.replace("_", " "))
 

@@ -14,6 +14,7 @@ out further, chosen by its ``layout.meta["kind"]`` (the spaced-token figure plac
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -30,8 +31,8 @@ from repo_lens.plots.style import SEQUENTIAL
 
 LINE_EM = 1.25  # a line of text, in font sizes
 LEGEND_SYMBOL_PX = 40.0  # a legend entry's symbol and the gap before its text (plotly: itemwidth 30 + 10)
-LEGEND_GAP_PX = 12.0  # between two entries of a horizontal legend
-LEGEND_PAD_PX = 4  # below a legend's rows
+LEGEND_GAP_PX = 5.0  # after each entry of a horizontal legend (plotly: itemGap)
+LEGEND_PAD_PX = 10  # above and below a legend's rows (plotly: itemGap 5 each), the page's top edge included
 COLORBAR_THICKNESS_PX = 8
 PLOT_ASPECT = 0.6  # plot height / plot width of bars, lines and scatters
 PLOT_HEIGHT_PX = (100, 320)  # the plotting area's height: at least (a heatmap of few rows too), at most
@@ -85,7 +86,8 @@ def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
     plot_width = estimated_plot_width(fig, target)
     heatmap_rows = _heatmaps(fig, target, plot_width)
     _axes(fig, target)
-    top = _legend(fig, target) + _colorbars(fig, target) + _annotations(fig, target, plot_width)
+    legend = _legend(fig, target)
+    top = legend + _colorbars(fig, target) + _annotations(fig, target, plot_width)
     top += _traces(fig, target, plot_width)
     ticks = _category_ticks(fig, target, plot_width)
     bottom = ticks + LINE_EM * (target.text_px if _has_x_title(fig) else 0) + 8
@@ -96,7 +98,7 @@ def relayout_plot(fig: go.Figure, target: PaperTarget) -> None:
     else:
         low, high = PLOT_HEIGHT_PX
         height = min(high, max(low, PLOT_ASPECT * plot_width)) + top + bottom
-    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + (EDGE_PX if not top else 1),
+    fig.update_layout(height=math.ceil(height), margin=dict(l=EDGE_PX, r=EDGE_PX, t=math.ceil(top) + (0 if legend else EDGE_PX),
                                                             b=EDGE_PX, pad=0, autoexpand=True))
 
 
@@ -112,15 +114,40 @@ def estimated_plot_width(fig: go.Figure, target: PaperTarget) -> float:
 
 
 def legend_height(names: Sequence[str], target: PaperTarget, width: float | None = None) -> float:
-    """Pixels a horizontal legend of ``names`` takes above the plot. Plotly puts the entries in one row
-    when they fit, else in a grid whose columns are as wide as the widest entry; a row is
+    """Pixels a horizontal legend of ``names`` takes above a plot ``width`` px wide. Plotly puts the
+    entries in one row when they fit, else in a grid whose columns are as wide as the widest entry (its
+    symbol, its text and a 5 px gap), as many per row as fit the plot's width; a row is
     max(1.3 × the font, 16) + 3 px high."""
     width = width or target.width_px - 2 * EDGE_PX
-    entries = [LEGEND_SYMBOL_PX + label_width_px(_plain(name), target.tick_px) + LEGEND_GAP_PX for name in names]
+    entries = [LEGEND_SYMBOL_PX + text_width_px(_plain(name), target.tick_px) + LEGEND_GAP_PX for name in names]
     if not entries:
         return 0.0
-    per_row = max(1, int(width // max(entries)))
+    fits_one_row = sum(entries) - LEGEND_GAP_PX < width
+    per_row = len(entries) if fits_one_row else max(1, int((width + LEGEND_GAP_PX) // max(entries)))
     return math.ceil(len(entries) / per_row) * (max(16.0, 1.3 * target.tick_px) + 3) + LEGEND_PAD_PX
+
+
+@functools.lru_cache(maxsize=1)
+def _sans_face() -> Any:
+    try:
+        from PIL import ImageFont
+
+        return ImageFont.truetype("DejaVuSans.ttf", 100)
+    except (ImportError, OSError):  # no DejaVu Sans here: the per-character estimate instead
+        return None
+
+
+def text_width_px(text: str, font_size: float) -> float:
+    """Width in pixels of ``text`` at ``font_size`` px as DejaVu Sans draws it (the per-character
+    estimate of :func:`label_width_px` where the face is not installed).
+
+    >>> 0 < text_width_px("head 1", 10) <= label_width_px("head 1", 10)
+    True
+    """
+    face = _sans_face()
+    if face is None or any(ord(char) > 0x2FFF for char in text):
+        return label_width_px(text, font_size)
+    return face.getlength(text) * font_size / 100
 
 
 def _legend(fig: go.Figure, target: PaperTarget) -> float:
@@ -131,11 +158,8 @@ def _legend(fig: go.Figure, target: PaperTarget) -> float:
     fig.update_layout(showlegend=True, legend=dict(
         orientation="h", x=0, xanchor="left", y=1.0, yanchor="top", yref="container", xref="paper",
         font=dict(size=target.tick_px), itemwidth=30, itemsizing="trace", tracegroupgap=0,
-        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text="",
-        # entries as wide as legend_height counts them, so plotly breaks the rows where it does
-        entrywidth=max(label_width_px(_plain(name), target.tick_px) for name in names) + LEGEND_GAP_PX,
-        entrywidthmode="pixels"))
-    return legend_height(names, target)
+        bgcolor="rgba(0,0,0,0)", borderwidth=0, title_text=""))
+    return legend_height(names, target, estimated_plot_width(fig, target))  # xref="paper": the plot's width
 
 
 def _legend_names(fig: go.Figure) -> list[str]:
@@ -154,6 +178,15 @@ def _axes(fig: go.Figure, target: PaperTarget) -> None:
                   ticklen=3, automargin=True)
     fig.update_xaxes(**common)
     fig.update_yaxes(**common)
+    # plotly draws a power label ("10⁻³") with its base and exponent at other sizes than the ticks;
+    # "1e−3" (and 0.01, 0.1, 1 written out) is one text at the tick size
+    fig.for_each_xaxis(_plain_exponent)
+    fig.for_each_yaxis(_plain_exponent)
+
+
+def _plain_exponent(axis) -> None:
+    if axis.exponentformat == "power":
+        axis.exponentformat = "e"
 
 
 def _colorbars(fig: go.Figure, target: PaperTarget) -> float:

@@ -49,9 +49,7 @@ def svg_to_pdf(svg: bytes, font: str | None = None) -> bytes:
     ("sans", "serif", "cm") the PDF must embed that face, else :class:`PdfExportError` names its package."""
     converter = shutil.which(CONVERTER)
     if converter is None:
-        raise PdfExportError("PDF export needs rsvg-convert (librsvg): install it with `apt-get install "
-                             "librsvg2-bin` (Debian, Ubuntu; `make browser` in a source checkout), `brew install "
-                             "librsvg` (macOS) or your system's librsvg package; or export SVG instead")
+        raise PdfExportError(converter_missing())
     text = crisp_heatmaps(svg.decode("utf-8"))
     try:
         done = subprocess.run([converter, "--format", "pdf", "--dpi-x", "96", "--dpi-y", "96"], input=text.encode(),
@@ -62,6 +60,15 @@ def svg_to_pdf(svg: bytes, font: str | None = None) -> bytes:
         raise PdfExportError(f"rsvg-convert failed ({done.returncode}): {done.stderr.decode(errors='replace')[:300]}")
     check_fonts(done.stdout, font, has_text="<text" in text)
     return done.stdout
+
+
+def converter_missing() -> str | None:
+    """Why PDF export cannot convert here (rsvg-convert missing, with the package to install), or None."""
+    if shutil.which(CONVERTER) is not None:
+        return None
+    return ("PDF export needs rsvg-convert (librsvg): install it with `apt-get install librsvg2-bin` (Debian, "
+            "Ubuntu; `make browser` in a source checkout), `brew install librsvg` (macOS) or your system's librsvg "
+            "package; or export SVG instead")
 
 
 def embedded_faces(pdf: bytes) -> list[str]:

@@ -56,3 +56,16 @@ def test_unknown_suffix_and_format_are_clear_errors(tmp_path, figure):
         figure_bytes(figure, "eps")
     with pytest.raises(InputError, match="plotly Figure"):
         figure_bytes({"data": []}, "svg")
+
+
+def test_pdf_export_is_off_without_rsvg_convert_and_names_its_package(monkeypatch):
+    import importlib
+
+    export_module = importlib.import_module("repo_lens.plots.export")  # the package re-exports a function `export`
+    monkeypatch.setattr(export_module, "find_browser", lambda: "/usr/bin/chromium")
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "rsvg-convert" else real_which(name))
+    assert export_module.export_unavailable("png") is None and export_module.export_unavailable("svg") is None
+    assert "librsvg2-bin" in export_module.export_unavailable("pdf")
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: "/usr/bin/" + name)
+    assert export_module.export_unavailable("pdf") is None

@@ -206,6 +206,7 @@ def head_grid(result: dict[str, Any], mode: str) -> np.ndarray:
 def figures(results: dict[str, Any]) -> dict[str, Any]:
     """Per retrieval model: per-head accuracy under "constant" and "affine", and the patching map."""
     from repo_lens.plots.heatmaps import layer_head_heatmap
+    from repo_lens.plots.style import DIVERGING
 
     out = {}
     for model, result in _retrieval(results).items():
@@ -217,5 +218,5 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         out[f"patching_{name}"] = layer_head_heatmap(
             np.asarray(result["patching"]["maps"]["every token"]["value"], dtype=float),
             title=f"{name}: Δ log p(answer), needle moved", colorbar_title="Δ log p", layer_kinds=kinds,
-            colorscale="PuOr", zmid=0.0, value_format=".2f")
+            colorscale=DIVERGING, zmid=0.0, value_format=".2f")
     return out

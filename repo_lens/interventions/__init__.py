@@ -7,7 +7,7 @@ prompt's positions into a corrupted run one grid cell at a time (layer, head or 
 started from the corrupted run's cached residual stream; ``attribute`` estimates the same grid from
 one forward and one backward pass. Every learned mechanism goes through one code path: the registry
 (``repo_lens.model.registry.position_edit``) says which hook holds a layer's positions and what
-"integer" and "constant" mean for it. See docs/interventions.md.
+"integer" and "constant" mean for it. See [How to edit and patch positions][interventions-how-to].
 
 Example:
     >>> from repo_lens import interventions

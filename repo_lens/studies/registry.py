@@ -99,8 +99,8 @@ def get_study(name: str | Study, modules: Iterable[str] = ()) -> Study:
 
 
 def study_table(studies: dict[str, Study] | None = None) -> str:
-    """The Markdown table of the registered studies (or of ``studies``); docs/guide/corpus-studies.md holds
-    the built-ins'.
+    """The Markdown table of the registered studies (or of ``studies``); [Corpus studies][corpus-studies]
+    holds the built-ins'.
 
     >>> print(study_table().splitlines()[0])
     | study | inputs | records | options |

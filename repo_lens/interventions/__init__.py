@@ -24,16 +24,12 @@ Example:
 
 from __future__ import annotations
 
-from repo_lens.interventions.ablate import ablate
-from repo_lens.interventions.ablation_grid import ablation_grid
-from repo_lens.interventions.attribution import attribute
-from repo_lens.interventions.metrics import (answer_logprob, logit_difference, metric_values, niah_exact_match,
-                                             span_loss)
-from repo_lens.interventions.modes import MODES, Mode, parse_mode
-from repo_lens.interventions.patching import patch
-from repo_lens.interventions.positions import ablated_positions
-from repo_lens.interventions.results import GRIDS, InterventionGrid
-from repo_lens.interventions.selection import Site, select_sites
+from repo_lens.interventions.ablation import ablate, ablated_positions, ablation_grid
+from repo_lens.interventions.edit_targets import Site, select_sites
+from repo_lens.interventions.edits import MODES, Mode, parse_mode
+from repo_lens.interventions.metrics import (GRIDS, InterventionGrid, answer_logprob, logit_difference, metric_values,
+                                             niah_exact_match, span_loss)
+from repo_lens.interventions.patching import attribute, patch
 
 __all__ = ["GRIDS", "MODES", "InterventionGrid", "Mode", "Site", "ablate", "ablated_positions", "ablation_grid",
            "answer_logprob", "attribute", "logit_difference", "metric_values", "niah_exact_match", "parse_mode",

@@ -1,20 +1,208 @@
-"""What each mode writes into a layer's position quantity (the tensor at its :class:`Site`'s hook).
+"""What an edit does to the positions: the modes, the scale edits and the edited values.
 
-The quantity is [batch, head, pos] (positions, increments, forget-gate logs) or, for ``pairwise``
-mechanisms, [batch, head, query_pos, key_pos] (CoPE gates, GRAPE-AP potentials). "integer" and
-"constant" take their values from the registry; "interpolate" mixes the layer's own values with them;
-"mean" writes a reference set's mean at each token index; "shuffle" permutes the tokens, "window"
-within blocks of a few tokens; "affine", "rank", "scaled" and "random" edit the positions on their own
-scale (:mod:`repo_lens.interventions.scale_edits`).
+The first stage of the data path: ``parse_mode`` reads a mode, ``scale_edit`` and ``edit_values`` say what
+the edited positions of a layer become (what to edit: here; where: ``edit_targets``).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
-from repo_lens.interventions.modes import Mode
-from repo_lens.interventions.scale_edits import SCALE_MODES, scale_edit
+from repo_lens.errors import InputError
 from repo_lens.model.registry import PositionEdit
+
+
+MODES = ("integer", "constant", "mean", "shuffle", "interpolate", "affine", "rank", "scaled", "random", "window")
+TARGETS = ("integer", "constant")
+DEFAULT_WINDOW = 8  # tokens: "window" permutes positions within consecutive blocks of this many tokens
+_HELP = ('mode is one of "integer", "constant", "mean", "shuffle", "affine", "rank", "scaled", "random", '
+         '"window" (or ("window", width) with a width of at least 2 tokens), or ("interpolate", p) with p in [0, 1] '
+         '(optionally ("interpolate", p, "constant") to move toward a constant instead of the integers)')
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A parsed mode: ``name`` in MODES; for "interpolate", ``p`` and the ``toward`` target
+    (z' = (1 − p)·z + p·target, the RePo authors' ``dynamic_pe_pdrop`` when toward="integer"); for
+    "window", ``width``, the size of the blocks whose tokens are permuted."""
+
+    name: str
+    p: float = 1.0
+    toward: str = "integer"
+    width: int = DEFAULT_WINDOW
+
+    @property
+    def label(self) -> str:
+        """A short name for tables, e.g. ``interpolate 0.5``."""
+        if self.name == "window":
+            return f"window {self.width}"
+        if self.name != "interpolate":
+            return self.name
+        return f"interpolate {self.p:g}" + ("" if self.toward == "integer" else f" to {self.toward}")
+
+
+def parse_mode(mode: Any) -> Mode:
+    """``mode`` as a :class:`Mode`; anything else is an InputError that lists the modes.
+
+    >>> parse_mode("integer").name, parse_mode(("interpolate", 0.25)).p
+    ('integer', 0.25)
+    >>> parse_mode(("interpolate", 1, "constant")).label, parse_mode(("window", 4)).width
+    ('interpolate 1 to constant', 4)
+    """
+    if isinstance(mode, Mode):
+        return mode
+    if isinstance(mode, str):
+        if mode in MODES and mode != "interpolate":
+            return Mode(mode)
+        extra = "; interpolate needs p: pass (\"interpolate\", p)" if mode == "interpolate" else ""
+        raise InputError(f"unknown mode {mode!r}{extra}; {_HELP}")
+    if isinstance(mode, (tuple, list)) and len(mode) in (2, 3) and mode[0] == "interpolate":
+        p = mode[1]
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 <= p <= 1:
+            raise InputError(f"interpolation weight p must be a number in [0, 1], got {p!r}; {_HELP}")
+        toward = mode[2] if len(mode) == 3 else "integer"
+        if toward not in TARGETS:
+            raise InputError(f"interpolation target {toward!r} is not one of {TARGETS}; {_HELP}")
+        return Mode("interpolate", float(p), toward)
+    if isinstance(mode, (tuple, list)) and len(mode) == 2 and mode[0] == "window":
+        width = mode[1]
+        if isinstance(width, bool) or not isinstance(width, int) or width < 2:
+            raise InputError(f"window width must be an integer of at least 2 tokens, got {width!r}; {_HELP}")
+        return Mode("window", width=width)
+    raise InputError(f"unknown mode {mode!r:.60}; {_HELP}")
+
+
+SCALE_MODES = ("affine", "rank", "scaled", "random")
+SUFFIX_FLOOR = 1e-3  # the least edited CoPE position: float rounding of a sum at 0 must not reach index −1
+
+
+def valid_mask(value: torch.Tensor, lengths: list[int] | None, pairwise: bool) -> torch.Tensor:
+    """Boolean, broadcastable to ``value``: the entries of real tokens (for a pairwise quantity, the keys
+    j ≤ i of each query i).
+
+    >>> valid_mask(torch.zeros(2, 1, 3), [3, 2], pairwise=False)[:, 0].int().tolist()
+    [[1, 1, 1], [1, 1, 0]]
+    """
+    width = value.shape[-1]
+    lengths_t = torch.as_tensor(lengths if lengths is not None else [width] * value.shape[0], device=value.device)
+    tokens = torch.arange(width, device=value.device)[None, :] < lengths_t[:, None]  # [batch, pos]
+    if not pairwise:
+        return tokens[:, None, :]
+    causal = tokens[:, None, None, :] & (tokens[:, None, :, None]) & (
+        torch.arange(width, device=value.device)[None, :] <= torch.arange(width, device=value.device)[:, None])
+    return causal
+
+
+def to_positions(value: torch.Tensor, how: str, mask: torch.Tensor) -> torch.Tensor:
+    """The positions summed from the quantity ``value`` (the registry's ``sum``), masked entries 0.
+
+    >>> to_positions(torch.tensor([[[1.0, 2.0, 3.0]]]), "exclusive", torch.ones(1, 1, 3, dtype=torch.bool)).tolist()
+    [[[0.0, 1.0, 3.0]]]
+    """
+    q = torch.where(mask, value, 0.0)
+    if how == "none":
+        return q
+    if how in ("inclusive", "exclusive"):
+        total = q.cumsum(-1)
+        return total if how == "inclusive" else total - q
+    suffix = q.flip(-1).cumsum(-1).flip(-1)
+    return torch.where(mask, suffix if how == "suffix" else suffix - q, 0.0)
+
+
+def from_positions(positions: torch.Tensor, original: torch.Tensor, how: str, mask: torch.Tensor) -> torch.Tensor:
+    """The quantity whose positions (``to_positions``) are ``positions``; entries that do not change any
+    position (masked ones, the exclusive sums' unused end) keep ``original``.
+
+    >>> z = torch.tensor([[[1.0, 2.0, 3.0]]]); every = torch.ones(1, 1, 3, dtype=torch.bool)
+    >>> from_positions(to_positions(z, "inclusive", every), z, "inclusive", every).tolist()
+    [[[1.0, 2.0, 3.0]]]
+    """
+    p = torch.where(mask, positions, 0.0)
+    if how == "none":
+        out = p
+    elif how == "inclusive":
+        out = p - torch.nn.functional.pad(p[..., :-1], (1, 0))
+    elif how == "exclusive":  # q_t = p_{t+1} − p_t; the last real token's q moves no position
+        out = torch.nn.functional.pad(p[..., 1:], (0, 1)) - p
+        mask = mask & torch.nn.functional.pad(mask[..., 1:], (0, 1), value=False)
+    elif how == "suffix":  # q_ij = p_ij − p_i,j+1
+        out = p - torch.nn.functional.pad(p[..., 1:], (0, 1))
+    else:  # suffix_exclusive: p_ij = Σ_{s>j} q_is, so q_ij = p_i,j−1 − p_ij; the first key's q moves nothing
+        out = torch.nn.functional.pad(p[..., :-1], (1, 0)) - p
+        mask = mask & torch.nn.functional.pad(mask[..., :-1], (1, 0), value=False)
+    return torch.where(mask, out, original)
+
+
+def _masked_line(positions: torch.Tensor, grid: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The least-squares line a + b·grid through ``positions`` over the masked entries of the last dim."""
+    weight = mask.to(positions.dtype)
+    count = weight.sum(-1, keepdim=True).clamp(min=1)
+    mean_x, mean_y = (grid * weight).sum(-1, keepdim=True) / count, (positions * weight).sum(-1, keepdim=True) / count
+    dx = (grid - mean_x) * weight
+    variance = (dx * dx).sum(-1, keepdim=True)
+    slope = torch.where(variance > 0, (dx * (positions - mean_y)).sum(-1, keepdim=True) / variance.clamp(min=1e-30),
+                        0.0)
+    return mean_y + slope * (grid - mean_x)
+
+
+def _masked_range(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    low = torch.where(mask, values, float("inf")).amin(-1, keepdim=True)
+    high = torch.where(mask, values, float("-inf")).amax(-1, keepdim=True)
+    return torch.where(torch.isfinite(low), low, 0.0), torch.where(torch.isfinite(high), high, 0.0)
+
+
+def _even_over_range(order_key: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """min + r/(n − 1)·(max − min), r the rank of ``order_key`` among the masked entries."""
+    low, high = _masked_range(positions, mask)
+    count = mask.sum(-1, keepdim=True).to(positions.dtype)
+    key = torch.where(mask, order_key, float("inf"))
+    rank = key.argsort(dim=-1, stable=True).argsort(dim=-1).to(positions.dtype)
+    return low + rank / (count - 1).clamp(min=1) * (high - low)
+
+
+def scale_edit(value: torch.Tensor, name: str, edit: PositionEdit, integer: torch.Tensor,
+               lengths: list[int] | None, seed: int = 0) -> torch.Tensor:
+    """``value`` (the hooked quantity) after the position-scale edit ``name`` in every head;
+    ``integer``: the quantity of integer positions, shaped like ``value``.
+
+    >>> from repo_lens.model.registry import position_edit
+    >>> z = torch.tensor([[[0.0, 3.0, 1.0, 2.0]]])
+    >>> scale_edit(z, "rank", position_edit("repo"), torch.arange(4.0).expand(1, 1, 4), None).tolist()
+    [[[0.0, 3.0, 1.0, 2.0]]]
+    >>> scale_edit(z, "scaled", position_edit("repo"), torch.arange(4.0).expand(1, 1, 4), None).tolist()
+    [[[0.0, 1.0, 2.0, 3.0]]]
+    """
+    mask = valid_mask(value, lengths, edit.pairwise).expand_as(value)
+    positions = to_positions(value.float(), edit.sum, mask)
+    grid = to_positions(integer.float(), edit.sum, mask)
+    if name == "affine":
+        new = _masked_line(positions, grid, mask)
+    elif name == "rank":
+        new = _even_over_range(positions, positions, mask)
+    elif name == "scaled":
+        new = _rescaled(grid, positions, mask)
+    else:
+        step = torch.where(mask, _masked_line(positions, grid, mask) - positions, 0.0)
+        size = step.pow(2).sum(-1, keepdim=True).sqrt()
+        generator = torch.Generator().manual_seed(seed)
+        direction = torch.where(mask, torch.randn(value.shape, generator=generator).to(value.device), 0.0)
+        direction = direction / direction.pow(2).sum(-1, keepdim=True).sqrt().clamp(min=1e-30)
+        new = positions + size * direction
+    if edit.sum == "suffix":  # CoPE's positions are sums of gates in [0, 1]: never below 0 (a hair above,
+        new = new.clamp(min=SUFFIX_FLOOR)  # so that the layer's own re-summing cannot round below 0)
+    return from_positions(new, value.float(), edit.sum, mask).to(value.dtype)
+
+
+def _rescaled(grid: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The integer positions mapped linearly onto the positions' range (their direction kept)."""
+    low, high = _masked_range(positions, mask)
+    grid_low, grid_high = _masked_range(grid, mask)
+    span = (grid_high - grid_low)
+    return torch.where(span > 0, low + (grid - grid_low) / span.clamp(min=1e-30) * (high - low), positions)
 
 
 def target_values(edit: PositionEdit, value: torch.Tensor, which: str) -> torch.Tensor:

@@ -1,15 +1,13 @@
-"""Metrics: callables from logits [batch, pos, vocab] to one number per batch row ([batch] tensor).
+"""What a run is scored by and what a grid returns: the metrics and ``InterventionGrid``.
 
-The built-in ones score each row against a target: a :class:`~repo_lens.data.spans.Prompt` (its
-answer span, ``Prompt.query``) or a pair ``(token ids, (start, end))``. Built for one target, a
-metric scores every row against it (the patched copies of one prompt); built for a list, row b
-against target b. Any callable with the same contract works in ``ablate``, ``patch`` and
-``attribute`` (``attribute`` needs it differentiable: a torch expression of the logits).
+The last stage of the data path: a metric reads a run's logits into one value a row, and a grid's values
+and their cells come back as an ``InterventionGrid`` (their uncertainty: ``stats``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -17,6 +15,7 @@ import torch
 
 from repo_lens.data.spans import Prompt
 from repo_lens.errors import InputError
+
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 # A metric may also say which logits it reads: ``metric.first_row(width)`` -> the first token whose
@@ -182,3 +181,73 @@ def metric_values(metric: Metric, logits: torch.Tensor) -> torch.Tensor:
         raise InputError(f"the metric must return one number per batch row (shape ({batch},)); it returned shape "
                          f"{tuple(values.shape)}")
     return values if values.is_floating_point() else values.to(torch.float32)
+
+
+GRIDS = ("layer", "layer_head", "layer_head_position")
+
+
+def check_grid(grid: Any) -> str:
+    """``grid`` if it is one of GRIDS, else an InputError naming them.
+
+    >>> check_grid("layer_head")
+    'layer_head'
+    """
+    if grid not in GRIDS:
+        raise InputError(f"unknown grid {grid!r:.40}; choose one of {', '.join(GRIDS)}")
+    return grid
+
+
+@dataclass
+class InterventionGrid:
+    """One metric value per cell of a layer (× head (× token)) grid.
+
+    method: "patch" (exact: one patched run per cell) or "attribute" (the gradient estimate).
+    values: the metric with the cell's clean positions written into the corrupted run (for
+        "attribute", baseline + the estimate); shape (n_layers,), (n_layers, n_heads) or
+        (n_layers, n_heads, corrupted tokens); NaN where there is no cell (layers and heads not
+        selected, tokens with no clean counterpart).
+    baseline: the metric of the corrupted run, nothing patched. clean: of the clean run (NaN when the
+        prompts differ in length, as the metric then reads other tokens).
+    layers, heads: the layers and heads the grid covers. seconds: its wall time.
+    also: the grids of the further metrics measured on the same runs (``also=`` of patch / ablation_grid);
+        their baselines in ``meta["also_baseline"]``.
+
+    Example:
+        >>> grid = InterventionGrid("patch", "layer", np.array([np.nan, 1.0]), baseline=0.5, clean=2.0,
+        ...                         layers=[1], heads=[0, 1])
+        >>> grid.effects.tolist(), grid.normalized().tolist()
+        ([nan, 0.5], [nan, 0.3333333333333333])
+    """
+
+    method: str
+    grid: str
+    values: np.ndarray
+    baseline: float
+    clean: float
+    layers: list[int]
+    heads: list[int]
+    seconds: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+    also: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def effects(self) -> np.ndarray:
+        """values − baseline: what writing each cell's clean positions changes."""
+        return self.values - self.baseline
+
+    def normalized(self) -> np.ndarray:
+        """effects / (clean − baseline): 1 where a cell restores the clean metric, 0 where it changes nothing."""
+        return self.effects / (self.clean - self.baseline)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (lists, floats; NaN as None) for JSON."""
+        return {"method": self.method, "grid": self.grid, "values": _plain(self.values), "baseline": self.baseline,
+                "clean": self.clean if np.isfinite(self.clean) else None, "layers": self.layers,
+                "heads": self.heads, "seconds": self.seconds, "meta": self.meta,
+                "also": {name: _plain(values) for name, values in self.also.items()}}
+
+
+def _plain(values: np.ndarray) -> list:
+    out = values.astype(object)
+    out[~np.isfinite(values)] = None
+    return out.tolist()

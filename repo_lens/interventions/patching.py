@@ -1,17 +1,14 @@
-"""``patch``: write the clean run's positions into the corrupted run, one grid cell at a time, batched.
+"""The grids over a clean and a corrupted prompt: the pairs, ``patch`` and ``attribute``.
 
-Each cell's patched run starts from the corrupted run's residual stream at the cell's layer (nothing
-below it changes), and the cells of a chunk share one pass: before each layer the copies of the cells
-patched there join the batch, so a pass costs the blocks each copy really needs. Tokens before the
-first one whose positions a chunk changes keep the corrupted run's state too: the copies run only the
-tokens from there on, against the corrupted run's KV cache (``prefix.py``). Equal, to float rounding,
-to one full ``run_with_hooks`` forward per cell (TransformerLens' serial loop).
+``prepare_pair`` runs a pair once; ``patch`` writes the clean positions into the corrupted run one grid cell
+at a time; ``attribute`` estimates the same grid from one forward and one backward pass.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,15 +16,75 @@ import torch
 from tqdm.auto import tqdm
 
 from repo_lens.capture import forward_lock
-from repo_lens.interventions.alignment import transplant
-from repo_lens.interventions.cells import Cell, cell_mask, grid_cells
-from repo_lens.interventions.metrics import Metric, first_logit_row, metric_values
-from repo_lens.interventions.pairs import Pair, prepare_pair
-from repo_lens.interventions.prefix import first_changed, run_prefix, suffix_inputs
-from repo_lens.interventions.results import GRIDS, InterventionGrid, check_grid
-from repo_lens.interventions.runs import Captured, capture, run_from, with_unread_rows
+from repo_lens.errors import InputError
+from repo_lens.interventions.edit_targets import Cell, Site, cell_mask, grid_cells, head_mask, select_sites, token_mask
+from repo_lens.interventions.metrics import GRIDS, InterventionGrid, Metric, check_grid, first_logit_row, metric_values
+from repo_lens.interventions.runs import (Batch, Captured, Prefix, alignment, as_single, block_inputs, capture,
+                                          first_changed, run_from, run_prefix, shared_prefix, suffix_inputs, transplant,
+                                          with_unread_rows)
 from repo_lens.model.cache import KVCache
 from repo_lens.protocol import check_batch_size
+
+
+@dataclass
+class Pair:
+    """A clean and a corrupted prompt (batches of one), the clean index of each corrupted token
+    (``mapping``, −1: none), the ``sites`` and ``heads`` (mask) patched, the clean run's quantities
+    and its metric (NaN when the prompts differ in length), and the ``prefix`` both prompts share
+    (run once; the clean run, the corrupted run and the patched copies continue it)."""
+
+    clean: Batch
+    corrupted: Batch
+    mapping: np.ndarray
+    sites: list[Site]
+    heads: torch.Tensor
+    clean_quantities: dict[int, torch.Tensor]
+    clean_metric: float
+    prefix: Prefix
+
+    @property
+    def first_layer(self) -> int:
+        return self.sites[0].layer
+
+    @property
+    def aligned_tokens(self) -> list[int]:
+        """The corrupted tokens that have a clean counterpart."""
+        return np.flatnonzero(self.mapping >= 0).tolist()
+
+    @property
+    def head_list(self) -> list[int]:
+        return torch.nonzero(self.heads).flatten().tolist()
+
+
+def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: int | Iterable[int] | None,
+                 heads: int | Iterable[int] | None, align: str | Sequence[str] | None, tokens: Any = None) -> Pair:
+    """Check and align the pair, pick the sites, and run the clean prompt once (no gradient).
+    ``tokens``: only these corrupted tokens take clean positions (see ``repo_lens.interventions.edit_targets``).
+
+    >>> from repo_lens.lens import Lens
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> from repo_lens.interventions.metrics import logit_difference
+    >>> pair = prepare_pair(Lens(tiny_model("repo"), ByteTokenizer()), "abc", "abd", logit_difference(1, 2), None, None, None)
+    >>> pair.first_layer, pair.aligned_tokens, tuple(pair.clean_quantities[2].shape), pair.prefix.length
+    (2, [0, 1, 2], (1, 4, 3), 2)
+    """
+    clean_batch, corrupted_batch = as_single(lens, clean, "clean"), as_single(lens, corrupted, "corrupted")
+    mapping = alignment(clean_batch, corrupted_batch, align)
+    selected = token_mask(tokens, corrupted_batch.prompts, corrupted_batch.lengths, corrupted_batch.lengths[0])
+    if selected is not None:
+        mapping = np.where(selected[0].numpy(), mapping, -1)
+    sites = select_sites(lens.model, layers)
+    heads_on = head_mask(lens.model, heads)
+    shared = shared_prefix(clean_batch.ids, corrupted_batch.ids, mapping)
+    prefix = run_prefix(lens.model, corrupted_batch.ids, shared, sites)
+    with torch.no_grad():
+        same_length = clean_batch.lengths == corrupted_batch.lengths
+        # prompts of other lengths: the metric reads other tokens, so only the positions are kept (and one row)
+        rows_from = first_logit_row([metric], clean_batch.lengths[0]) if same_length else clean_batch.lengths[0] - 1
+        run = capture(lens.model, clean_batch.ids, sites, prefix=prefix, rows_from=rows_from)
+        clean_metric = float(metric_values(metric, run.logits)[0]) if same_length else float("nan")
+    return Pair(clean_batch, corrupted_batch, mapping, sites, heads_on, run.quantities, clean_metric, prefix)
 
 
 def _patch_hook(rows: slice, masks: torch.Tensor, patched: torch.Tensor):
@@ -155,3 +212,89 @@ def grid_values(lens: Any, pair: Pair, run: Captured, patched: dict[int, torch.T
             for cell, value in zip(chunk, result.tolist()):
                 values[name][cell.index] = value
     return values, baselines
+
+
+def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """The corrupted run's metric, and per site layer its quantity (every token) and the metric's
+    gradient there (the tokens after the shared prefix, whose quantities the clean run can change)."""
+    model, first, prefix = lens.model, pair.first_layer, pair.prefix
+    with torch.no_grad():
+        start = block_inputs(model, pair.corrupted.ids[:, prefix.length:], first, cache=prefix.fresh_cache())
+    seen: dict[int, torch.Tensor] = {}
+    leaves: dict[int, torch.Tensor] = {}
+
+    def leaf_hook(layer: int):
+        def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
+            seen[layer] = value.detach()
+            leaves[layer] = torch.zeros_like(value, requires_grad=True)
+            return value + leaves[layer]  # d metric / d leaf = d metric / d value, downstream paths included
+
+        return hook
+
+    hooks = [(site.hook, leaf_hook(site.layer)) for site in pair.sites]
+    rest = suffix_inputs(prefix.cache, start[-1], prefix.length)
+    unread = max(0, first_logit_row([metric], pair.corrupted.lengths[0]) - prefix.length)
+    with torch.enable_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
+        logits = run_from(model, first, start[0], rest, rows_from=unread)
+        logits = with_unread_rows(logits, unread)
+        if prefix.length:
+            assert prefix.logits is not None  # a computed prefix has its logits
+            logits = torch.cat((prefix.logits, logits), dim=1)
+        values = metric_values(metric, logits)
+    if not values.requires_grad:
+        raise InputError("attribute needs a differentiable metric (a torch expression of the logits, e.g. "
+                         "answer_logprob or logit_difference); niah_exact_match and numpy metrics have no gradient: "
+                         "use patch for them")
+    layers = [site.layer for site in pair.sites]
+    grads = torch.autograd.grad(values.sum(), [leaves[layer] for layer in layers], allow_unused=True)
+    gradients = {layer: torch.zeros_like(seen[layer]) if grad is None else grad for layer, grad in zip(layers, grads)}
+    quantities = {site.layer: prefix.full(site.layer, seen[site.layer], site.edit.pairwise) for site in pair.sites}
+    return float(values[0].detach()), quantities, gradients
+
+
+def _per_token(pair: Pair, site: Any, corrupted: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """[head, pos] estimated effect of each token's entries (0 in the unselected heads and the shared prefix)."""
+    moved = transplant(pair.clean_quantities[site.layer], corrupted, pair.mapping, site.edit.pairwise)
+    change = (moved - corrupted)[:, :, pair.prefix.length:]
+    contribution = (gradient * change)[0].double()
+    if site.edit.pairwise:
+        contribution = contribution.sum(-1)  # a token's row of the query × key quantity
+    per_token = torch.zeros(contribution.shape[0], corrupted.shape[2], dtype=torch.float64)
+    per_token[:, pair.prefix.length:] = contribution.cpu()
+    return torch.where(pair.heads[:, None], per_token, 0.0)
+
+
+def attribute(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = "layer_head",
+              layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
+              align: str | Sequence[str] | None = None, tokens: Any = None) -> InterventionGrid:
+    """The gradient estimate of :func:`repo_lens.interventions.patch`'s grid (same arguments, same
+    layout; ``values`` = baseline + estimated effect), from one forward and one backward pass of the
+    corrupted prompt from the first selected layer. Exact where the metric is linear in the positions.
+    ``tokens``: only these tokens' positions are patched (as in :func:`repo_lens.interventions.patch`).
+
+    Example:
+        >>> from repo_lens.lens import Lens
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> from repo_lens.interventions.metrics import logit_difference
+        >>> lens = Lens(tiny_model("repo"), ByteTokenizer())
+        >>> estimate = attribute(lens, "the cat sat", "the dog sat", logit_difference(99, 100), grid="layer")
+        >>> estimate.method, estimate.values.shape
+        ('attribute', (4,))
+    """
+    grid = check_grid(grid)
+    started = time.perf_counter()
+    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
+    baseline, quantities, gradients = _gradients(lens, pair, metric)
+    values = np.full((lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1], np.nan)
+    heads, tokens = pair.head_list, pair.aligned_tokens
+    for site in pair.sites:
+        per_token = _per_token(pair, site, quantities[site.layer], gradients[site.layer]).numpy()
+        if grid == "layer":
+            values[site.layer] = baseline + per_token.sum()
+        elif grid == "layer_head":
+            values[site.layer, heads] = baseline + per_token.sum(-1)[heads]
+        else:
+            values[site.layer][np.ix_(heads, tokens)] = baseline + per_token[np.ix_(heads, tokens)]
+    return InterventionGrid("attribute", grid, values, baseline, pair.clean_metric, [s.layer for s in pair.sites],
+                            pair.head_list, round(time.perf_counter() - started, 4))

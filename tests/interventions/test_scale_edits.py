@@ -10,7 +10,7 @@ import torch
 
 from repo_lens import interventions
 from repo_lens.errors import InputError
-from repo_lens.interventions.scale_edits import to_positions, valid_mask
+from repo_lens.interventions.edits import to_positions, valid_mask
 from repo_lens.model.registry import position_edit
 
 from .helpers import HAND_EDITS, LEARNED, hook_name, ids_of, tiny_lens

@@ -90,8 +90,7 @@ class Scorer:
         import torch
 
         from repo_lens import interventions
-        from repo_lens.interventions.batch import as_batch
-        from repo_lens.interventions.runs import block_inputs
+        from repo_lens.interventions.runs import as_batch, block_inputs
 
         self.lens, self.prompts = lens, prompts
         self.start = min(site.layer for site in interventions.select_sites(lens.model, None))
@@ -107,7 +106,7 @@ class Scorer:
 
     def means(self, sites: list) -> dict:
         """Each site's mean over every prompt (the reference of "mean"), computed once."""
-        from repo_lens.interventions.ablate import checked_means
+        from repo_lens.interventions.ablation import checked_means
 
         if self._means is None:  # the 16 longest prompts: one batch that covers every width
             reference = sorted(self.prompts, key=len)[-16:]
@@ -120,10 +119,10 @@ class Scorer:
 
         from repo_lens.capture import forward_lock
         from repo_lens.interventions import parse_mode, select_sites
-        from repo_lens.interventions.ablate import edit_hooks
+        from repo_lens.interventions.ablation import edit_hooks
+        from repo_lens.interventions.edit_targets import head_mask
         from repo_lens.interventions.metrics import first_logit_row
         from repo_lens.interventions.runs import run_from, with_unread_rows
-        from repo_lens.interventions.selection import head_mask
 
         parsed, model = parse_mode(mode), self.lens.model
         sites = select_sites(model, layers)

@@ -1,21 +1,26 @@
-"""``ablate``: replace the learned positions of some layers and heads, in one forward pass."""
+"""The grids over one prompt: ``ablate``, ``ablated_positions`` and ``ablation_grid``.
+
+``ablate`` replaces the positions of some layers and heads in one forward pass, ``ablated_positions`` returns
+the edited positions themselves, and ``ablation_grid`` ablates one layer, head or token at a time, batched.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any, overload
 
 import numpy as np
 import torch
 
+from repo_lens.capture import position_hook_names
 from repo_lens.errors import InputError
-from repo_lens.interventions.batch import as_batch
-from repo_lens.interventions.edits import edit_values, keep_heads, keep_tokens, token_orders
-from repo_lens.interventions.metrics import Metric, metric_values
-from repo_lens.interventions.modes import Mode, parse_mode
-from repo_lens.interventions.runs import capture
-from repo_lens.interventions.selection import Site, head_mask, select_sites
-from repo_lens.interventions.tokens import token_mask
+from repo_lens.interventions.edit_targets import Site, head_mask, select_sites, token_mask
+from repo_lens.interventions.edits import Mode, edit_values, keep_heads, keep_tokens, parse_mode, token_orders
+from repo_lens.interventions.metrics import InterventionGrid, Metric, check_grid, first_logit_row, metric_values
+from repo_lens.interventions.patching import Pair, grid_values
+from repo_lens.interventions.runs import as_batch, as_single, capture, run_prefix
+from repo_lens.protocol import check_batch_size
 from repo_lens.validation import check_int
 
 
@@ -100,7 +105,7 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
     (``repo_lens.model.registry.position_edit``).
     ``layers=None``: every learned layer (every layer of a model without learned positions).
     ``tokens``: edit only these tokens' entries (a slice, indices, a span name of a Prompt such as
-    "needle", "~needle" or "rest"; see ``repo_lens.interventions.tokens``); the edit is computed over
+    "needle", "~needle" or "rest"; see ``repo_lens.interventions.edit_targets``); the edit is computed over
     the whole prompt first.
     Returns the logits [batch, pos, vocab], or ``metric(logits)`` as a numpy array [batch].
 
@@ -126,3 +131,86 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
         if metric is None:
             return logits
         return metric_values(metric, logits).double().cpu().numpy()
+
+
+def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int | Iterable[int] | None = None,
+                      heads: int | Iterable[int] | None = None, reference: Any = None, seed: int = 0,
+                      tokens: Any = None) -> np.ndarray:
+    """float32 (n_layers, n_heads, tokens): what ``lens.trace(inputs).positions`` would hold with the
+    ablation of :func:`repo_lens.interventions.ablate` applied (later layers see the earlier layers'
+    change; CoPE / GRAPE-AP layers as seen from the last token, as in a trace).
+
+    Example:
+        >>> from repo_lens.lens import Lens
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> lens = Lens(tiny_model("repo"), ByteTokenizer())
+        >>> ablated_positions(lens, "a needle", mode="integer", layers=[2], heads=[1])[2, 1].tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    """
+    parsed, seed = parse_mode(mode), check_int(seed, "seed", minimum=0)
+    batch = as_single(lens, inputs, "inputs")
+    sites = select_sites(lens.model, layers)
+    selected = token_mask(tokens, batch.prompts, batch.lengths, batch.ids.shape[1])
+    hooks = edit_hooks(lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(lens.model, heads),
+                       inputs if reference is None else reference, seed, selected)
+    seen: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int):
+        def hook(value: torch.Tensor, hook: Any) -> None:
+            seen[layer] = value.detach().float()
+
+        return hook
+
+    hooks += [(name, keep(layer)) for layer, name in enumerate(position_hook_names(lens.model))]
+    with torch.no_grad():
+        lens.model.run_with_hooks(batch.ids, fwd_hooks=hooks)
+    return torch.stack([seen[layer][0] for layer in range(len(seen))]).cpu().numpy().astype(np.float32)
+
+
+def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, grid: str = "layer_head",
+                  layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
+                  reference: Any = None, seed: int = 0, batch_size: int = 16, progress: bool = True,
+                  also: Mapping[str, Metric] | None = None, tokens: Any = None) -> InterventionGrid:
+    """The metric of one prompt with one cell's positions ablated (``mode`` as in :func:`ablate`), for
+    every cell of ``grid``; ``baseline`` is the unablated metric, ``clean`` the metric with every
+    selected layer and head ablated at once; ``also``: further metrics of the same runs (``result.also``);
+    ``tokens``: ablate only these tokens' entries in every cell (as in :func:`ablate`).
+
+    Example:
+        >>> from repo_lens.lens import Lens
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> from repo_lens.interventions.metrics import logit_difference
+        >>> lens = Lens(tiny_model("repo"), ByteTokenizer())
+        >>> metric = logit_difference(99, 100)
+        >>> cells = ablation_grid(lens, "the cat sat", metric, mode="constant", progress=False)
+        >>> one = ablate(lens, "the cat sat", mode="constant", layers=[3], heads=[1], metric=metric)[0]
+        >>> cells.values.shape, bool(abs(cells.values[3, 1] - one) < 1e-4)
+        ((4, 4), True)
+    """
+    grid, batch_size, parsed = check_grid(grid), check_batch_size(batch_size), parse_mode(mode)
+    seed = check_int(seed, "seed", minimum=0)
+    started = time.perf_counter()
+    batch = as_single(lens, inputs, "inputs")
+    sites, heads_on = select_sites(lens.model, layers), head_mask(lens.model, heads)
+    width = batch.lengths[0]
+    means = checked_means(lens, inputs if reference is None else reference, sites, width) if parsed.name == "mean" else {}
+    orders = token_orders(parsed, batch.lengths, width, seed)
+    selected = token_mask(tokens, batch.prompts, batch.lengths, width)
+    pair = Pair(batch, batch, np.arange(width), sites, heads_on, {}, float("nan"), run_prefix(lens.model, batch.ids, 0))
+    metrics = {"metric": metric, **(also or {})}
+    with torch.no_grad():
+        run = capture(lens.model, batch.ids, sites, inputs_from=sites[0].layer, prefix=pair.prefix,
+                      rows_from=first_logit_row(list(metrics.values()), width))
+    edited = {site.layer: keep_tokens(edit_values(run.quantities[site.layer], parsed, site.edit,
+                                                  mean=means.get(site.layer), orders=orders, lengths=batch.lengths,
+                                                  seed=seed + site.layer), run.quantities[site.layer], selected)
+              for site in sites}
+    values, baselines = grid_values(lens, pair, run, edited, grid, metrics, batch_size, progress, "ablating")
+    every = float(ablate(lens, inputs, mode=parsed, layers=[site.layer for site in sites],
+                         heads=pair.head_list, metric=metric, reference=reference, seed=seed, tokens=tokens)[0])
+    meta = {"mode": parsed.label, **({"also_baseline": baselines} if also else {})}
+    return InterventionGrid("ablate", grid, values.pop("metric"), baselines.pop("metric"), every,
+                            [site.layer for site in sites], pair.head_list, round(time.perf_counter() - started, 4),
+                            meta, also=values)

@@ -4,7 +4,6 @@ the helpers against hand-computed cases, and paper-sized vector export."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,12 +140,14 @@ def test_case_study_reports_a_model_without_learned_positions_instead_of_failing
 
 def test_paper_layouts_set_the_physical_size(tmp_path):
     import plotly.graph_objects as go
+    import pymupdf
 
     from repo_lens.plots import export
 
     fig = go.Figure(go.Bar(y=[1, 2]))
     pdf = export(fig, tmp_path / "one_column.pdf", layout="one-column").read_bytes()
-    width = float(re.search(rb"MediaBox\s*\[0 0 ([0-9.]+)", pdf).group(1))
+    with pymupdf.open(stream=pdf, filetype="pdf") as document:
+        width = document[0].rect.width  # points, read from the page as a PDF viewer does
     assert width == pytest.approx(3.25 * 72, abs=0.5)
     from repo_lens.errors import InputError
 

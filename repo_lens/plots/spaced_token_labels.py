@@ -53,35 +53,47 @@ def place_rows(rows: list[Any], axis_range: tuple[float, float], look: Any, labe
                                  limit=label_limit, inside=look.label_inside).all())
     if all(fits):
         return [RowLabels(row.x, row.display, True) for row in rows]
+    shared_words = None  # every row spells the same shown tokens: split them into words once
+    if tokens is not None:
+        shared_words = _words_with_widths(tokens[1], np.arange(tokens[0], tokens[0] + len(tokens[1])), look)
     out = []
     for row, fit in zip(rows, fits):
         if fit and (tokens is None or len(row.x) == len(tokens[1])):  # every token fits: all but the spaces
             keep = np.char.strip(row.display.astype(str), WORD_BREAKS) != ""
             out.append(RowLabels(row.x[keep], row.display[keep], False))
         else:
-            out.append(word_labels(row, axis_range, look, label_limit, tokens))
+            out.append(word_labels(row, axis_range, look, label_limit, tokens, shared_words))
     return out
 
 
+def _words_with_widths(texts: list[str], ids: np.ndarray, look: Any) -> list[tuple[list[int], str, float]]:
+    return [(slots, word, label_width_px(html.unescape(word), look.font_size))
+            for slots, word in words_of_tokens(texts, ids)]
+
+
 def word_labels(row: Any, axis_range: tuple[float, float], look: Any, label_limit: int,
-                tokens: tuple[int, list[str]] | None = None) -> RowLabels:
-    """The words (or contiguous pieces of words) of ``row`` that fit, those with a highlighted token first."""
+                tokens: tuple[int, list[str]] | None = None,
+                words: list[tuple[list[int], str, float]] | None = None) -> RowLabels:
+    """The words (or contiguous pieces of words) of ``row`` that fit, those with a highlighted token first.
+    ``words``: the words of ``tokens`` with their widths, when the caller has them already."""
     index = np.asarray(row.custom)[:, 0].astype(np.int64)
     start, texts = tokens if tokens is not None else (0, None)
     if texts is None:
         texts, ids = row.display.tolist(), index
     else:
         ids = np.arange(start, start + len(texts))
+    if words is None:
+        words = _words_with_widths(texts, ids, look)
     px = (np.asarray(row.x, dtype=np.float64) - axis_range[0]) * (look.plot_width / (axis_range[1] - axis_range[0]))
     order = np.argsort(index, kind="stable")
     highlighted = set(np.asarray(row.first).tolist())
     labels: list[str]
     centres, labels, first = [], [], []
-    for slots, word in words_of_tokens(texts, ids):
+    for slots, word, word_px in words:
         low, high = ids[slots[0]], ids[slots[-1]]
         mine = order[np.searchsorted(index[order], low):np.searchsorted(index[order], high, side="right")]
         mine = mine[np.isfinite(px[mine])]
-        jumps = np.flatnonzero(np.abs(np.diff(px[mine])) > label_width_px(html.unescape(word), look.font_size)) + 1
+        jumps = np.flatnonzero(np.abs(np.diff(px[mine])) > word_px) + 1
         pieces = [piece for piece in np.split(mine, jumps) if piece.size]
         # each piece spells the tokens from its first drawn one to the next piece's (undrawn tokens share
         # a drawn one's pixel column), so the pieces of a word together spell it whole

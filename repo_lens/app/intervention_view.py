@@ -23,7 +23,12 @@ from repo_lens.app.names import export_name
 from repo_lens.app.sidebar import Selection
 from repo_lens.app.ui import Item, clamp_head, head_picker, per_item, show_figure
 
-MODES = {"integer (RoPE's positions)": "integer", "constant (NoPE-like)": "constant", "shuffle": "shuffle",
+MODES = {"integer (RoPE's positions)": "integer", "constant (NoPE-like)": "constant",
+         "affine (each head's own straight line)": "affine",
+         "rank (order kept, spacing made even)": "rank",
+         "scaled (the integers at each head's own range)": "scaled",
+         "random (a random edit as large as affine)": "random",
+         "window (shuffled within blocks of 8 tokens)": "window", "shuffle": "shuffle",
          "interpolate toward the integers (the authors' pdrop)": "interpolate",
          "interpolate toward a constant": "interpolate-constant"}
 

@@ -8,7 +8,10 @@ the rest (``tokens="rest"``).
 - ``needle_noise``: RULER's needle and question in RULER's noise haystack (:func:`niah_prompt`).
 - ``needle_text``: RULER's needle and question in running English text (held-out documents of a corpus,
   or any text you pass).
-- ``kv_lines``: a list of ``key: value`` lines, one of them the asked key's, and RULER's question.
+- ``kv_lines``: a list of ``key=value;`` pairs after "Remember:", one of them the asked key's, and the
+  question ``key?`` — the format of the associative-recall rows the zoo's 1,024-byte models were trained
+  on, with keys and values drawn afresh. (Asked in RULER's words after ``key: value`` lines, a format
+  they never saw, ``zoo:bytes1k-repo`` retrieves 0 of 50.)
 - ``fact_text``: a fact in other words ("The access code of the {key} is {value}.") in running text,
   asked in the same words.
 
@@ -51,7 +54,7 @@ def _kv_units(rng: random.Random, taken: set[str], count: int) -> list[str]:
         key = _random_key(rng, "words")
         if key not in taken:
             taken.add(key)
-            units.append(f"{key}: {_value(rng)}")
+            units.append(f"{key}={_value(rng)}")
     return units
 
 
@@ -98,8 +101,8 @@ def retrieval_prompt(tokenizer: Any, family: str, length: int, *, seed: int, dep
         return prompt
     key, value = _random_key(rng, "words"), _value(rng)
     if family == "kv_lines":
-        pool, sep = _kv_units(rng, {key}, length // 12), "\n"
-        needle, question, intro = f"{key}: {value}", _RULER_QUESTION.format(key=key), _RULER_INTRO
+        pool, sep = _kv_units(rng, {key}, length // 12), "; "
+        needle, question, intro = f"{key}={value}", f"\n{key}?", "Remember:\n"
     else:
         source = _text_units(text) if text else [NOISE]
         offset = rng.randrange(len(source))

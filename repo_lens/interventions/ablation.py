@@ -24,10 +24,11 @@ from repo_lens.protocol import check_batch_size
 from repo_lens.validation import check_int
 
 
-def reference_means(lens: Any, reference: Any, sites: list[Site]) -> dict[int, torch.Tensor]:
+def reference_means(lens: Any, reference: Any, sites: list[Site],
+                    allow_beyond_context: bool = False) -> dict[int, torch.Tensor]:
     """Per site layer, the mean of its quantity over the ``reference`` inputs at each token index
     ([1, head, pos] or [1, head, pos, pos]; a padded row counts only up to its length)."""
-    batch = as_batch(lens, reference)
+    batch = as_batch(lens, reference, allow_beyond_context)
     with torch.no_grad():
         run = capture(lens.model, batch.ids, sites)
     lengths = torch.as_tensor(batch.lengths, device=batch.ids.device)
@@ -41,9 +42,10 @@ def reference_means(lens: Any, reference: Any, sites: list[Site]) -> dict[int, t
     return means
 
 
-def checked_means(lens: Any, reference: Any, sites: list[Site], width: int) -> dict[int, torch.Tensor]:
+def checked_means(lens: Any, reference: Any, sites: list[Site], width: int,
+                  allow_beyond_context: bool = False) -> dict[int, torch.Tensor]:
     """:func:`reference_means` for inputs of ``width`` tokens; a shorter reference set is an InputError."""
-    means = reference_means(lens, reference, sites)
+    means = reference_means(lens, reference, sites, allow_beyond_context)
     longest = next(iter(means.values())).shape[2]
     if width > longest:
         raise InputError(f"mean ablation of {width} tokens needs a reference set at least as long; its longest input "
@@ -62,12 +64,13 @@ def _edit_hook(site: Site, mode: Mode, heads: torch.Tensor, mean: torch.Tensor |
 
 def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sites: list[Site],
                heads: torch.Tensor, reference: Any, seed: int, tokens: torch.Tensor | None = None,
-               means: dict[int, torch.Tensor] | None = None) -> list[tuple[str, Any]]:
+               means: dict[int, torch.Tensor] | None = None,
+               allow_beyond_context: bool = False) -> list[tuple[str, Any]]:
     """The forward hooks that apply ``mode`` at ``sites`` in the ``heads`` mask (and the ``tokens``
     mask [batch, width], None: every token), for a batch of ``lengths`` padded to ``inputs_width`` tokens
     (``reference``: the inputs of "mean", or ``means``: their :func:`checked_means`, computed once)."""
     if mode.name == "mean" and means is None:
-        means = checked_means(lens, reference, sites, inputs_width)
+        means = checked_means(lens, reference, sites, inputs_width, allow_beyond_context)
     means = means or {}
     orders = token_orders(mode, lengths, inputs_width, seed)
     return [(site.hook, _edit_hook(site, mode, heads, means.get(site.layer), orders, lengths, seed, tokens))
@@ -77,18 +80,18 @@ def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sit
 @overload
 def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
            heads: int | Iterable[int] | None = None, metric: None = None, reference: Any = None,
-           seed: int = 0, tokens: Any = None) -> torch.Tensor: ...
+           seed: int = 0, tokens: Any = None, allow_beyond_context: bool = False) -> torch.Tensor: ...
 @overload
 def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
            heads: int | Iterable[int] | None = None, metric: Metric, reference: Any = None,
-           seed: int = 0, tokens: Any = None) -> np.ndarray: ...
+           seed: int = 0, tokens: Any = None, allow_beyond_context: bool = False) -> np.ndarray: ...
 @overload
 def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
            heads: int | Iterable[int] | None = None, metric: Metric | None = None, reference: Any = None,
-           seed: int = 0, tokens: Any = None) -> torch.Tensor | np.ndarray: ...
+           seed: int = 0, tokens: Any = None, allow_beyond_context: bool = False) -> torch.Tensor | np.ndarray: ...
 def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | Iterable[int] | None = None,
            heads: int | Iterable[int] | None = None, metric: Metric | None = None, reference: Any = None,
-           seed: int = 0, tokens: Any = None) -> torch.Tensor | np.ndarray:
+           seed: int = 0, tokens: Any = None, allow_beyond_context: bool = False) -> torch.Tensor | np.ndarray:
     """Run ``inputs`` with the positions of ``layers`` × ``heads`` replaced, in one forward pass.
 
     ``mode``: "integer" (one unit per token, RoPE's positions), "constant" (no positional signal,
@@ -107,6 +110,8 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
     ``tokens``: edit only these tokens' entries (a slice, indices, a span name of a Prompt such as
     "needle", "~needle" or "rest"; see ``repo_lens.interventions.edit_targets``); the edit is computed over
     the whole prompt first.
+    ``allow_beyond_context``: run inputs longer than the model's context (extrapolation beyond the
+    trained length, as :meth:`Lens.trace` offers); otherwise they are an error.
     Returns the logits [batch, pos, vocab], or ``metric(logits)`` as a numpy array [batch].
 
     Example:
@@ -121,11 +126,12 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
     """
     parsed = parse_mode(mode)
     seed = check_int(seed, "seed", minimum=0)
-    batch = as_batch(lens, inputs)
+    batch = as_batch(lens, inputs, allow_beyond_context)
     sites = select_sites(lens.model, layers)
     selected = token_mask(tokens, batch.prompts, batch.lengths, batch.ids.shape[1])
     hooks = edit_hooks(lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(lens.model, heads),
-                       inputs if reference is None else reference, seed, selected)
+                       inputs if reference is None else reference, seed, selected,
+                       allow_beyond_context=allow_beyond_context)
     with torch.no_grad():
         logits = lens.model.run_with_hooks(batch.ids, fwd_hooks=hooks)
         if metric is None:
@@ -135,7 +141,7 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
 
 def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int | Iterable[int] | None = None,
                       heads: int | Iterable[int] | None = None, reference: Any = None, seed: int = 0,
-                      tokens: Any = None) -> np.ndarray:
+                      tokens: Any = None, allow_beyond_context: bool = False) -> np.ndarray:
     """float32 (n_layers, n_heads, tokens): what ``lens.trace(inputs).positions`` would hold with the
     ablation of :func:`repo_lens.interventions.ablate` applied (later layers see the earlier layers'
     change; CoPE / GRAPE-AP layers as seen from the last token, as in a trace).
@@ -149,11 +155,12 @@ def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int 
         [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
     """
     parsed, seed = parse_mode(mode), check_int(seed, "seed", minimum=0)
-    batch = as_single(lens, inputs, "inputs")
+    batch = as_single(lens, inputs, "inputs", allow_beyond_context)
     sites = select_sites(lens.model, layers)
     selected = token_mask(tokens, batch.prompts, batch.lengths, batch.ids.shape[1])
     hooks = edit_hooks(lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(lens.model, heads),
-                       inputs if reference is None else reference, seed, selected)
+                       inputs if reference is None else reference, seed, selected,
+                       allow_beyond_context=allow_beyond_context)
     seen: dict[int, torch.Tensor] = {}
 
     def keep(layer: int):

@@ -45,9 +45,9 @@ def _ids_of(lens: Any, item: Any) -> tuple[list[int], Prompt | None]:
     return token_ids(item, lens.encode, lens.vocab_size), None
 
 
-def as_batch(lens: Any, inputs: Any) -> Batch:
+def as_batch(lens: Any, inputs: Any, allow_beyond_context: bool = False) -> Batch:
     """``inputs`` (one input or a list of them) as a :class:`Batch` on ``lens``' device; input longer
-    than the model's context is an error.
+    than the model's context is an error unless ``allow_beyond_context``.
 
     >>> from repo_lens.lens import Lens
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
@@ -62,7 +62,8 @@ def as_batch(lens: Any, inputs: Any) -> Batch:
     rows, prompts = [], []
     for item in items:
         ids, prompt = _ids_of(lens, item)
-        fit_to_context(ids, lens.context_length, offer_truncation=False)
+        if not allow_beyond_context:
+            fit_to_context(ids, lens.context_length, offer_truncation=False)
         rows.append(ids)
         prompts.append(prompt)
     width = max(len(ids) for ids in rows)
@@ -72,7 +73,7 @@ def as_batch(lens: Any, inputs: Any) -> Batch:
     return Batch(padded.to(lens.device), [len(ids) for ids in rows], prompts)
 
 
-def as_single(lens: Any, inputs: Any, name: str) -> Batch:
+def as_single(lens: Any, inputs: Any, name: str, allow_beyond_context: bool = False) -> Batch:
     """One input (``name`` says which, for the error) as a batch of one.
 
     >>> from repo_lens.lens import Lens
@@ -84,7 +85,7 @@ def as_single(lens: Any, inputs: Any, name: str) -> Batch:
     if _is_batch(inputs):
         raise InputError(f"{name} must be one prompt (a text, token ids or a Prompt), not a batch of "
                          f"{len(inputs)}; patch one clean / corrupted pair at a time")
-    return as_batch(lens, inputs)
+    return as_batch(lens, inputs, allow_beyond_context)
 
 
 def _by_spans(clean: Batch, corrupted: Batch, names: Sequence[str]) -> np.ndarray:

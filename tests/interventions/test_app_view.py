@@ -62,3 +62,29 @@ def test_the_result_agrees_with_the_api(checkpoint_root):
     np.testing.assert_allclose(result.positions[1, 1], 0.5 * lens.trace(prompt.ids, progress=False).positions[1, 1],
                                atol=1e-4)
     assert np.isnan(result.effects[:, 0]).all() and np.isfinite(result.effects[1:, 1]).all()
+
+
+@pytest.mark.parametrize("label", ["affine (each head's own straight line)", "rank (order kept, spacing made even)",
+                                   "scaled (the integers at each head's own range)",
+                                   "random (a random edit as large as affine)",
+                                   "window (shuffled within blocks of 8 tokens)"])
+def test_every_edit_on_the_positions_scale_and_every_control_can_be_picked(app, label, checkpoint_root):
+    import numpy as np
+
+    import repo_lens
+    from repo_lens import interventions
+    from repo_lens.app.intervention_view import MODES
+    from repo_lens.data import niah_single
+
+    at = _open(app)
+    at.selectbox(key="iv_mode").set_value(label).run()
+    assert_clean(at)
+    assert not messages(at, "error"), messages(at, "error")
+    lens = repo_lens.load(checkpoint_root / "tiny-repo", device="cpu")
+    prompt = niah_single(lens.tokenizer, 400, 0.5, seed=0)
+    mode = mode_argument(MODES[label], 1.0)
+    result = intervention_result(lens, prompt.ids.tolist(), prompt.query, mode, [1, 2], [0, 1], with_map=False)
+    unedited = lens.trace(prompt.ids, progress=False).positions
+    assert not np.allclose(result.positions[1:], unedited[1:], atol=1e-5)  # the edit moved the learned positions
+    expected = interventions.ablated_positions(lens, prompt, mode=mode, layers=[1, 2], heads=[0, 1])
+    np.testing.assert_allclose(result.positions, expected, atol=1e-6)

@@ -193,21 +193,22 @@ def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
     return f"{where} {parse_mode(mode).label}"
 
 
-def ablation_study(lens: Any, prompts: list, sweep: tuple[float, ...], scorer: Scorer, progress: bool,
-                   name: str, plan: str = "full") -> dict[str, Any]:
-    """Every condition scored on ``prompts``; an edit that moves no position (checked on the first
-    prompt) is recorded with ``"moves": False`` and not run. In the "focus" plan, heads are edited only
-    in the layers where an edit of the whole layer lowers accuracy by more than 0.2."""
-    families = [prompt.meta["family"] for prompt in prompts]
+def ablation_study(lens: Any, families: list[str], probe: Any, sweep: tuple[float, ...], scorer: Any,
+                   progress: bool, name: str, plan: str = "full") -> dict[str, Any]:
+    """Every condition scored by ``scorer`` (a :class:`Scorer`, or any callable ``(mode, layers, heads)`` →
+    per-input hits and log p, whose inputs belong to ``families``); an edit that moves no position
+    (checked on ``probe``, one input) is recorded with ``"moves": False`` and not run. In the "focus"
+    plan, heads are edited only in the layers where an edit of the whole layer lowers accuracy by more
+    than 0.2."""
     base = scorer(("interpolate", 0.0))
     result: dict[str, Any] = {"unedited": summarise(*base, families, None), "conditions": {}}
-    unchanged = lens.trace(prompts[0].ids, progress=False).positions
+    unchanged = lens.trace(probe, progress=False).positions
     for group, layer, head, mode in tqdm(conditions(lens, sweep, plan), desc=f"edits {name}", disable=not progress):
         if group == "head" and plan == "focus" and not _breaks(result, layer, base[0].mean()):
             continue
         entry = {"group": group, "layer": layer, "head": head, "mode": report.mode_label(mode)}
         is_mean = mode == "mean"
-        if not is_mean and not moves_positions(lens, prompts[0], mode, layer, head, unchanged):
+        if not is_mean and not moves_positions(lens, probe, mode, layer, head, unchanged):
             entry["moves"] = False
         else:
             scored = scorer(mode, layer, head)
@@ -297,7 +298,8 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
              for pair in moved_pairs(lens.tokenizer, family, lens.context_length, n_pairs, seed=20_000, text=text)]
     return {"protocol": "retrieval", "layer_kinds": list(lens.model.cfg.layer_mechanisms),
             "context": lens.context_length, "prompts": len(prompts),
-            "plan": plan, "ablations": ablation_study(lens, prompts, sweep, scorer, progress, name, plan),
+            "plan": plan, "ablations": ablation_study(lens, [prompt.meta["family"] for prompt in prompts], prompts[0].ids,
+                                                      sweep, scorer, progress, name, plan),
             "patching": patching_study(lens, pairs, progress, name)}
 
 
@@ -313,6 +315,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
 
     from repo_lens.loading import load
     from repo_lens.studies.reproductions.position_interventions_lm import language_model
+    from repo_lens.studies.reproductions.position_interventions_tasks import TASKS, task_model, trained_task
 
     results: dict[str, Any]
     started, results = time.perf_counter(), {}
@@ -327,8 +330,12 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
     for model in models:
         lens = load(model, device="cpu")
         model_started = time.perf_counter()
-        result = retrieval_model(lens, quick, text, batch_size, progress, stem(model), focus) \
-            if lens.context_length >= RETRIEVAL_CONTEXT else None
+        task = trained_task(lens)
+        if task in TASKS:
+            result = task_model(lens, task, quick, batch_size, progress, stem(model))
+        else:
+            result = retrieval_model(lens, quick, text, batch_size, progress, stem(model), focus) \
+                if lens.context_length >= RETRIEVAL_CONTEXT else None
         if result is None:
             result = language_model(lens, quick, text, batch_size, progress, stem(model))
         result["seconds"] = round(time.perf_counter() - model_started, 1)

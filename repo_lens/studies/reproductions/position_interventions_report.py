@@ -41,6 +41,11 @@ def _retrieval(results: dict[str, Any]) -> dict[str, Any]:
     return {model: result for model, result in results.items() if result["protocol"] == "retrieval"}
 
 
+def _scored(results: dict[str, Any]) -> dict[str, Any]:
+    """The models scored by exact match: retrieval prompts or a task's own sequences."""
+    return {model: result for model, result in results.items() if result["protocol"] in ("retrieval", "task")}
+
+
 def _row(result: dict[str, Any], group: str, where: str, modes: list[str]) -> list[str]:
     conditions = result["ablations"]["conditions"]
     return [_acc(conditions.get(f"{where} {mode}")) for mode in modes]
@@ -52,11 +57,12 @@ def _modes(result: dict[str, Any], group: str) -> list[str]:
 
 
 def all_layers_table(results: dict[str, Any]) -> str:
-    """Accuracy [95 % interval] (mean answer log p) with every learned layer edited, per model."""
-    retrieval = _retrieval(results)
+    """Accuracy [95 % interval] (mean log p of the answer, or of a task's scored tokens) with every learned
+    layer edited, per model."""
+    retrieval = _scored(results)
     if not retrieval:
         return ""
-    modes = _modes(next(iter(retrieval.values())), "all")
+    modes = list(dict.fromkeys(mode for result in retrieval.values() for mode in _modes(result, "all")))
     lines = ["| model | n | unedited | " + " | ".join(modes) + " |", "|---|---|---|" + "---|" * len(modes)]
     for model, result in retrieval.items():
         unedited = result["ablations"]["unedited"]
@@ -69,7 +75,7 @@ def family_table(results: dict[str, Any], modes: tuple[str, ...] = ("integer", "
                                                                      "random", "window 8")) -> str:
     """Accuracy per prompt family, unedited and with every learned layer edited."""
     lines = ["| model | family | n | unedited | " + " | ".join(modes) + " |", "|---|---|---|---|" + "---|" * len(modes)]
-    for model, result in _retrieval(results).items():
+    for model, result in _scored(results).items():
         ablations = result["ablations"]
         for family, score in ablations["unedited"]["by_family"].items():
             cells = []
@@ -86,7 +92,7 @@ def unit_table(results: dict[str, Any], group: str) -> str:
     """One row per layer ("layer") or head ("head"): accuracy [interval] (log p) under each mode, and
     the accuracy per family (family order as in the prompts) under each mode."""
     blocks = []
-    for model, result in _retrieval(results).items():
+    for model, result in _scored(results).items():
         modes = _modes(result, group)
         units = list(dict.fromkeys(
             (entry["layer"], entry["head"]) for entry in result["ablations"]["conditions"].values()
@@ -110,7 +116,7 @@ def unit_table(results: dict[str, Any], group: str) -> str:
 def sweep_table(results: dict[str, Any]) -> str:
     """Accuracy against p, interpolating every learned layer toward the integers and toward a constant."""
     lines = ["| model | " + " | ".join(["p → integer", "p → constant"]) + " |", "|---|---|---|"]
-    for model, result in _retrieval(results).items():
+    for model, result in _scored(results).items():
         cells = []
         for toward in ("", " to constant"):
             points = [(key.split()[2], entry) for key, entry in result["ablations"]["conditions"].items()
@@ -123,7 +129,7 @@ def sweep_table(results: dict[str, Any]) -> str:
 def comparison_table(results: dict[str, Any], limit: int = 12) -> str:
     """The head pairs whose exact match differs most under an edit (McNemar p)."""
     lines = ["| model | layer, mode, heads | difference [95 %] | p |", "|---|---|---|---|"]
-    for model, result in _retrieval(results).items():
+    for model, result in _scored(results).items():
         ranked = sorted(result["ablations"]["head_comparisons"].items(),
                         key=lambda item: -abs(item[1]["difference"]["value"]))
         for key, test in ranked[:limit]:
@@ -171,8 +177,9 @@ def language_model_table(results: dict[str, Any]) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     """Every table of the study, with a heading each."""
-    sections = [("Every learned layer edited: accuracy [95 % Wilson] (mean answer log p)", all_layers_table(results)),
-                ("By prompt family (every learned layer edited)", family_table(results)),
+    sections = [("Every learned layer edited: accuracy [95 % Wilson] (mean log p of the answer or the task's scored "
+                 "tokens)", all_layers_table(results)),
+                ("By prompt family or task test set (every learned layer edited)", family_table(results)),
                 ("One layer at a time", unit_table(results, "layer")),
                 ("One head at a time", unit_table(results, "head")),
                 ("Head against head (exact McNemar on the same prompts)", comparison_table(results)),
@@ -204,17 +211,20 @@ def head_grid(result: dict[str, Any], mode: str) -> np.ndarray:
 
 
 def figures(results: dict[str, Any]) -> dict[str, Any]:
-    """Per retrieval model: per-head accuracy under "constant" and "affine", and the patching map."""
+    """Per retrieval or task model: per-head accuracy under "constant" and "affine"; per retrieval model,
+    the patching map."""
     from repo_lens.plots.heatmaps import layer_head_heatmap
     from repo_lens.plots.style import DIVERGING
 
     out = {}
-    for model, result in _retrieval(results).items():
+    for model, result in _scored(results).items():
         name, kinds = _name(model), result["layer_kinds"]
         for mode in ("constant", "affine"):
             out[f"head_{mode}_{name}"] = layer_head_heatmap(
                 head_grid(result, mode), title=f"{name}: accuracy, one head's positions {mode}",
                 colorbar_title="accuracy", layer_kinds=kinds, zmin=0.0, zmax=1.0)
+        if not result.get("patching"):
+            continue
         out[f"patching_{name}"] = layer_head_heatmap(
             np.asarray(result["patching"]["maps"]["every token"]["value"], dtype=float),
             title=f"{name}: Δ log p(answer), needle moved", colorbar_title="Δ log p", layer_kinds=kinds,

@@ -31,6 +31,7 @@ from repo_lens.plots.heatmaps import (
     range_heatmap,
 )
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
+from repo_lens.plots.intervals import interval_figure
 from repo_lens.plots.notebook import (
     STATIC_RENDERER,
     TRACE_FIGURE_KINDS,
@@ -72,6 +73,7 @@ __all__ = [
     "export_unavailable",
     "figure_bytes",
     "iqr_bounds",
+    "interval_figure",
     "iqr_outliers",
     "layer_head_heatmap",
     "layer_series_figure",

@@ -76,7 +76,21 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
             {name: list(_example_auc(n_layers, 1, seed)[:, 0]) for seed, name in enumerate(
                 ("RePo", "learned increments", "learned increments per layer", "RoPE"))},
             "ROC-AUC", "Word-boundary AUC per layer", reference=0.5),
+        "interval_figure": plots.interval_figure(
+            _example_intervals(n_heads), [f"L{learned} h{head}" for head in range(n_heads)], "accuracy",
+            "Accuracy with one head's positions edited", reference=0.75, reference_label="unedited"),
     }
+
+
+def _example_intervals(n_heads: int) -> dict[str, list[dict[str, float]]]:
+    rng = np.random.default_rng(3)
+    out = {}
+    for edit in ("integer", "constant", "affine", "random"):
+        values = np.clip(rng.uniform(0.0, 0.8, n_heads), 0.02, 0.98)
+        half = 1.96 * np.sqrt(values * (1 - values) / 200)
+        out[edit] = [{"value": float(v), "low": float(max(0.0, v - h)), "high": float(min(1.0, v + h))}
+                     for v, h in zip(values, half)]
+    return out
 
 
 def _example_auc(n_layers: int, n_heads: int, seed: int = 0) -> np.ndarray:

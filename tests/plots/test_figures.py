@@ -301,7 +301,7 @@ def test_boundary_auc_figure_is_centred_at_chance():
 
 @pytest.mark.parametrize("name", ["style", "spaced_tokens", "scatter", "heatmaps", "attention_mass", "boundaries",
                                   "export", "increments", "labels", "paper", "paper_layout", "measure",
-                                  "gallery", "notebook"])
+                                  "gallery", "notebook", "intervals"])
 def test_docstring_examples(name):
     module = importlib.import_module(f"repo_lens.plots.{name}")
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -211,9 +211,10 @@ def head_grid(result: dict[str, Any], mode: str) -> np.ndarray:
 
 
 def figures(results: dict[str, Any]) -> dict[str, Any]:
-    """Per retrieval or task model: per-head accuracy under "constant" and "affine"; per retrieval model,
-    the patching map."""
+    """Per retrieval or task model: per-head accuracy under "constant" and "affine", and under every head
+    edit with its interval; per retrieval model, the patching map and its per-head intervals."""
     from repo_lens.plots.heatmaps import layer_head_heatmap
+    from repo_lens.plots.intervals import interval_figure
     from repo_lens.plots.style import DIVERGING
 
     out = {}
@@ -223,10 +224,50 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
             out[f"head_{mode}_{name}"] = layer_head_heatmap(
                 head_grid(result, mode), title=f"{name}: accuracy, one head's positions {mode}",
                 colorbar_title="accuracy", layer_kinds=kinds, zmin=0.0, zmax=1.0)
+        heads = head_intervals(result)
+        if heads is not None:
+            out[f"head_intervals_{name}"] = interval_figure(
+                heads[1], heads[0], "accuracy [95 % Wilson]", f"{name}: accuracy, one head's positions edited",
+                reference=result["ablations"]["unedited"]["accuracy"]["value"], reference_label="unedited")
         if not result.get("patching"):
             continue
         out[f"patching_{name}"] = layer_head_heatmap(
             np.asarray(result["patching"]["maps"]["every token"]["value"], dtype=float),
             title=f"{name}: Δ log p(answer), needle moved", colorbar_title="Δ log p", layer_kinds=kinds,
             colorscale=DIVERGING, zmid=0.0, value_format=".2f")
+        units, estimates = patching_intervals(result["patching"])
+        out[f"patching_intervals_{name}"] = interval_figure(
+            estimates, units, "Δ log p(answer) [95 % bootstrap]", f"{name}: one head's clean positions patched in",
+            reference=0.0)
     return out
+
+
+def head_intervals(result: dict[str, Any]) -> tuple[list[str], dict[str, list[dict[str, float]]]] | None:
+    """The heads whose edits move a position (rows, "L2 h3") and, per head mode, each head's accuracy
+    estimate (an edit that moves nothing: the unedited one); None when no head was edited.
+
+    >>> entry = {"group": "head", "layer": 1, "head": 0, "mode": "constant", "moves": True,
+    ...          "accuracy": {"value": 0.5, "low": 0.2, "high": 0.8, "n": 8}}
+    >>> head_intervals({"ablations": {"unedited": {}, "conditions": {"head 1.0 constant": entry}}})
+    (['L1 h0'], {'constant': [{'value': 0.5, 'low': 0.2, 'high': 0.8, 'n': 8}]})
+    """
+    entries = [entry for entry in result["ablations"]["conditions"].values() if entry["group"] == "head"]
+    heads = list(dict.fromkeys((entry["layer"], entry["head"]) for entry in entries if entry["moves"]))
+    if not heads:
+        return None
+    modes = list(dict.fromkeys(entry["mode"] for entry in entries if entry["moves"]))
+    found = {(entry["layer"], entry["head"], entry["mode"]): entry for entry in entries}
+    unedited = result["ablations"]["unedited"].get("accuracy")
+    estimates = {mode: [(found[(layer, head, mode)]["accuracy"] if found.get((layer, head, mode), {}).get("moves")
+                         else unedited) for layer, head in heads] for mode in modes}
+    return [f"L{layer} h{head}" for layer, head in heads], estimates
+
+
+def patching_intervals(patching: dict[str, Any]) -> tuple[list[str], dict[str, list[dict[str, float]]]]:
+    """The patched heads (rows) and, per set of patched tokens, each head's mean effect and interval."""
+    maps = patching["maps"]
+    first = np.asarray(next(iter(maps.values()))["value"], dtype=float)
+    cells = list(zip(*np.nonzero(np.isfinite(first))))
+    estimates = {label: [{key: float(np.asarray(grid[key], dtype=float)[layer, head]) for key in ("value", "low", "high")}
+                         for layer, head in cells] for label, grid in maps.items()}
+    return [f"L{layer} h{head}" for layer, head in cells], estimates

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,9 +12,13 @@ import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
 from repo_lens.plots.increments import _plottable
+from repo_lens.plots.paper import PaperTarget
+from repo_lens.plots.paper_layout import (LINE_EM, PLOT_ASPECT, PLOT_HEIGHT_PX, estimated_plot_width, register_relayout,
+                                          relayout_plot)
 from repo_lens.plots.style import series_style, styled
 
 ROW_SPREAD = 0.6  # the share of a row's height that its series' markers spread over
+MARKER_ROW_PX = 4.0  # in a paper figure, the height each series adds to a row
 
 
 def _estimate(entry: Any, where: str) -> tuple[float, float, float]:
@@ -73,3 +78,17 @@ def interval_figure(estimates: Mapping[str, Sequence[Mapping[str, float]]], unit
                       yaxis=dict(tickmode="array", tickvals=list(range(len(units)))[::-1], ticktext=list(units),
                                  range=[-0.6, len(units) - 0.4], showgrid=False, zeroline=False))
     return styled(fig, title)
+
+
+def paper_layout(fig: go.Figure, target: PaperTarget) -> None:
+    """The generic paper re-layout, with a plot tall enough for every row's label and its series' whiskers."""
+    relayout_plot(fig, target)
+    if target.height_px is not None:
+        return
+    rows, series = len(fig.layout.yaxis.tickvals), len(fig.data)
+    row_px = max(LINE_EM * target.tick_px + 2, MARKER_ROW_PX * series + 4)
+    plot = min(PLOT_HEIGHT_PX[1], max(PLOT_HEIGHT_PX[0], PLOT_ASPECT * estimated_plot_width(fig, target)))
+    fig.update_layout(height=fig.layout.height + max(0, math.ceil(rows * row_px - plot)))
+
+
+register_relayout("intervals", paper_layout)

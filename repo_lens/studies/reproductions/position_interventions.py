@@ -200,8 +200,8 @@ def ablation_study(lens: Any, families: list[str], probe: Any, sweep: tuple[floa
     (checked on ``probe``, one input) is recorded with ``"moves": False`` and not run. In the "focus"
     plan, heads are edited only in the layers where an edit of the whole layer lowers accuracy by more
     than 0.2."""
-    base = scorer(("interpolate", 0.0))
-    result: dict[str, Any] = {"unedited": summarise(*base, families, None), "conditions": {}}
+    base: tuple[np.ndarray, np.ndarray] = scorer(("interpolate", 0.0))
+    result: dict[str, Any] = {"unedited": summarise(base[0], base[1], families, None), "conditions": {}}
     unchanged = lens.trace(probe, progress=False).positions
     for group, layer, head, mode in tqdm(conditions(lens, sweep, plan), desc=f"edits {name}", disable=not progress):
         if group == "head" and plan == "focus" and not _breaks(result, layer, base[0].mean()):
@@ -211,8 +211,8 @@ def ablation_study(lens: Any, families: list[str], probe: Any, sweep: tuple[floa
         if not is_mean and not moves_positions(lens, probe, mode, layer, head, unchanged):
             entry["moves"] = False
         else:
-            scored = scorer(mode, layer, head)
-            entry.update(moves=True, **summarise(*scored, families, base))
+            hits, logprobs = scorer(mode, layer, head)
+            entry.update(moves=True, **summarise(hits, logprobs, families, base))
         result["conditions"][condition_key(group, layer, head, mode)] = entry
     result["head_comparisons"] = head_comparisons(result)
     return result
@@ -318,6 +318,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
     from repo_lens.studies.reproductions.position_interventions_tasks import TASKS, task_model, trained_task
 
     results: dict[str, Any]
+    result: dict[str, Any] | None
     started, results = time.perf_counter(), {}
     text = None if quick else held_out_text()
     settings = {"quick": quick, "focus": focus, "all_modes": list(ALL_MODES), "layer_modes": list(LAYER_MODES),
@@ -330,7 +331,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
     for model in models:
         lens = load(model, device="cpu")
         model_started = time.perf_counter()
-        task = trained_task(lens)
+        task, result = trained_task(lens), None
         if task in TASKS:
             result = task_model(lens, task, quick, batch_size, progress, stem(model))
         else:

@@ -118,3 +118,4 @@ def test_the_study_runs_a_task_model_through_the_retrieval_protocol(tmp_path, re
     assert constant["moves"] and constant["accuracy"]["low"] <= constant["accuracy"]["value"]
     assert constant["vs_unedited"]["accuracy"]["difference"]["n"] == 10
     assert "reversal-repo" in document["markdown"] and "30 words (beyond training)" in document["markdown"]
+    assert "| reversal-repo | repo | reversal exact match | 1.00 |" in document["markdown"]  # the mechanism table

@@ -175,9 +175,68 @@ def language_model_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+CARRIER_MODES = ("integer", "constant", "affine", "random")
+CARRIER_DROP = 0.1  # exact match: a unit carries the effect when its edit lowers accuracy by this much (p < 0.01)
+CARRIER_BITS = 0.05  # bits per byte: ... or raises bits per byte by this much (interval above 0)
+
+
+def carriers(result: dict[str, Any], group: str, mode: str, limit: int = 3) -> str:
+    """The layers or heads (``group``) whose own ``mode`` edit changes the score beyond chance and by at
+    least ``CARRIER_DROP`` accuracy (exact McNemar p < 0.01) or ``CARRIER_BITS`` bits per byte (bootstrap
+    interval above 0), largest first, with the change; "none" when no unit does, "–" when none was edited.
+
+    >>> entry = {"group": "layer", "layer": 2, "head": None, "mode": "affine", "moves": True,
+    ...          "vs_unedited": {"accuracy": {"difference": {"value": -0.9}, "p": 1e-9}}}
+    >>> carriers({"protocol": "task", "ablations": {"conditions": {"layer 2 affine": entry}}}, "layer", "affine")
+    'L2 −0.90'
+    """
+    if result["protocol"] == "language model":
+        entries = [entry for entry in result["conditions"].values() if entry["group"] == group and entry["mode"] == mode]
+        found = [(entry, entry["change"]["value"]) for entry in entries
+                 if entry["change"]["low"] > 0 and entry["change"]["value"] >= CARRIER_BITS]
+        unit = "{:+.2f} bits"
+    else:
+        entries = [entry for entry in result["ablations"]["conditions"].values()
+                   if entry["group"] == group and entry["mode"] == mode and entry.get("moves")]
+        found = [(entry, entry["vs_unedited"]["accuracy"]["difference"]["value"]) for entry in entries
+                 if entry["vs_unedited"]["accuracy"]["p"] < 0.01
+                 and entry["vs_unedited"]["accuracy"]["difference"]["value"] <= -CARRIER_DROP]
+        unit = "{:.2f}"
+    if not entries:
+        return "–"
+    if not found:
+        return "none"
+    found.sort(key=lambda item: -abs(item[1]))
+    names = [(f"L{entry['layer']}" if group == "layer" else f"L{entry['layer']} h{entry['head']}")
+             + " " + unit.format(change).replace("-", "−") for entry, change in found[:limit]]
+    return ", ".join(names) + (f" (+{len(found) - limit} more)" if len(found) > limit else "")
+
+
+def mechanism_table(results: dict[str, Any]) -> str:
+    """Every model in one table: its learned mechanism, score and unedited score, and under each edit the
+    layers and heads that carry the effect (see :func:`carriers`)."""
+    header = "| model | learned | score | unedited | " + " | ".join(
+        f"{mode}: layers; heads" for mode in CARRIER_MODES) + " |"
+    lines = [header, "|---|---|---|---|" + "---|" * len(CARRIER_MODES)]
+    for model, result in results.items():
+        kinds = [kind for kind in result["layer_kinds"] if kind not in ("rope", "nope")] or ["none (RoPE)"]
+        if result["protocol"] == "language model":
+            score, unedited = "bits/byte", f"{result['unedited']['value']:.2f}"
+        else:
+            score = "exact match" if result["protocol"] == "retrieval" else f"{result['task']} exact match"
+            unedited = f"{result['ablations']['unedited']['accuracy']['value']:.2f}"
+        cells = [f"{carriers(result, 'layer', mode)}; {carriers(result, 'head', mode)}" for mode in CARRIER_MODES]
+        lines.append(f"| {_name(model)} | {'/'.join(dict.fromkeys(kinds))} | {score} | {unedited} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any]) -> str:
     """Every table of the study, with a heading each."""
-    sections = [("Every learned layer edited: accuracy [95 % Wilson] (mean log p of the answer or the task's scored "
+    sections = [("Where the effect lives, per model: the layers; heads whose own edit changes the score (exact match "
+                 f"−{CARRIER_DROP} or more, McNemar p < 0.01; bits per byte +{CARRIER_BITS} or more, interval above 0)",
+                 mechanism_table(results)),
+                ("Every learned layer edited: accuracy [95 % Wilson] (mean log p of the answer or the task's scored "
                  "tokens)", all_layers_table(results)),
                 ("By prompt family or task test set (every learned layer edited)", family_table(results)),
                 ("One layer at a time", unit_table(results, "layer")),

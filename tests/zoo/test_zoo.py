@@ -17,7 +17,7 @@ from repo_lens.zoo import ZOO_DIR, available_models, zoo_entries
 BYTE_MECHANISMS = ("rope", "nope", "repo", "lpi", "lpi-layer", "cope", "fox")
 EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
             | {f"reversal-{mechanism}" for mechanism in ("rope", "nope", "repo")}
-            | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope")}
+            | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope", "grape-m")}
             | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo", "lpi")})
 RETRIEVAL_MECHANISMS = ("rope", "nope", "repo", "lpi")
 
@@ -130,7 +130,7 @@ def test_repo_positions_are_not_a_linear_function_of_the_index():
     assert nonlinear_heads >= 1
 
 
-@pytest.mark.parametrize("mechanism", ["rope", "cope"])
+@pytest.mark.parametrize("mechanism", ["rope", "cope", "grape-m"])
 def test_flipflop_errors_equal_the_card(mechanism):
     from repo_lens.train.flipflop import FlipFlopTask
 

@@ -73,7 +73,8 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
           "controls, intervals and span-restricted patching",
           "position_interventions", "position_interventions_study",
           ("zoo:bytes1k-repo", "zoo:bytes1k-rope", "zoo:bytes1k-lpi", "zoo:bytes-repo", "zoo:bytes-lpi",
-           "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-cope", "zoo:flipflop-cope", "zoo:flipflop-rope",
+           "zoo:bytes-lpi-layer", "zoo:bytes-fox", "zoo:bytes-cope", "zoo:flipflop-cope", "zoo:flipflop-grape-m",
+           "zoo:flipflop-rope",
            "zoo:reversal-repo", "zoo:reversal-rope"),
           batched=True),
 )}

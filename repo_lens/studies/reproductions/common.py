@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import contextvars
 import json
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -105,8 +106,25 @@ def save_study(out: Path, document: dict[str, Any], figures: dict[str, Any] | No
     return document
 
 
+NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]")
+
+
 def write_json(out: Path, name: str, document: dict[str, Any]) -> Path:
-    atomic_write_bytes(out / name, json.dumps(_plain(document), indent=2, ensure_ascii=False).encode())
+    """``document`` as indented JSON, each list of plain numbers on one line (per-prompt scores stay short).
+
+    >>> import tempfile
+    >>> path = write_json(Path(tempfile.mkdtemp()), "r.json", {"hits": [1, 0, 1], "n": {"value": 0.5}})
+    >>> print(path.read_text())
+    {
+      "hits": [1, 0, 1],
+      "n": {
+        "value": 0.5
+      }
+    }
+    """
+    text = json.dumps(_plain(document), indent=2, ensure_ascii=False)
+    text = NUMBER_LIST.sub(lambda match: "[" + ", ".join(re.split(r",\s*", match.group(1).strip())) + "]", text)
+    atomic_write_bytes(out / name, text.encode())
     return out / name
 
 

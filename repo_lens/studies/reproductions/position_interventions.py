@@ -303,6 +303,22 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
             "patching": patching_study(lens, pairs, progress, name)}
 
 
+def task_model(lens: Any, task: str, quick: bool, batch_size: int, progress: bool, name: str) -> dict[str, Any]:
+    """The protocol of :func:`retrieval_model` (every condition, its intervals and tests, head against
+    head) on a task model, scored by its task (``position_interventions_tasks``); no patching (a task has
+    no needle to move). The sequences are short, so at least 64 go through at once."""
+    from repo_lens.studies.reproductions.position_interventions_tasks import TaskScorer, task_set
+
+    tasks = task_set(lens, task, 2 if quick else (100 if task == "flipflop" else 40))
+    scorer = TaskScorer(lens, tasks, max(batch_size, 64))
+    probe = next(iter(tasks.families.values()))[0][0]
+    ablations = ablation_study(lens, tasks.labels(), probe, QUICK_SWEEP if quick else SWEEP, scorer, progress, name,
+                               "quick" if quick else "full")
+    return {"protocol": "task", "task": task, "layer_kinds": list(lens.model.cfg.layer_mechanisms),
+            "context": lens.context_length, "prompts": len(tasks), "plan": "quick" if quick else "full",
+            "ablations": ablations, "patching": None}
+
+
 def position_interventions_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
                                  progress: bool = True, batch_size: int = 8,
                                  focus: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -315,7 +331,7 @@ def position_interventions_study(out: Path, models: list[str], quick: bool = Fal
 
     from repo_lens.loading import load
     from repo_lens.studies.reproductions.position_interventions_lm import language_model
-    from repo_lens.studies.reproductions.position_interventions_tasks import TASKS, task_model, trained_task
+    from repo_lens.studies.reproductions.position_interventions_tasks import TASKS, trained_task
 
     results: dict[str, Any]
     result: dict[str, Any] | None

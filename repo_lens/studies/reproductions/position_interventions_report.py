@@ -213,13 +213,15 @@ def carriers(result: dict[str, Any], group: str, mode: str, limit: int = 3) -> s
 
 
 def mechanism_table(results: dict[str, Any]) -> str:
-    """Every model in one table: its learned mechanism, score and unedited score, and under each edit the
-    layers and heads that carry the effect (see :func:`carriers`)."""
+    """Every model in one table: its learned mechanism ("none" for RoPE and NoPE models), score and
+    unedited score, and under each edit the layers and heads that carry the effect (see :func:`carriers`)."""
+    from repo_lens.model.registry import learned_layers
+
     header = "| model | learned | score | unedited | " + " | ".join(
         f"{mode}: layers; heads" for mode in CARRIER_MODES) + " |"
     lines = [header, "|---|---|---|---|" + "---|" * len(CARRIER_MODES)]
     for model, result in results.items():
-        kinds = [kind for kind in result["layer_kinds"] if kind not in ("rope", "nope")] or ["none (RoPE)"]
+        kinds = [result["layer_kinds"][layer] for layer in learned_layers(result["layer_kinds"])] or ["none"]
         if result["protocol"] == "language model":
             score, unedited = "bits/byte", f"{result['unedited']['value']:.2f}"
         else:

@@ -150,18 +150,3 @@ class TaskScorer:
                     hits.append(float(bool((scored.argmax(-1) == target).all())))
                     logprobs.append(float(scored.gather(-1, target[:, None]).mean()))
         return np.asarray(hits), np.asarray(logprobs)
-
-
-def task_model(lens: Any, task: str, quick: bool, batch_size: int, progress: bool, name: str) -> dict[str, Any]:
-    """The protocol of ``retrieval_model`` (every condition, its intervals and tests, head against
-    head) on a task model; no patching (a task has no needle to move)."""
-    from repo_lens.studies.reproductions.position_interventions import QUICK_SWEEP, SWEEP, ablation_study
-
-    tasks = task_set(lens, task, 2 if quick else (100 if task == "flipflop" else 40))
-    scorer = TaskScorer(lens, tasks, max(batch_size, 64))
-    probe = next(iter(tasks.families.values()))[0][0]
-    ablations = ablation_study(lens, tasks.labels(), probe, QUICK_SWEEP if quick else SWEEP, scorer, progress, name,
-                               "quick" if quick else "full")
-    return {"protocol": "task", "task": task, "layer_kinds": list(lens.model.cfg.layer_mechanisms),
-            "context": lens.context_length, "prompts": len(tasks), "plan": "quick" if quick else "full",
-            "ablations": ablations, "patching": None}

@@ -7,8 +7,8 @@ conditions as the retrieval protocol, scored by the task's own exact match per s
   (the flip-flop study's 4× costs 4 times as much again under every edit).
 - Text reversal (RePo App. C): a sequence counts as right when every output word and the closing
   ``<eos>`` are predicted right given the correct words before them; all of them right is exactly when
-  greedy decoding reproduces the reversal, so this is the task's own accuracy. Families: word counts 5, 10 and 20 (inside the training
-  range 2–20) and 25 and 30 (outside it).
+  greedy decoding reproduces the reversal, so this is the task's own accuracy. Families: word counts
+  5, 10 and 20 (inside the training range 2–20) and 25 and 30 (outside it).
 
 The edits are applied to the whole sequence at once (the "affine" line is fitted over every token,
 output included), as in the retrieval protocol.
@@ -81,7 +81,7 @@ def flipflop_set(length: int, per_family: int) -> TaskSet:
 
 
 def reversal_set(per_family: int, lengths: tuple[int, ...] = REVERSAL_LENGTHS) -> TaskSet:
-    """Text-reversal test prompts of each word count (the output words are scored).
+    """Text-reversal test prompts of each word count (the output words and ``<eos>`` are scored).
 
     >>> tasks = reversal_set(2, (5, 25))
     >>> list(tasks.families), len(tasks)

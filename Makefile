@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python bench/batched_trace.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/corpus.py
+	$(BIN)/python bench/spaced_labels.py
 
 # Retrain and ship every zoo model (about an hour on 2 CPU cores; not part of CI).
 ZOO_RUNS ?= build/zoo

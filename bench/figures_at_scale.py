@@ -27,8 +27,9 @@ BUDGET_BYTES = 3_000_000
 
 
 def synthetic_trace(seed: int = 0):
-    """RoPE in layers 0–4, random-walk positions (RePo-like, with outliers) in 5–15, byte-like tokens."""
+    """RoPE in layers 0–4, random-walk positions (RePo-like, with outliers) in 5–15, BPE-like word tokens."""
     from repo_lens.model.registry import DEFAULT_KIND, default_layer_kinds
+    from repo_lens.plots.gallery import word_tokens
     from repo_lens.trace import Trace
 
     n_layers, n_heads, n_tokens = SHAPE
@@ -37,11 +38,8 @@ def synthetic_trace(seed: int = 0):
     z[:5] = np.arange(n_tokens)
     z[5:] = rng.normal(0.2, 1.0, size=(n_layers - 5, n_heads, n_tokens)).cumsum(-1)
     z[5:, :, ::97] += 200.0
-    words = "the needle is hidden in a haystack of text and the magic number is 4 2 7 . ".split()
-    text = " ".join(words[i % len(words)] for i in range(n_tokens))[:n_tokens]
     kinds = default_layer_kinds(DEFAULT_KIND, n_layers, first_layer=5)
-    return Trace(tokens=list(text), token_ids=np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64),
-                 positions=z, layer_kinds=kinds)
+    return Trace(tokens=word_tokens(n_tokens, seed), token_ids=np.arange(n_tokens), positions=z, layer_kinds=kinds)
 
 
 def builders(module_of):

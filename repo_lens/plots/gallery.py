@@ -40,6 +40,30 @@ def synthetic_trace(n_layers: int = 16, n_heads: int = 16, n_tokens: int = 250, 
     return Trace(tokens=tokens, token_ids=np.asarray(ids), positions=z, layer_kinds=kinds)
 
 
+def word_tokens(n_tokens: int, seed: int = 0) -> list[str]:
+    """Tokens as a BPE tokenizer shows text (for examples and benchmarks): the words of
+    :data:`EXAMPLE_TEXT` cut into 1–3 tokens, a leading space marked "Ġ" on a word's first token,
+    punctuation and CJK characters as tokens of their own.
+
+    >>> tokens = word_tokens(12)
+    >>> len(tokens), "".join(tokens).replace("Ġ", " ").split()[0]
+    (12, 'The')
+    """
+    rng = np.random.default_rng(seed)
+    pieces: list[str] = []
+    words = EXAMPLE_TEXT.split()
+    while len(pieces) < n_tokens:
+        for word in words:
+            core, tail = (word[:-1], word[-1]) if word[-1] in ".;:?," and len(word) > 1 else (word, "")
+            n_cuts = min(len(core) - 1, int(rng.integers(0, 3)))
+            cuts = sorted(rng.choice(np.arange(1, len(core)), size=n_cuts, replace=False).tolist()) if n_cuts else []
+            parts = [core[a:b] for a, b in zip([0, *cuts], [*cuts, len(core)])]
+            if not core.isascii():
+                parts = list(core)
+            pieces += ["Ġ" + parts[0] if pieces else parts[0], *parts[1:]] + ([tail] if tail else [])
+    return pieces[:n_tokens]
+
+
 def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]:
     """One figure of every public builder in :mod:`repo_lens.plots`, named after it (the spaced-token
     figure twice: plain, and with the chunk strip and a highlighted token), from ``trace`` and the

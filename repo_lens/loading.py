@@ -57,7 +57,7 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
     if device_map is not None:
         loaded = load_dispatched(path, device_map=device_map, dtype=dtype, max_memory=max_memory)
     else:
-        loaded = load_checkpoint(path, device=device, dtype=dtype)
+        loaded = load_checkpoint(path, device=device, dtype=dtype, resolve_base=resolve_source)
     meta = dict(loaded.meta)
     if hub is not None:
         meta.update(name=hub.repo_id, hub=hub.meta())
@@ -75,7 +75,7 @@ def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None, 
         >>> [path.name for path in checkpoint_files("zoo:bytes-repo")]
         ['config.json', 'model.safetensors']
     """
-    return _checkpoint_files(_resolve(source, revision, token, local_files_only)[0])
+    return _checkpoint_files(_resolve(source, revision, token, local_files_only)[0], resolve_source)
 
 
 def source_kind(source: str | os.PathLike) -> str:

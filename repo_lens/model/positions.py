@@ -77,7 +77,8 @@ class RepoPositions(nn.Module):
     def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
                 shared: torch.Tensor | None = None) -> torch.Tensor:
         h32 = h.float()
-        gate = F.linear(h32, self.gate_map.weight.float())
-        content = F.linear(h32, self.content_map.weight.float())
-        z = F.linear(F.silu(gate) * content, self.final_map.weight.float())
+        with torch.autocast(h.device.type, enabled=False):  # fp32 under autocast too: z reaches the hundreds
+            gate = F.linear(h32, self.gate_map.weight.float())
+            content = F.linear(h32, self.content_map.weight.float())
+            z = F.linear(F.silu(gate) * content, self.final_map.weight.float())
         return z.transpose(1, 2)  # [batch, head, pos]

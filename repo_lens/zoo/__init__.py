@@ -24,7 +24,8 @@ ZOO_PREFIX = "zoo:"
 def available_models() -> list[str]:
     if not ZOO_DIR.is_dir():
         return []
-    return sorted(path.name for path in ZOO_DIR.iterdir() if (path / "config.json").exists())
+    return sorted(path.name for path in ZOO_DIR.iterdir()
+                  if (path / "config.json").exists() or (path / "recipe.json").exists())
 
 
 def parse_zoo_name(source: str | os.PathLike) -> str | None:
@@ -75,6 +76,11 @@ def zoo_entries() -> list[dict[str, Any]]:
     """[{name, mechanism, task, metrics}] for every shipped model (DESIGN's `repo-lens zoo --json`)."""
     entries = []
     for name in available_models():
+        if (ZOO_DIR / name / "recipe.json").exists():  # a re-positioned pretrained model (repo-lens train --base)
+            recipe = json.loads((ZOO_DIR / name / "recipe.json").read_text())
+            entries.append({"name": name, "mechanism": recipe.get("mechanism"), "task": "pretrained",
+                            "metrics": recipe.get("metrics", {})})
+            continue
         info = json.loads((ZOO_DIR / name / "config.json").read_text()).get("info", {})
         train_config = info.get("train_config", {})
         entries.append({"name": name, "mechanism": train_config.get("mechanism"), "task": train_config.get("task"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from repo_lens.atomic import remove_leftover_temp_files
 from repo_lens.errors import CheckpointError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders.authors import authors_files, is_authors_file, load_authors, load_authors_file
+from repo_lens.model.loaders.delta import base_path, delta_files, is_delta_checkpoint, load_delta
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.files import read_json_file, regular_file
 from repo_lens.model.loaders.gguf import load_gguf
@@ -46,7 +48,7 @@ def _is_gguf(path: Path) -> bool:
     return path.suffix.lower() == GGUF_SUFFIX and (path.exists() or path.is_symlink()) and not path.is_dir()
 
 
-def checkpoint_files(source: str | os.PathLike) -> list[Path]:
+def checkpoint_files(source: str | os.PathLike, resolve_base: Callable[[str], Path] | None = None) -> list[Path]:
     """Every file :func:`load_checkpoint` opens for ``source`` (a checkpoint directory or a .gguf file),
     unresolved: config.json, the weights (``model.safetensors`` or the index and each shard) and the
     tokenizer files, each checked to be a regular file (only config.json and the index are opened).
@@ -68,6 +70,9 @@ def checkpoint_files(source: str | os.PathLike) -> list[Path]:
         return [directory]
     if is_authors_file(directory):
         return [_regular(directory)]
+    if is_delta_checkpoint(directory):  # its own files, then its base's
+        return [_regular(path) for path in delta_files(directory)] + checkpoint_files(
+            base_path(directory, resolve_base), resolve_base)
     config = read_config(directory)
     files = authors_files(directory, config)
     if files is not None:
@@ -84,10 +89,13 @@ def checkpoint_files(source: str | os.PathLike) -> list[Path]:
 
 
 def load_checkpoint(
-    source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None
+    source: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
+    resolve_base: Callable[[str], Path] | None = None,
 ) -> LoadedModel:
-    """Load an HF OLMo-2/Llama directory (RePo layout included), a repo_lens checkpoint or a
-    Llama-family .gguf file, strictly.
+    """Load an HF OLMo-2/Llama directory (RePo layout included), a repo_lens checkpoint, a
+    Llama-family .gguf file, or what continued training changed on a base (``recipe.json`` and
+    ``delta.safetensors``: :mod:`repo_lens.model.loaders.delta`; ``resolve_base`` turns the recipe's
+    base into a path, e.g. ``zoo:NAME``), strictly.
 
     Example:
         >>> import tempfile
@@ -104,6 +112,9 @@ def load_checkpoint(
         return load_gguf(directory, device=device, dtype=dtype)
     if is_authors_file(directory):  # CoPE's checkpoints/<name>.pt
         return load_authors_file(directory, device, dtype)
+    if is_delta_checkpoint(directory):  # what `repo-lens train --base` changed on a base model
+        base = load_checkpoint(base_path(directory, resolve_base), "cpu", torch.float32, resolve_base)
+        return load_delta(directory, base, device, dtype)
     config = read_config(directory)
     remove_leftover_temp_files(directory)  # what a save killed mid-write left there
     authors = load_authors(directory, config, device, dtype)  # GRAPE's own save_pretrained layout

@@ -1,0 +1,78 @@
+"""Tokenised English for continued training: the Brown corpus' documents through a model's tokenizer,
+every tenth document held out (never trained on), each split joined into one stream (documents
+separated by the end-of-text token) and cut into fixed-length sequences.
+
+Example:
+    >>> text = TextTokens.from_documents(["a b c d e f g h", "i j"] * 10, lambda t: [ord(c) for c in t], eos=0)
+    >>> text.train_batch(0, batch_size=2, context=4, seed=0).shape
+    torch.Size([2, 5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from repo_lens.errors import InputError
+
+HELD_OUT_EVERY = 10  # documents 0, 10, 20, ... are held out
+
+
+@dataclass(frozen=True)
+class TextTokens:
+    """The training and held-out token streams, and which documents each came from."""
+
+    train: np.ndarray
+    held_out: np.ndarray
+    held_out_documents: list[int]
+
+    @classmethod
+    def from_documents(cls, documents: Sequence[str], encode: Callable[[str], list[int]], eos: int) -> TextTokens:
+        if len(documents) < HELD_OUT_EVERY:
+            raise InputError(f"need at least {HELD_OUT_EVERY} documents to hold one out, got {len(documents)}")
+        streams: dict[bool, list[int]] = {True: [], False: []}
+        for number, document in enumerate(documents):
+            streams[number % HELD_OUT_EVERY == 0] += [*encode(document), eos]
+        return cls(np.asarray(streams[False], dtype=np.int64), np.asarray(streams[True], dtype=np.int64),
+                   list(range(0, len(documents), HELD_OUT_EVERY)))
+
+    @classmethod
+    def brown(cls, tokenizer) -> TextTokens:
+        """The Brown corpus (500 documents) through a Hugging Face ``tokenizer``."""
+        from repo_lens.data.brown import brown_documents
+
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise InputError("the tokenizer has no end-of-text token to separate documents with")
+        return cls.from_documents([doc.text for doc in brown_documents()],
+                                  lambda text: tokenizer(text, add_special_tokens=False)["input_ids"], eos)
+
+    @staticmethod
+    def _sequences(stream: np.ndarray, context: int) -> np.ndarray:
+        count = (len(stream) - 1) // context
+        if count < 1:
+            raise InputError(f"{len(stream)} tokens cannot fill one sequence of {context + 1}")
+        starts = np.arange(count) * context
+        return stream[starts[:, None] + np.arange(context + 1)]
+
+    def train_batch(self, step: int, batch_size: int, context: int, seed: int) -> torch.Tensor:
+        """[batch, context + 1] tokens of training step ``step``: the sequences in a fresh seeded order
+        each epoch (every sequence once per epoch), so a resumed run sees what an unbroken one would."""
+        sequences = self._sequences(self.train, context)
+        rows = []
+        for slot in range(step * batch_size, (step + 1) * batch_size):
+            epoch, place = divmod(slot, len(sequences))
+            order = np.random.default_rng([seed, epoch]).permutation(len(sequences))
+            rows.append(sequences[order[place]])
+        return torch.from_numpy(np.stack(rows))
+
+    def held_out_sequences(self, context: int) -> torch.Tensor:
+        """Every held-out sequence, in order: [n, context + 1]."""
+        return torch.from_numpy(self._sequences(self.held_out, context))
+
+    def epochs(self, tokens: int, context: int) -> float:
+        """How many passes over the training sequences ``tokens`` tokens make."""
+        return tokens / (len(self._sequences(self.train, context)) * context)

@@ -210,6 +210,7 @@ def parity(path: Path, vocab: int, device: torch.device, tokens: int = 128) -> d
         result["bf16_device_vs_fp32_cpu"] = max_difference(
             positions_and_logits(repo_lens.load(path, device=device, dtype="bfloat16"), ids), reference)
     result["logit_scale"] = float(reference[1].abs().max())
+    result["position_scale"] = float(reference[0].abs().max())
     return result
 
 
@@ -231,8 +232,13 @@ def markdown(results: dict[str, Any]) -> str:
     for row in results["performance"]:
         peak = "–" if row["peak_gib"] is None else f"{row['peak_gib']:.2f}"
         lines.append(f"| {row['what']} | {row['tokens']:,} | {row['seconds']:.3f} | {row['tokens_per_s']:,.0f} | {peak} |")
+    seconds = {(row["what"], row["tokens"]): row["seconds"] for row in results["performance"]}
+    ratios = [f"{tokens:,} tokens {seconds[(what, tokens)] / seconds[('forward', tokens)]:.2f}"
+              for what, tokens in seconds if what == "trace" and ("forward", tokens) in seconds]
+    if ratios:
+        lines += ["", "trace / forward (same run): " + ", ".join(ratios)]
     lines += ["", f"parity (max |difference| on {results['parity']['tokens']} tokens; logits reach "
-              f"{results['parity']['logit_scale']:.1f}):"]
+              f"{results['parity']['logit_scale']:.1f}, positions {results['parity']['position_scale']:.1f}):"]
     for key in ("fp32_device_vs_fp32_cpu", "bf16_device_vs_fp32_cpu"):
         if key in results["parity"]:
             difference = results["parity"][key]

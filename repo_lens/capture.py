@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -179,17 +179,50 @@ def capture_batch(model: LensModel, input_ids: torch.Tensor,
     captured: dict[int, torch.Tensor] = {}
     deltas: dict[int, torch.Tensor] = {}
     last_rows = torch.as_tensor(lengths, device=input_ids.device) - 1
-    hooks = _batch_capture_hooks(model, last_rows, captured, deltas, stop_early=not _others_listen(model))
+    listening = _others_listen(model)
+    # a layer whose positions do not depend on the input (RoPE's integers, NoPE's constant) is not copied
+    # from the device: its positions are known, unless a hook someone else attached may change them
+    known = {} if listening else fixed_position_layers(model)
+    hooks = _batch_capture_hooks(model, last_rows, captured, deltas, stop_early=not listening, skip=set(known))
     with forward_lock(model), model.hooks(fwd_hooks=hooks):
         try:
             model(input_ids)
         except _AllPositionsCaptured:
             pass
-    positions = torch.stack([captured[layer] for layer in range(model.cfg.n_layers)], dim=1).cpu().numpy()
-    increments = {layer: delta.cpu().numpy() for layer, delta in deltas.items()}
+    if input_ids.device.type == "cuda":  # the copies to pinned host memory were queued without waiting
+        torch.cuda.current_stream(input_ids.device).synchronize()
+    n_tokens = int(input_ids.shape[1])
+    for layer, mechanism in known.items():
+        captured[layer] = mechanism.values(0, n_tokens, torch.device("cpu")).float().expand(
+            batch, model.cfg.n_heads, n_tokens)
+    positions = torch.stack([captured[layer] for layer in range(model.cfg.n_layers)], dim=1).numpy()
+    increments = {layer: delta.numpy() for layer, delta in deltas.items()}
     return [(np.ascontiguousarray(positions[b, :, :, :length]),
              {layer: np.ascontiguousarray(delta[b, :, :length]) for layer, delta in increments.items()})
             for b, length in enumerate(lengths)]
+
+
+def fixed_position_layers(model: LensModel) -> dict[int, torch.nn.Module]:
+    """Layer -> position mechanism, for the layers whose positions do not depend on the input (they
+    answer ``values(offset, n_tokens, device)``: RoPE's integers, NoPE's constant).
+
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> sorted(fixed_position_layers(tiny_model("repo")))
+    [0, 1]
+    """
+    return {layer: block.attn.positions for layer, block in enumerate(model.blocks)
+            if callable(getattr(block.attn.positions, "values", None))}
+
+
+def _to_host(values: torch.Tensor) -> torch.Tensor:
+    """``values`` as fp32 on the CPU; from a GPU, queued as a copy into pinned memory that does not wait
+    for the device (the caller synchronises once, after the forward)."""
+    values = values.detach().float()
+    if values.device.type != "cuda":
+        return values
+    host = torch.empty(values.shape, dtype=torch.float32, pin_memory=True)
+    host.copy_(values, non_blocking=True)
+    return host
 
 
 def _others_listen(model: LensModel) -> bool:
@@ -198,20 +231,21 @@ def _others_listen(model: LensModel) -> bool:
 
 
 def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: dict[int, torch.Tensor],
-                         deltas: dict[int, torch.Tensor],
-                         stop_early: bool = True) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
+                         deltas: dict[int, torch.Tensor], stop_early: bool = True,
+                         skip: Collection[int] = ()) -> list[tuple[str | Callable[..., Any], Callable[..., Any]]]:
     """The hooks of :func:`capture_batch`: they fill ``captured`` (layer -> positions [B, H, T]) and
-    ``deltas`` (layer -> increments [B, H, T]) with detached fp32 copies, reading layers seen from the
-    last query at each sequence's ``last_rows``, and (``stop_early``) stop the forward after the last
-    layer's positions."""
+    ``deltas`` (layer -> increments [B, H, T]) with detached fp32 copies on the CPU (from a GPU, queued
+    into pinned memory as each layer is done, so the copies overlap the rest of the forward), reading
+    layers seen from the last query at each sequence's ``last_rows``, and (``stop_early``) stop the
+    forward after the last layer's positions. Layers in ``skip`` (positions known) are not copied."""
     last = model.cfg.n_layers - 1
     from_last_query = query_increment_hook_names(model)
     batch = int(last_rows.shape[0])
 
     def keep(layer: int):
         def hook(positions: torch.Tensor, hook) -> None:
-            if layer not in from_last_query:
-                captured[layer] = positions.detach().float()
+            if layer not in from_last_query and layer not in skip:
+                captured[layer] = _to_host(positions)
             if layer == last and stop_early:
                 raise _AllPositionsCaptured
 
@@ -220,15 +254,15 @@ def _batch_capture_hooks(model: LensModel, last_rows: torch.Tensor, captured: di
     def keep_delta(layer: int):
         def hook(delta: torch.Tensor, hook) -> None:
             if layer not in from_last_query:
-                deltas[layer] = delta.detach().float()
+                deltas[layer] = _to_host(delta)
 
         return hook
 
     def keep_query_delta(layer: int):
         def hook(per_query: torch.Tensor, hook) -> None:
             rows = per_query[torch.arange(batch, device=per_query.device), :, last_rows].detach().float()  # [B, H, keys]
-            deltas[layer] = rows
-            captured[layer] = torch.cumsum(rows, dim=-1)
+            deltas[layer] = _to_host(rows)
+            captured[layer] = _to_host(torch.cumsum(rows, dim=-1))
 
         return hook
 

@@ -106,6 +106,10 @@ def test_gpu_check_runs_on_cuda_with_fp32_parity(tmp_path):
                         "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["device"].startswith("cuda") and results["dtype"] == "bfloat16"
-    fp32 = results["parity"]["fp32_device_vs_fp32_cpu"]
-    assert fp32["positions"] <= 1e-4 and fp32["logits"] <= 1e-4
+    parity = results["parity"]
+    fp32 = parity["fp32_device_vs_fp32_cpu"]
+    # fp32 on two devices differs by rounding, which grows with the values: relative to their scale
+    # (the published shape's positions reach the hundreds; an H200 gave 1.2e-4 on positions up to ~135)
+    assert fp32["positions"] <= 1e-5 * max(1.0, parity["position_scale"]), parity
+    assert fp32["logits"] <= 1e-4 * max(1.0, parity["logit_scale"]), parity
     assert all(row["peak_gib"] is not None for row in results["performance"])

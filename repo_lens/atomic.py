@@ -62,7 +62,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
 
     For writers that want a file name rather than bytes (``safetensors.save_file``,
     ``shutil.copy2``, plotly's exporters). The temporary file exists (empty) when ``write``
-    runs, with the usual mode (0666 minus the umask).
+    runs, with the usual mode (0666 minus the umask), and the file written has that mode too,
+    also where ``write`` replaced the file with one of its own (``safetensors`` makes its 0600).
 
     Example:
         >>> import shutil, tempfile
@@ -77,11 +78,13 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_leftover_temp_files(path.parent)
-        temp = _new_temp_file(path)
+        temp, mode = _new_temp_file(path)
     except OSError as error:
         raise write_error(path, error) from error
     try:
         write(temp)
+        if stat.S_IMODE(os.stat(temp).st_mode) != mode:  # a writer that made its own file (safetensors: 0600)
+            os.chmod(temp, mode)
         os.replace(temp, path)
     except BaseException as error:
         temp.unlink(missing_ok=True)
@@ -169,16 +172,20 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return atomic_write(path, lambda temp: temp.write_text(text, encoding=encoding))
 
 
-def _new_temp_file(path: Path) -> Path:
-    # Created with mode 0666 so the umask applies as for any new file (mkstemp would give 0600,
-    # and reading the umask means changing it, which races with other threads).
+def _new_temp_file(path: Path) -> tuple[Path, int]:
+    """A new empty temp file next to ``path`` and its permission bits: 0666 minus the umask, as ``open(path, "w")``
+    gives a new file (mkstemp would give 0600, and reading the umask means changing it, which races with other
+    threads); :func:`atomic_write` gives the file back this mode should the writer replace it."""
     for _ in range(100):
         temp = path.parent / f".{path.name}.{_HOST_TAG}-{os.getpid()}-{secrets.token_hex(6)}.tmp"
         try:
-            os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
-        return temp
+        try:
+            return temp, stat.S_IMODE(os.fstat(handle).st_mode)
+        finally:
+            os.close(handle)
     raise FileExistsError(f"could not create a temporary file next to {path}")
 
 

@@ -1,17 +1,19 @@
 """What the model selector lists: every model that loads offline (the shipped zoo, external zoo
 models whose package is installed, local checkpoints under the roots), each with its size, read
-from file headers without loading any weights (no Streamlit here)."""
+from file headers without loading any weights (``safetensors.safe_open``, ``gguf.GGUFReader``; no Streamlit
+here). A file that cannot be read is a :class:`repo_lens.CheckpointError` naming it and the fix."""
 
 from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from repo_lens import InputError, zoo
+from safetensors import SafetensorError, safe_open
+
+from repo_lens import CheckpointError, InputError, zoo
 
 from repo_lens.app import config
 from repo_lens.model.loaders.hub import HubSnapshot
@@ -89,59 +91,31 @@ def _int(value: Any) -> int | None:
 
 
 def _safetensors_parameters(file: Path) -> int:
-    """Sum of the tensor sizes in a .safetensors header (the 8-byte length, then JSON)."""
-    with open(file, "rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        if length > 100_000_000:
-            return 0
-        header = json.loads(handle.read(length))
-    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+    """Sum of the tensor sizes in a .safetensors file, from its header (no weights read)."""
+    try:
+        with safe_open(file, framework="numpy") as weights:
+            return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    except SafetensorError as error:  # empty, truncated or not safetensors at all
+        raise CheckpointError(f"{file} is not a readable safetensors file ({error}); it is empty, truncated or "
+                              "corrupt: re-download or re-save the checkpoint, or remove the file") from None
 
 
-# GGUF value types (gguf spec): fixed-size scalars by struct code; 8 = string, 9 = array
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _GGUF_KEYS = {"block_count": "n_layers", "attention.head_count": "n_heads", "context_length": "context"}
 
 
 def _gguf_info(source: str, path: Path) -> ModelInfo:
-    """Layers, heads, context and parameter count from a GGUF header (metadata and tensor infos only)."""
-    found: dict[str, int] = {}
-    parameters = 0
-    with open(path, "rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise InputError(f"{path.name} is not a GGUF file (no GGUF magic number)")
-        _version, n_tensors, n_values = struct.unpack("<IQQ", handle.read(20))
-        for _ in range(n_values):
-            key = _gguf_string(handle)
-            value = _gguf_value(handle, struct.unpack("<I", handle.read(4))[0])
-            suffix = key.split(".", 1)[-1]
-            if suffix in _GGUF_KEYS and isinstance(value, int):
-                found[_GGUF_KEYS[suffix]] = value
-        for _ in range(n_tensors):
-            _gguf_string(handle)
-            (n_dims,) = struct.unpack("<I", handle.read(4))
-            parameters += math.prod(struct.unpack(f"<{n_dims}Q", handle.read(8 * n_dims)))
-            handle.read(12)  # type (u32) and offset (u64)
+    """Layers, heads, context and parameter count from a GGUF's metadata and tensor infos (no weights read)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise CheckpointError(f"reading {path.name} needs the 'gguf' package: pip install 'repo_lens[smollm2]'"
+                              ) from None
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as error:  # what a damaged header raises
+        raise CheckpointError(f"{path} is not a readable GGUF file ({type(error).__name__}: {error}); it is "
+                              "truncated, corrupt or not a GGUF: re-download it") from None
+    found = {_GGUF_KEYS[key.split(".", 1)[-1]]: value for key, field in reader.fields.items()
+             if key.split(".", 1)[-1] in _GGUF_KEYS and isinstance(value := field.contents(), int)}
+    parameters = sum(int(tensor.n_elements) for tensor in reader.tensors)
     return ModelInfo(source=source, parameters=parameters or None, megabytes=path.stat().st_size / 1e6, **found)
-
-
-def _gguf_string(handle: BinaryIO) -> str:
-    (length,) = struct.unpack("<Q", handle.read(8))
-    return handle.read(length).decode("utf-8", "replace")
-
-
-def _gguf_value(handle: BinaryIO, kind: int) -> Any:
-    if kind in _GGUF_SCALARS:
-        code = _GGUF_SCALARS[kind]
-        return struct.unpack(f"<{code}", handle.read(struct.calcsize(code)))[0]
-    if kind == 8:
-        return _gguf_string(handle)
-    if kind == 9:
-        item_kind, count = struct.unpack("<IQ", handle.read(12))
-        if item_kind in _GGUF_SCALARS:  # skip numeric arrays without decoding them
-            handle.seek(count * struct.calcsize(_GGUF_SCALARS[item_kind]), 1)
-            return None
-        for _ in range(count):
-            _gguf_value(handle, item_kind)
-        return None
-    raise InputError(f"unknown GGUF value type {kind}; the file may be corrupt")

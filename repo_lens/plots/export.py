@@ -192,17 +192,12 @@ def browser_install_hint(system: str | None = None, distribution: set[str] | Non
 
 
 def _os_release_ids() -> set[str]:
-    """The ID and ID_LIKE words of /etc/os-release (e.g. {"ubuntu", "debian"}); empty where there is none."""
+    """The ID and ID_LIKE words of os-release (e.g. {"ubuntu", "debian"}); empty where there is none."""
     try:
-        text = Path("/etc/os-release").read_text(errors="replace")
+        release = platform.freedesktop_os_release()  # /etc/os-release, else /usr/lib/os-release
     except OSError:
         return set()
-    words: set[str] = set()
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() in ("ID", "ID_LIKE"):
-            words.update(value.strip().strip("\"'").lower().split())
-    return words
+    return {word.lower() for key in ("ID", "ID_LIKE") for word in release.get(key, "").split()}
 
 
 def _check_size(width: int | None, height: int | None, scale: float | None) -> None:

@@ -1,10 +1,12 @@
 """A small, readable training loop: AdamW, warm-up + cosine, clipping, periodic validation,
-progress bar, seeded, resumable. Checkpoints are safetensors + JSON (never pickle)."""
+progress bar, seeded, resumable. Checkpoints are safetensors + JSON; the resumable state adds the
+optimizer's state_dict, read back with ``torch.load(weights_only=True)`` (no objects unpickled)."""
 
 from __future__ import annotations
 
 import json
 import math
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from repo_lens.train.schedule import learning_rate
 from repo_lens.train.tasks import IGNORE
 
 STATE_DIR = "train_state"
+OPTIMIZER_FILE = "optimizer.pt"  # AdamW's state_dict (torch.save; loaded with weights_only=True)
 
 
 @dataclass
@@ -81,15 +84,11 @@ def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:
 def _save_state(directory: Path, model, optimizer, step: int, history, wall: float) -> None:
     state_dir = ensure_dir(directory / STATE_DIR)
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    names = {id(p): n for n, p in model.named_parameters()}
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            for key, value in optimizer.state.get(param, {}).items():
-                if torch.is_tensor(value) and value.ndim > 0:
-                    tensors[f"optim.{names[id(param)]}.{key}"] = value.contiguous()
     if model.cfg.tie_word_embeddings:
         tensors.pop("model.unembed.weight", None)
     atomic_write(state_dir / "state.safetensors", lambda temp: save_file(tensors, str(temp)))
+    # the optimizer's own state_dict: tensors, numbers and lists only (read back with weights_only=True)
+    atomic_write(state_dir / OPTIMIZER_FILE, lambda temp: torch.save(optimizer.state_dict(), temp))
     atomic_write_bytes(state_dir / "progress.json",
                        json.dumps({"step": step, "history": history, "wall_seconds": wall}).encode())
 
@@ -99,15 +98,9 @@ def _load_state(directory: Path, model, optimizer) -> tuple[int, list, float]:
     tensors = load_file(str(state_dir / "state.safetensors"))
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")},
                           strict=not model.cfg.tie_word_embeddings)
-    names = {n: p for n, p in model.named_parameters()}
+    optimizer.load_state_dict(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True))
     progress = json.loads((state_dir / "progress.json").read_text())
-    step = int(progress["step"])
-    for name, param in names.items():
-        exp_avg = tensors.get(f"optim.{name}.exp_avg")
-        if exp_avg is not None:
-            optimizer.state[param] = {"step": torch.tensor(float(step)), "exp_avg": exp_avg,
-                                      "exp_avg_sq": tensors[f"optim.{name}.exp_avg_sq"]}
-    return step, progress["history"], float(progress["wall_seconds"])
+    return int(progress["step"]), progress["history"], float(progress["wall_seconds"])
 
 
 def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
@@ -160,10 +153,13 @@ def _resume(directory: Path, model: LensModel, optimizer) -> tuple[int, list, fl
         try:
             return _load_state(directory, model, optimizer)
         # a damaged state, or one of another preset or mechanism
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as error:
-            raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({type(error).__name__}: "
-                                  f"{str(error)[:200]}); it is damaged or from another preset or mechanism: "
-                                  "delete it to start over, or choose another --out") from None
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, SafetensorError,
+                pickle.UnpicklingError) as error:
+            cause = (f"{OPTIMIZER_FILE} holds more than tensors and numbers, and is never unpickled"
+                     if isinstance(error, pickle.UnpicklingError) else f"{type(error).__name__}: {str(error)[:200]}")
+            raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({cause}); it is damaged or from "
+                                  "another preset or mechanism: delete it to start over, or choose another --out"
+                                  ) from None
     if (directory / "model.safetensors").exists() and not (directory / "train_config.json").exists():
         raise InputError(f"{directory} already holds a model but no {STATE_DIR}/ to resume from; training would "
                          "overwrite it: choose a new or empty output directory")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import struct
 
 import numpy as np
 import pytest
@@ -207,26 +206,3 @@ def test_an_unreadable_trace_upload_names_the_users_file_not_a_server_path(app):
     assert_clean(at)
     (error,) = messages(at, "error")
     assert "my run.safetensors" in error and "/tmp" not in error and "tmp" not in error.lower().replace("my run", "")
-
-
-def test_gguf_header_reader_against_a_hand_written_file(tmp_path):
-    from repo_lens.app.models import _gguf_info
-
-    def string(text: str) -> bytes:
-        return struct.pack("<Q", len(text)) + text.encode()
-
-    values = [
-        string("general.architecture") + struct.pack("<I", 8) + string("llama"),
-        string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + string("a") + string("bc"),
-        string("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 3) + struct.pack("<3f", 0, 1, 2),
-        string("llama.block_count") + struct.pack("<II", 4, 16),
-        string("llama.attention.head_count") + struct.pack("<II", 4, 12),
-        string("llama.context_length") + struct.pack("<IQ", 10, 8192),
-    ]
-    tensors = [string("a") + struct.pack("<I2Q", 2, 3, 4) + struct.pack("<IQ", 0, 0),
-               string("b") + struct.pack("<I1Q", 1, 5) + struct.pack("<IQ", 0, 48)]
-    path = tmp_path / "m.gguf"
-    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(values)) + b"".join(values + tensors))
-    info = _gguf_info("zoo:m", path)
-    assert (info.n_layers, info.n_heads, info.context, info.parameters) == (16, 12, 8192, 3 * 4 + 5)
-    assert info.describe().startswith("16×12 · ctx 8,192 · 17 params")

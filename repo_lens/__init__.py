@@ -2,10 +2,10 @@
 
 Example:
     >>> import repo_lens
-    >>> lens = repo_lens.load("/path/to/checkpoint")        # doctest: +SKIP
-    >>> trace = lens.trace("The needle is in the haystack")  # doctest: +SKIP
-    >>> trace.positions.shape                                # doctest: +SKIP
-    (16, 16, 8)
+    >>> lens = repo_lens.load("zoo:bytes-repo")  # a shipped model; or a checkpoint folder, a .gguf file, a Hub id
+    >>> trace = lens.trace("The needle is in the haystack")
+    >>> trace.positions.shape                    # (layer, head, token): 6 layers, 4 heads, 29 byte tokens
+    (6, 4, 29)
 """
 
 from __future__ import annotations

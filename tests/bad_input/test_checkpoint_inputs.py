@@ -461,12 +461,3 @@ def test_checkpoint_files_of_a_sharded_checkpoint(bases):
     assert names[:4] == ["config.json", INDEX, *SHARDS]
     assert "tokenizer.json" in names and "tokenizer_config.json" in names
 
-
-@pytest.mark.parametrize("module", ["repo_lens.model.loaders.files", "repo_lens.model.loaders.schema",
-                                    "repo_lens.model.loaders.shards", "repo_lens.model.loaders.tokenizer"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

@@ -254,14 +254,6 @@ def test_a_real_process_shows_no_traceback(byte_model_dir, tmp_path):
     assert not saved.exists()
 
 
-@pytest.mark.parametrize("module", ["repo_lens.cli", "repo_lens.errors"])
-def test_the_examples_in_the_docstrings_hold(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
 
 def test_the_api_words_the_same_error_with_its_own_arguments():
     import copy

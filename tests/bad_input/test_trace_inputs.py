@@ -511,15 +511,3 @@ def test_chunk_patterns_call_huge_equal_values_constant(value):
     assert patterns[0, 0].tolist() == ["constant", "constant"]
     assert patterns[0, 1].tolist() == ["mono", "mono"]
 
-
-@pytest.mark.parametrize("module", ["repo_lens.validation", "repo_lens.atomic", "repo_lens.run_lock",
-                                    "repo_lens.trace", "repo_lens.trace_file", "repo_lens.model.byte_tokenizer",
-                                    "repo_lens.plots.style"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

@@ -3,9 +3,7 @@ lazily; explicit selections; bad input named with its fix."""
 
 from __future__ import annotations
 
-import doctest
 import gzip
-import importlib
 import json
 import os
 import tracemalloc
@@ -180,8 +178,3 @@ def test_bad_corpora_are_named_with_the_fix(case, tmp_path):
     with pytest.raises(InputError, match=message):
         list(open_corpus(source, **options))
 
-
-def test_doctests():
-    module = importlib.import_module("repo_lens.data.corpus_sources")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0 and result.attempted > 0

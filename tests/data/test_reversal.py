@@ -83,11 +83,3 @@ def test_reversal_prompt_bad_word_counts(n_words):
     with pytest.raises(InputError, match="2..64 words"):
         reversal_prompt(ByteTokenizer(), n_words)
 
-
-def test_docstring_examples():
-    import doctest
-
-    import repo_lens.data.reversal
-
-    result = doctest.testmod(repo_lens.data.reversal, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

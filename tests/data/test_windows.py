@@ -3,8 +3,6 @@ window ending inside a character, and bad window settings named with their fix."
 
 from __future__ import annotations
 
-import doctest
-import importlib
 
 import numpy as np
 import pytest
@@ -91,7 +89,3 @@ def test_window_defaults_fill_the_context_less_the_bos():
     with pytest.raises(InputError, match="pass --window N"):
         WindowSpec().resolve(None, 0)
 
-
-def test_doctests():
-    result = doctest.testmod(importlib.import_module("repo_lens.data.windows"), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0 and result.attempted > 0

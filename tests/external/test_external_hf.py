@@ -155,11 +155,3 @@ def test_bad_input_is_named(qwen_dir, tmp_path):
     truncated = trace_hf(hf_lens, [1] * 200, truncate=True)
     assert len(truncated) == 128 and truncated.meta["truncation"] == {"original_tokens": 200, "kept_tokens": 128}
 
-
-def test_docstring_examples():
-    import doctest
-
-    import repo_lens.hf.model
-
-    result = doctest.testmod(repo_lens.hf.model, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

@@ -1,17 +1,13 @@
-"""The built-in metrics on logits written by hand, and every docstring example of the package."""
+"""The built-in metrics on logits written by hand."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import math
-import pkgutil
 
 import numpy as np
 import pytest
 import torch
 
-import repo_lens.interventions
 from repo_lens import interventions
 
 IDS = np.array([5, 1, 2, 3])  # the answer is tokens 2..3 (ids 2, 3), predicted by rows 1 and 2
@@ -43,17 +39,3 @@ def test_metrics_are_differentiable_except_exact_match():
     logits = _logits().requires_grad_(True)
     assert interventions.answer_logprob((IDS, (2, 4)))(logits).requires_grad
     assert not interventions.niah_exact_match((IDS, (2, 4)))(logits).requires_grad
-
-
-MODULES = sorted(name for _, name, _ in pkgutil.iter_modules(repo_lens.interventions.__path__,
-                                                               "repo_lens.interventions."))
-
-
-@pytest.mark.parametrize("name", ["repo_lens.interventions", *MODULES,
-                                  "repo_lens.studies.reproductions.position_interventions",
-                                  "repo_lens.studies.reproductions.position_interventions_report",
-                                  "repo_lens.studies.reproductions.position_interventions_lm"])
-def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0, f"{name} has no examples"
-    assert result.failed == 0

@@ -3,8 +3,6 @@ Lens through repo_lens.loading; the loaders below it hand back a plain model + t
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -87,9 +85,3 @@ def test_bad_sources_name_what_was_wrong(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load(tmp_path / "missing", device="cpu")
 
-
-@pytest.mark.parametrize("module", ["repo_lens.loading", "repo_lens.zoo", "repo_lens.model.loaders.loaded",
-                                    "repo_lens.model.loaders.checkpoint"])
-def test_docstring_examples(module):
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

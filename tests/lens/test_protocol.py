@@ -147,12 +147,3 @@ def test_lens_modules_import_no_private_names(module):
                and (node.module or "").startswith("repo_lens") for alias in node.names if alias.name.startswith("_")]
     assert private == []
 
-
-@pytest.mark.parametrize("name", ["repo_lens.protocol", "repo_lens.inputs", "repo_lens.validation", "repo_lens.atomic",
-                                  "repo_lens.analysis.attention_mass", "repo_lens.lens", "repo_lens.capture"])
-def test_docstring_examples(name):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

@@ -5,8 +5,6 @@ are responsive, in one template, and carry a static PNG beside the interactive v
 from __future__ import annotations
 
 import base64
-import doctest
-import importlib
 import re
 import subprocess
 import sys
@@ -181,11 +179,6 @@ def test_a_failed_png_leaves_the_interactive_view(monkeypatch):
     with pytest.warns(UserWarning, match="no static image.*stopped"):
         assert StaticPngRenderer().to_mimebundle(go.Figure().to_dict()) == {}
 
-
-@pytest.mark.parametrize("module", ["repo_lens.trace", "repo_lens.plots.notebook"])
-def test_docstring_examples(module):
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_the_held_out_text_of_the_notebooks_is_public(monkeypatch):

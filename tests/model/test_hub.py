@@ -7,7 +7,6 @@ Which files an online load would fetch is checked against a repository listing w
 
 from __future__ import annotations
 
-import doctest
 import json
 import subprocess
 import sys
@@ -301,10 +300,3 @@ def test_a_revision_with_a_local_source_is_an_error(repo_dir):
     with pytest.raises(repo_lens.InputError, match="revision='main' applies only to a Hugging Face Hub id"):
         repo_lens.load(repo_dir, revision="main")
 
-
-@pytest.mark.parametrize("module", ["repo_lens.model.loaders.hub", "repo_lens.loading"])
-def test_docstring_examples(module):
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

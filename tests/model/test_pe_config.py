@@ -165,12 +165,3 @@ def test_missing_maps_after_their_reading_are_named(repo_dir, tmp_path):
     with pytest.warns(UserWarning), pytest.raises(repo_lens.CheckpointError, match=missing):
         repo_lens.load(directory, device="cpu")
 
-
-@pytest.mark.parametrize("module", ["repo_lens.model.loaders.pe_config", "repo_lens.model.loaders.hf_config",
-                                    "repo_lens.model.rotary", "repo_lens.model.continuous"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

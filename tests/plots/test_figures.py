@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import re
 import subprocess
 import sys
@@ -298,14 +296,6 @@ def test_boundary_auc_figure_is_centred_at_chance():
     assert list(fig.data[0].y)[1] == "L1 repo · mean 0.80"
     assert "12 scored gaps" in fig.layout.title.text
 
-
-@pytest.mark.parametrize("name", ["style", "spaced_tokens", "scatter", "heatmaps", "attention_mass", "boundaries",
-                                  "export", "increments", "labels", "paper", "paper_layout", "measure",
-                                  "gallery", "notebook", "intervals"])
-def test_docstring_examples(name):
-    module = importlib.import_module(f"repo_lens.plots.{name}")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0
 
 
 def test_plots_need_no_torch():

@@ -3,7 +3,6 @@ counts in the summary, resume, a study registry that a user's own study joins, b
 
 from __future__ import annotations
 
-import doctest
 import importlib
 import json
 import textwrap
@@ -261,12 +260,6 @@ def test_options_are_checked_from_python_too(lens, tmp_path):
         register_study(Study("positions", "clash", lambda lens, inputs, options: []))
     assert Option("n", 1, "", int, low=0).parse("3") == 3
 
-
-@pytest.mark.parametrize("module", ["repo_lens.studies", "repo_lens.studies.runner", "repo_lens.studies.registry",
-                                    "repo_lens.studies.shards", "repo_lens.studies.items"])
-def test_doctests(module):
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0 and result.attempted > 0
 
 
 def test_a_damaged_parquet_shard_is_named_on_resume(small_model, corpus, tmp_path, capsys):

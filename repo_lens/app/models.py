@@ -5,6 +5,7 @@ here). A file that cannot be read is a :class:`repo_lens.CheckpointError` naming
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from repo_lens import CheckpointError, InputError, zoo
 
 from repo_lens.app import config
+from repo_lens.model.loaders.delta import DELTA_FILE, is_delta_checkpoint, read_recipe
 from repo_lens.model.loaders.hub import HubSnapshot
 
 
@@ -73,6 +75,8 @@ def model_info(source: str, snapshot: HubSnapshot | None = None) -> ModelInfo:
     path = config.model_path(source, snapshot)
     if path.is_file():
         return _gguf_info(source, path)
+    if is_delta_checkpoint(path):  # a base model and what continued training changed on it
+        return _delta_info(source, path)
     cfg = json.loads((path / "config.json").read_text())
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else cfg  # repo_lens format, else HF layout
     weights = sorted(path.glob("*.safetensors"))
@@ -84,6 +88,16 @@ def model_info(source: str, snapshot: HubSnapshot | None = None) -> ModelInfo:
         parameters=sum(_safetensors_parameters(file) for file in weights) or None,
         megabytes=sum(file.stat().st_size for file in weights) / 1e6 if weights else None,
     )
+
+
+def _delta_info(source: str, path: Path) -> ModelInfo:
+    """The base's shape; its parameters plus the delta's new ones (the position modules: the adapters'
+    factors are added into the base's weights); megabytes of the base and the delta together."""
+    base = model_info(read_recipe(path)["base"])
+    with safe_open(path / DELTA_FILE, framework="numpy") as weights:
+        new = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys() if ".lora_" not in name)
+    return dataclasses.replace(base, source=source, parameters=(base.parameters or 0) + new or None,
+                               megabytes=(base.megabytes or 0.0) + (path / DELTA_FILE).stat().st_size / 1e6)
 
 
 def _int(value: Any) -> int | None:

@@ -17,6 +17,12 @@ def run(args: argparse.Namespace) -> int:
         run_dir, name, preset_name = args.ship
         print(f"shipped {run_dir} as zoo:{name} -> {ship(run_dir, name, preset_name)}")
         return 0
+    if args.ship_delta:
+        from repo_lens.zoo.ship_delta import ship_delta
+
+        run_dir, name = args.ship_delta
+        print(f"shipped {run_dir} as zoo:{name} -> {ship_delta(run_dir, name, args.evaluation)}")
+        return 0
 
     entries = zoo_entries()
     if args.json:
@@ -55,4 +61,8 @@ def add(commands: argparse._SubParsersAction) -> None:
     zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")
     zoo.add_argument("--ship", nargs=3, metavar=("RUN_DIR", "NAME", "PRESET"),
                      help="(maintainers) copy a finished training run into the package's zoo")
+    zoo.add_argument("--ship-delta", nargs=2, metavar=("RUN_DIR", "NAME"),
+                     help="(maintainers) copy a finished `repo-lens train --base` run into the zoo")
+    zoo.add_argument("--evaluation", default=None, metavar="SUMMARY_JSON",
+                     help="with --ship-delta: the evaluation summary whose numbers go into the card")
     zoo.set_defaults(handler=run)

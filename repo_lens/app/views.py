@@ -13,7 +13,13 @@ import numpy as np
 import streamlit as st
 
 from repo_lens import InputError, Trace
-from repo_lens.analysis import chunk_pattern_codes, pattern_fractions, range_stats
+from repo_lens.analysis import (
+    chunk_pattern_codes,
+    content_classes,
+    pattern_fractions,
+    position_variance_shares,
+    range_stats,
+)
 from repo_lens.plots import (
     attention_mass_figure,
     attention_mass_layers_figure,
@@ -23,6 +29,7 @@ from repo_lens.plots import (
     position_scatter_figure,
     range_heatmap,
     spaced_tokens_figure,
+    variance_shares_figure,
 )
 
 from repo_lens.app import cache, config, results, state
@@ -208,6 +215,35 @@ def heatmaps_view(items: Sequence[Item], selection: Selection) -> None:
     per_item(items, render)
 
 
+def encoding_view(items: Sequence[Item], selection: Selection) -> None:
+    """What each head's positions follow over this text: the token index, the tokens' content, a span."""
+    st.caption("How much of each head's position variance over this text the token index explains (R² of the "
+               "head's own line z ≈ a·t + b), how much the tokens' content class (digit, punctuation, space, word "
+               "start, other) adds beyond it, how much a span of the input adds beyond both (e.g. the needle), "
+               "and what is left. The shares sum to 1; a head whose positions do not vary stays empty. "
+               "`repo_lens.analysis.position_variance_shares` gives the same numbers.")
+    names = list(dict.fromkeys(name for item in items for name in item.trace.spans))
+    options = ["none", *names]
+    span = st.selectbox("Span", options, index=options.index("needle") if "needle" in options else 0,
+                        key=f"encoding_span-{'-'.join(names)}",  # other spans: the default again
+                        help="a span of the input whose tokens get one more offset of their own "
+                                                  "(NIAH: needle, key, value, query, …)")
+
+    def render(item: Item) -> None:
+        trace = item.trace
+        chosen = trace.spans.get(span) if span != "none" else None
+        if span != "none" and chosen is None:
+            st.caption(f"{item.label}'s input has no span {span!r}; shown without one.")
+        shares = position_variance_shares(trace.positions, content_classes(trace.tokens), spans=chosen,
+                                          span_name=span if chosen is not None else "span")
+        name = export_name(item.label, "variance-shares", item.input_id)
+        show_figure(variance_shares_figure(shares, trace.layer_kinds), f"encoding-{item.key}", name)
+        csv_button("Shares (CSV)", results.variance_shares_csv(shares, trace.layer_kinds), name + ".csv",
+                   f"csv-encoding-{item.key}")
+
+    per_item(items, render)
+
+
 def mass_view(items: Sequence[Item], selection: Selection) -> None:
     """Attention mass of the answer rows on the needle, the query and the rest (RePo Table 4), on the
     NIAH input (the page shows this view only for it: ``View.needs_preset``)."""
@@ -303,6 +339,7 @@ VIEWS: tuple[View, ...] = (
     View("Spaced tokens", spaced_view),
     View("Scatter", scatter_view),
     View("Heatmaps", heatmaps_view),
+    View("Encoding", encoding_view),
     View("Attention mass", mass_view, preset=Preset.NIAH, needs_preset=True),
     View("Word boundaries", boundaries_view, preset=Preset.CHINESE),
     View("Interventions", interventions_view, preset=Preset.NIAH, needs_preset=True),

@@ -16,10 +16,11 @@ import torch
 from repo_lens.capture import position_hook_names
 from repo_lens.errors import InputError
 from repo_lens.interventions.edit_targets import Site, head_mask, select_sites, token_mask
-from repo_lens.interventions.edits import Mode, edit_values, keep_heads, keep_tokens, parse_mode, token_orders
+from repo_lens.interventions.edits import (Mode, edit_values, keep_heads, keep_tokens, layer_seeds, parse_mode,
+                                           prompt_seeds, token_orders)
 from repo_lens.interventions.metrics import InterventionGrid, Metric, check_grid, first_logit_row, metric_values
 from repo_lens.interventions.patching import Pair, grid_values
-from repo_lens.interventions.runs import as_batch, as_single, capture, run_prefix
+from repo_lens.interventions.runs import Batch, as_batch, as_single, capture, run_prefix
 from repo_lens.protocol import check_batch_size
 from repo_lens.validation import check_int
 
@@ -54,26 +55,32 @@ def checked_means(lens: Any, reference: Any, sites: list[Site], width: int,
 
 
 def _edit_hook(site: Site, mode: Mode, heads: torch.Tensor, mean: torch.Tensor | None, orders: torch.Tensor | None,
-               lengths: list[int], seed: int, tokens: torch.Tensor | None):
+               lengths: list[int], seeds: list[int], tokens: torch.Tensor | None):
+    seeds = layer_seeds(seeds, site.layer)
+
     def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
-        edited = edit_values(value, mode, site.edit, mean=mean, orders=orders, lengths=lengths, seed=seed + site.layer)
+        edited = edit_values(value, mode, site.edit, mean=mean, orders=orders, lengths=lengths, seeds=seeds)
         return keep_heads(keep_tokens(edited, value, tokens), value, heads)
 
     return hook
 
 
-def edit_hooks(lens: Any, inputs_width: int, lengths: list[int], mode: Mode, sites: list[Site],
+def edit_hooks(lens: Any, batch: Batch, mode: Mode, sites: list[Site],
                heads: torch.Tensor, reference: Any, seed: int, tokens: torch.Tensor | None = None,
                means: dict[int, torch.Tensor] | None = None,
                allow_beyond_context: bool = False) -> list[tuple[str, Any]]:
     """The forward hooks that apply ``mode`` at ``sites`` in the ``heads`` mask (and the ``tokens``
-    mask [batch, width], None: every token), for a batch of ``lengths`` padded to ``inputs_width`` tokens
-    (``reference``: the inputs of "mean", or ``means``: their :func:`checked_means`, computed once)."""
+    mask [batch, width], None: every token), for the ``batch`` (its ids, padded, and their lengths)
+    (``reference``: the inputs of "mean", or ``means``: their :func:`checked_means`, computed once).
+    What "random", "shuffle" and "window" draw is seeded per prompt (``seed`` and the prompt's own
+    tokens, :func:`repo_lens.interventions.edits.prompt_seeds`), so no prompt's edit depends on the batch."""
+    inputs_width, lengths = batch.ids.shape[1], batch.lengths
     if mode.name == "mean" and means is None:
         means = checked_means(lens, reference, sites, inputs_width, allow_beyond_context)
     means = means or {}
-    orders = token_orders(mode, lengths, inputs_width, seed)
-    return [(site.hook, _edit_hook(site, mode, heads, means.get(site.layer), orders, lengths, seed, tokens))
+    seeds = prompt_seeds(batch.ids, lengths, seed) if mode.name in ("random", "shuffle", "window") else [0] * len(lengths)
+    orders = token_orders(mode, lengths, inputs_width, seeds)
+    return [(site.hook, _edit_hook(site, mode, heads, means.get(site.layer), orders, lengths, seeds, tokens))
             for site in sites]
 
 
@@ -96,14 +103,16 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
 
     ``mode``: "integer" (one unit per token, RoPE's positions), "constant" (no positional signal,
     NoPE-like), "mean" (each token index's mean over ``reference``, default the inputs themselves),
-    "shuffle" (the tokens' values permuted; row b by ``torch.randperm(length, generator=
-    torch.Generator().manual_seed(seed + b))``, the same in every layer and head), ("window", w) (the
+    "shuffle" (the tokens' values permuted, the same in every layer and head), ("window", w) (the
     same within consecutive blocks of w tokens, default 8), or ("interpolate", p):
     z' = (1 − p)·z + p·t in every selected layer of the same pass, as the RePo authors' forward applies
     ``dynamic_pe_pdrop`` (("interpolate", p, "constant") moves toward the constant). On the positions'
     own scale: "affine" (each head's least-squares line a + b·t), "rank" (order kept, spacing even over
-    the head's range), "scaled" (the integers rescaled to the head's range) and "random" (a random
-    direction of the "affine" edit's size, seeded by ``seed``). What integer and constant mean per
+    the head's range), "scaled" (the integers rescaled to the head's range: rising with the token index
+    whatever the sign of the head's own slope) and "random" (a random direction of the "affine" edit's
+    size, drawn anew in each layer and head). What "random", "shuffle" and "window" draw is seeded by
+    ``seed`` and each prompt's own tokens (``repo_lens.interventions.edits.prompt_seeds``): a prompt's
+    result is the same at any batch size and place in the batch. What integer and constant mean per
     mechanism, and how its positions are summed, comes from the registry
     (``repo_lens.model.registry.position_edit``).
     ``layers=None``: every learned layer (every layer of a model without learned positions).
@@ -129,7 +138,7 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
     batch = as_batch(lens, inputs, allow_beyond_context)
     sites = select_sites(lens.model, layers)
     selected = token_mask(tokens, batch.prompts, batch.lengths, batch.ids.shape[1])
-    hooks = edit_hooks(lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(lens.model, heads),
+    hooks = edit_hooks(lens, batch, parsed, sites, head_mask(lens.model, heads),
                        inputs if reference is None else reference, seed, selected,
                        allow_beyond_context=allow_beyond_context)
     with torch.no_grad():
@@ -158,7 +167,7 @@ def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int 
     batch = as_single(lens, inputs, "inputs", allow_beyond_context)
     sites = select_sites(lens.model, layers)
     selected = token_mask(tokens, batch.prompts, batch.lengths, batch.ids.shape[1])
-    hooks = edit_hooks(lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(lens.model, heads),
+    hooks = edit_hooks(lens, batch, parsed, sites, head_mask(lens.model, heads),
                        inputs if reference is None else reference, seed, selected,
                        allow_beyond_context=allow_beyond_context)
     seen: dict[int, torch.Tensor] = {}
@@ -203,7 +212,8 @@ def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, 
     sites, heads_on = select_sites(lens.model, layers), head_mask(lens.model, heads)
     width = batch.lengths[0]
     means = checked_means(lens, inputs if reference is None else reference, sites, width) if parsed.name == "mean" else {}
-    orders = token_orders(parsed, batch.lengths, width, seed)
+    seeds = prompt_seeds(batch.ids, batch.lengths, seed)
+    orders = token_orders(parsed, batch.lengths, width, seeds)
     selected = token_mask(tokens, batch.prompts, batch.lengths, width)
     pair = Pair(batch, batch, np.arange(width), sites, heads_on, {}, float("nan"), run_prefix(lens.model, batch.ids, 0))
     metrics = {"metric": metric, **(also or {})}
@@ -212,7 +222,8 @@ def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, 
                       rows_from=first_logit_row(list(metrics.values()), width))
     edited = {site.layer: keep_tokens(edit_values(run.quantities[site.layer], parsed, site.edit,
                                                   mean=means.get(site.layer), orders=orders, lengths=batch.lengths,
-                                                  seed=seed + site.layer), run.quantities[site.layer], selected)
+                                                  seeds=layer_seeds(seeds, site.layer)),
+                                      run.quantities[site.layer], selected)
               for site in sites}
     values, baselines = grid_values(lens, pair, run, edited, grid, metrics, batch_size, progress, "ablating")
     every = float(ablate(lens, inputs, mode=parsed, layers=[site.layer for site in sites],

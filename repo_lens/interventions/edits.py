@@ -6,7 +6,9 @@ the edited positions of a layer become (what to edit: here; where: ``edit_target
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +79,66 @@ def parse_mode(mode: Any) -> Mode:
 
 
 SCALE_MODES = ("affine", "rank", "scaled", "random")
+_SEED_BITS = 63  # what torch.Generator.manual_seed takes (any non-negative int below 2**64; 63 bits stay in int64)
+
+
+def mixed_seed(*parts: int) -> int:
+    """A seed for ``torch.Generator().manual_seed`` from integers (a prompt's seed, a layer, a head):
+    blake2b of their decimal forms, so the same parts always give the same seed and nearby parts unrelated ones.
+
+    >>> mixed_seed(0, 1) == mixed_seed(0, 1), mixed_seed(0, 1) == mixed_seed(1, 0), 0 <= mixed_seed(7) < 2**63
+    (True, False, True)
+    """
+    digest = hashlib.blake2b(":".join(str(int(part)) for part in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> (64 - _SEED_BITS)
+
+
+def prompt_seeds(ids: torch.Tensor, lengths: Sequence[int], seed: int = 0) -> list[int]:
+    """One seed per row of ``ids`` [batch, width]: :func:`mixed_seed` of ``seed`` and a hash of the row's
+    real tokens (its first ``lengths[row]`` ids). What the random edits draw ("random"'s direction,
+    "shuffle"'s and "window"'s orders) comes from these seeds, so a prompt gets the same draw in any batch,
+    at any place in it and with any padding; different prompts get independent draws.
+
+    >>> ids = torch.tensor([[5, 6, 7], [5, 6, 0]])
+    >>> a, b = prompt_seeds(ids, [3, 2]); b == prompt_seeds(torch.tensor([[5, 6]]), [2])[0], a == b
+    (True, False)
+    """
+    rows = ids.detach().to("cpu", torch.int64)
+    out = []
+    for row, length in enumerate(lengths):
+        digest = hashlib.blake2b(rows[row, :int(length)].numpy().tobytes(), digest_size=8).digest()
+        out.append(mixed_seed(seed, int(length), int.from_bytes(digest, "little")))
+    return out
+
+
+def layer_seeds(seeds: Sequence[int], layer: int) -> list[int]:
+    """Each prompt's seed (:func:`prompt_seeds`) for one layer: "random" draws a new direction in every layer.
+
+    >>> layer_seeds([1, 2], 3) == [mixed_seed(1, 3), mixed_seed(2, 3)]
+    True
+    """
+    return [mixed_seed(seed, layer) for seed in seeds]
+
+
+def _random_direction(value: torch.Tensor, mask: torch.Tensor, lengths: Sequence[int],
+                      seeds: Sequence[int]) -> torch.Tensor:
+    """A unit direction per row, head (and query, for a pairwise quantity) over the row's real entries:
+    row b, head h draws ``torch.randn`` of its own ``lengths[b]`` tokens (``lengths[b]``² for a pairwise
+    quantity) from ``torch.Generator().manual_seed(mixed_seed(seeds[b], h))``: nothing depends on the
+    padding, the other rows or the other heads."""
+    direction = torch.zeros(value.shape, dtype=torch.float32)
+    pairwise = value.dim() == 4
+    for row, (length, seed) in enumerate(zip(lengths, seeds)):
+        n = min(int(length), value.shape[-1])
+        for head in range(value.shape[1]):
+            generator = torch.Generator().manual_seed(mixed_seed(seed, head))
+            if pairwise:
+                direction[row, head, :n, :n] = torch.randn((n, n), generator=generator)
+            else:
+                direction[row, head, :n] = torch.randn(n, generator=generator)
+    direction = torch.where(mask, direction.to(value.device), 0.0)
+    return direction / direction.pow(2).sum(-1, keepdim=True).sqrt().clamp(min=1e-30)
+
 SUFFIX_FLOOR = 1e-3  # the least edited CoPE position: float rounding of a sum at 0 must not reach index −1
 
 
@@ -165,9 +227,10 @@ def _even_over_range(order_key: torch.Tensor, positions: torch.Tensor, mask: tor
 
 
 def scale_edit(value: torch.Tensor, name: str, edit: PositionEdit, integer: torch.Tensor,
-               lengths: list[int] | None, seed: int = 0) -> torch.Tensor:
+               lengths: list[int] | None, seeds: Sequence[int] | None = None) -> torch.Tensor:
     """``value`` (the hooked quantity) after the position-scale edit ``name`` in every head;
-    ``integer``: the quantity of integer positions, shaped like ``value``.
+    ``integer``: the quantity of integer positions, shaped like ``value``; ``seeds``: one per row, what
+    "random" draws its direction from (see :func:`_random_direction`; None: 0 for every row).
 
     >>> from repo_lens.model.registry import position_edit
     >>> z = torch.tensor([[[0.0, 3.0, 1.0, 2.0]]])
@@ -188,9 +251,8 @@ def scale_edit(value: torch.Tensor, name: str, edit: PositionEdit, integer: torc
     else:
         step = torch.where(mask, _masked_line(positions, grid, mask) - positions, 0.0)
         size = step.pow(2).sum(-1, keepdim=True).sqrt()
-        generator = torch.Generator().manual_seed(seed)
-        direction = torch.where(mask, torch.randn(value.shape, generator=generator).to(value.device), 0.0)
-        direction = direction / direction.pow(2).sum(-1, keepdim=True).sqrt().clamp(min=1e-30)
+        rows = lengths if lengths is not None else [value.shape[-1]] * value.shape[0]
+        direction = _random_direction(value, mask, rows, seeds if seeds is not None else [0] * len(rows))
         new = positions + size * direction
     if edit.sum == "suffix":  # CoPE's positions are sums of gates in [0, 1]: never below 0 (a hair above,
         new = new.clamp(min=SUFFIX_FLOOR)  # so that the layer's own re-summing cannot round below 0)
@@ -198,7 +260,11 @@ def scale_edit(value: torch.Tensor, name: str, edit: PositionEdit, integer: torc
 
 
 def _rescaled(grid: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The integer positions mapped linearly onto the positions' range (their direction kept)."""
+    """The integer positions mapped linearly onto the range [min z, max z] of the head's positions: the
+    lowest integer position goes to min z and the highest to max z. The integers' order is kept, not
+    the head's: whatever the sign of the head's own trend, the result runs the way the integers do
+    (up with the token index; for CoPE's suffix sums, down), so a head whose positions fall along the
+    text gets rising ones. "affine" is the edit that keeps the head's own slope, sign included."""
     low, high = _masked_range(positions, mask)
     grid_low, grid_high = _masked_range(grid, mask)
     span = (grid_high - grid_low)
@@ -222,31 +288,33 @@ def target_values(edit: PositionEdit, value: torch.Tensor, which: str) -> torch.
     return index.expand_as(value)
 
 
-def shuffle_orders(lengths: list[int], width: int, seed: int) -> torch.Tensor:
+def shuffle_orders(lengths: list[int], width: int, seeds: Sequence[int]) -> torch.Tensor:
     """[batch, width] token orders: row b's first ``lengths[b]`` entries are
-    ``torch.randperm(lengths[b], generator=torch.Generator().manual_seed(seed + b))``, the rest (pads) stay.
+    ``torch.randperm(lengths[b], generator=torch.Generator().manual_seed(seeds[b]))``, the rest (pads) stay;
+    ``seeds``: one per row, :func:`prompt_seeds` (so the order is the prompt's own in any batch).
 
-    >>> shuffle_orders([3, 2], 3, seed=0)[:, 2].tolist()
+    >>> shuffle_orders([3, 2], 3, seeds=[0, 0])[:, 2].tolist()
     [1, 2]
     """
     orders = torch.arange(width).repeat(len(lengths), 1)
-    for row, length in enumerate(lengths):
-        orders[row, :length] = torch.randperm(length, generator=torch.Generator().manual_seed(seed + row))
+    for row, (length, seed) in enumerate(zip(lengths, seeds, strict=True)):
+        orders[row, :length] = torch.randperm(length, generator=torch.Generator().manual_seed(seed))
     return orders
 
 
-def window_orders(lengths: list[int], width: int, window: int, seed: int) -> torch.Tensor:
+def window_orders(lengths: list[int], width: int, window: int, seeds: Sequence[int]) -> torch.Tensor:
     """[batch, width] token orders that permute tokens only within consecutive blocks of ``window``
     tokens (the last block of a row may be shorter; pads stay): a local disorder that keeps every
-    token's position within ``window`` − 1 of its own.
+    token's position within ``window`` − 1 of its own. Row b's blocks are drawn in turn from
+    ``torch.Generator().manual_seed(seeds[b])`` (:func:`prompt_seeds`: the prompt's own in any batch).
 
-    >>> orders = window_orders([6], 6, 3, seed=0)[0].tolist()
+    >>> orders = window_orders([6], 6, 3, seeds=[0])[0].tolist()
     >>> sorted(orders[:3]), sorted(orders[3:])
     ([0, 1, 2], [3, 4, 5])
     """
     orders = torch.arange(width).repeat(len(lengths), 1)
-    for row, length in enumerate(lengths):
-        generator = torch.Generator().manual_seed(seed + row)
+    for row, (length, seed) in enumerate(zip(lengths, seeds, strict=True)):
+        generator = torch.Generator().manual_seed(seed)
         for start in range(0, length, window):
             size = min(window, length - start)
             orders[row, start:start + size] = start + torch.randperm(size, generator=generator)
@@ -273,20 +341,23 @@ def shuffled(value: torch.Tensor, orders: torch.Tensor, pairwise: bool) -> torch
     return value.gather(-1, by_row[:, None].expand_as(value))
 
 
-def token_orders(mode: Mode, lengths: list[int], width: int, seed: int) -> torch.Tensor | None:
-    """The token orders of "shuffle" (:func:`shuffle_orders`) and "window" (:func:`window_orders`); None otherwise."""
+def token_orders(mode: Mode, lengths: list[int], width: int, seeds: Sequence[int]) -> torch.Tensor | None:
+    """The token orders of "shuffle" (:func:`shuffle_orders`) and "window" (:func:`window_orders`), one
+    per prompt (``seeds``: :func:`prompt_seeds`) and the same in every layer and head; None otherwise."""
     if mode.name == "shuffle":
-        return shuffle_orders(lengths, width, seed)
+        return shuffle_orders(lengths, width, seeds)
     if mode.name == "window":
-        return window_orders(lengths, width, mode.width, seed)
+        return window_orders(lengths, width, mode.width, seeds)
     return None
 
 
 def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: torch.Tensor | None = None,
-                orders: torch.Tensor | None = None, lengths: list[int] | None = None, seed: int = 0) -> torch.Tensor:
+                orders: torch.Tensor | None = None, lengths: list[int] | None = None,
+                seeds: Sequence[int] | None = None) -> torch.Tensor:
     """The quantity ``value`` after ``mode`` in every head (:func:`keep_heads` restricts it).
     ``mean`` [1, head, ≥pos (, ≥pos)]: the reference mean ("mean"); ``orders``: :func:`token_orders`
-    ("shuffle", "window"); ``lengths``: each row's real tokens (None: every entry), ``seed``: "random"'s direction.
+    ("shuffle", "window"); ``lengths``: each row's real tokens (None: every entry); ``seeds``: one per row,
+    what "random" draws each head's direction from (the callers pass :func:`layer_seeds`).
 
     >>> from repo_lens.model.registry import position_edit
     >>> z = torch.full((1, 1, 3), 4.0)
@@ -298,7 +369,7 @@ def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: to
     if mode.name == "interpolate":
         return (1.0 - mode.p) * value + mode.p * target_values(edit, value, mode.toward)
     if mode.name in SCALE_MODES:
-        return scale_edit(value, mode.name, edit, target_values(edit, value, "integer"), lengths, seed)
+        return scale_edit(value, mode.name, edit, target_values(edit, value, "integer"), lengths, seeds)
     if mode.name == "mean":
         width = value.shape[2]
         assert mean is not None  # "mean" mode: the caller passes the reference mean

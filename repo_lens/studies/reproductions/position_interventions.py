@@ -129,7 +129,7 @@ class Scorer:
         means = self.means(select_sites(model, None)) if parsed.name == "mean" else None
         hits, logprobs = [], []
         for chunk, batch, inputs, exact, logprob in self.chunks:
-            hooks = edit_hooks(self.lens, batch.ids.shape[1], batch.lengths, parsed, sites, head_mask(model, heads),
+            hooks = edit_hooks(self.lens, batch, parsed, sites, head_mask(model, heads),
                                None, 0, means=None if means is None else {s.layer: means[s.layer] for s in sites})
             unread = first_logit_row([exact, logprob], batch.ids.shape[1])  # the answers' rows only
             with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):

@@ -17,7 +17,8 @@ from tqdm.auto import tqdm
 
 from repo_lens.capture import forward_lock
 from repo_lens.errors import InputError
-from repo_lens.interventions.edit_targets import Cell, Site, cell_mask, grid_cells, head_mask, select_sites, token_mask
+from repo_lens.interventions.edit_targets import (REST, Cell, Site, cell_mask, grid_cells, head_mask, select_sites,
+                                                  token_mask)
 from repo_lens.interventions.metrics import GRIDS, InterventionGrid, Metric, check_grid, first_logit_row, metric_values
 from repo_lens.interventions.runs import (Batch, Captured, Prefix, alignment, as_single, block_inputs, capture,
                                           first_changed, run_from, run_prefix, shared_prefix, suffix_inputs, transplant,
@@ -70,6 +71,10 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
     (2, [0, 1, 2], (1, 4, 3), 2)
     """
     clean_batch, corrupted_batch = as_single(lens, clean, "clean"), as_single(lens, corrupted, "corrupted")
+    names = span_names(tokens)
+    if align is None and names and all(prompt is not None and all(name in prompt.spans for name in names)
+                                       for prompt in (clean_batch.prompts[0], corrupted_batch.prompts[0])):
+        align = names  # a span takes its own clean positions, wherever it sits in the clean prompt
     mapping = alignment(clean_batch, corrupted_batch, align)
     selected = token_mask(tokens, corrupted_batch.prompts, corrupted_batch.lengths, corrupted_batch.lengths[0])
     if selected is not None:
@@ -85,6 +90,21 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
         run = capture(lens.model, clean_batch.ids, sites, prefix=prefix, rows_from=rows_from)
         clean_metric = float(metric_values(metric, run.logits)[0]) if same_length else float("nan")
     return Pair(clean_batch, corrupted_batch, mapping, sites, heads_on, run.quantities, clean_metric, prefix)
+
+
+def span_names(tokens: Any) -> list[str] | None:
+    """The span names ``tokens`` selects by name ("needle", ["needle", "question"]); None for a slice,
+    indices, "rest" or "~name" (tokens outside spans have no counterpart by name).
+
+    >>> span_names("needle"), span_names(["needle", "answer"]), span_names("rest"), span_names(slice(0, 3))
+    (['needle'], ['needle', 'answer'], None, None)
+    """
+    chosen = [tokens] if isinstance(tokens, str) else tokens
+    if not isinstance(chosen, (list, tuple)) or not chosen or not all(isinstance(name, str) for name in chosen):
+        return None
+    if any(name == REST or name.startswith("~") for name in chosen):
+        return None
+    return list(chosen)
 
 
 def _patch_hook(rows: slice, masks: torch.Tensor, patched: torch.Tensor):
@@ -167,8 +187,11 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
     [batch, pos, vocab] to [batch] (see ``repo_lens.interventions.metrics``); ``also`` names further
     metrics measured on the same runs (their grids in ``result.also``). ``batch_size`` patched copies
     run per forward pass. ``tokens``: patch only these tokens of the corrupted prompt (a slice, indices,
-    or a span name of a Prompt: "needle", "question", "~needle", "rest"; a pairwise quantity takes the
-    entries whose query and key are both selected), to find which tokens' positions carry the effect.
+    or a span name of a Prompt: "needle", "question", "answer", "~needle", "rest"; a pairwise quantity takes
+    the entries whose query and key are both selected), to find which tokens' positions carry the effect.
+    Spans chosen by name (and ``align=None``) take their own clean positions wherever they sit in the clean
+    prompt: with the needle moved, ``tokens="needle"`` writes the clean needle's positions into the moved
+    needle, not those of the haystack tokens at the moved needle's indices.
 
     Example:
         >>> from repo_lens.lens import Lens

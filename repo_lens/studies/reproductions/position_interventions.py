@@ -42,7 +42,7 @@ QUICK_ALL_MODES = ("integer", "constant", "affine", "rank", "scaled", "random", 
 QUICK_UNIT_MODES = ("constant", "affine")  # quick mode, for tests: one off-scale and one on-scale edit per unit
 FOCUS_LAYER_MODES = ("integer", "constant", "affine", "scaled", "random")  # focus: a cheaper plan (see study)
 FOCUS_HEAD_MODES = ("integer", "constant", "affine", "scaled")
-PATCH_TOKENS = {"every token": None, "needle": "needle", "rest": "rest"}
+PATCH_TOKENS = {"every token": None, "needle": "needle", "question": "question", "answer": "answer", "rest": "rest"}
 RETRIEVAL_CONTEXT = 512  # models with at least this context are scored on retrieval prompts
 MIN_ACCURACY = 0.2  # ... if they retrieve: below this unedited accuracy, on held-out bits per byte instead
 

@@ -178,3 +178,23 @@ def test_patterns_are_cached_in_the_models_dtype_unless_asked():
     assert pattern.dtype == torch.float32
     torch.testing.assert_close(pattern.sum(-1), torch.ones_like(pattern.sum(-1)))
     assert torch.equal(pattern.to(torch.bfloat16), cache["blocks.2.attn.hook_pattern"])
+
+
+@pytest.mark.parametrize("pos_slice", [-1, 5, [0, 2], (1, 4)])
+def test_pos_slice_slices_the_token_axis_of_every_hook(pos_slice):
+    """As TransformerLens slices its own hooks: the token axis of hook_pos [batch, head, pos] is its last,
+    of hook_rot_q / hook_rot_k [batch, pos, head, d_head] the third from last; an index past the number of
+    heads is no error (it is a token)."""
+    from transformer_lens.utilities import Slice
+
+    from repo_lens.model.tiny import tiny_model
+
+    model = tiny_model("repo", n_layers=3)  # 4 heads; 7 tokens
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
+    _, full = model.run_with_cache(tokens)
+    _, sliced = model.run_with_cache(tokens, pos_slice=pos_slice)
+    slicer = Slice.unwrap(pos_slice)  # as run_with_cache does: an int keeps the token axis
+    for name, axis in [("blocks.2.attn.hook_pos", -1), ("blocks.2.attn.hook_rot_q", -3), ("blocks.2.attn.hook_rot_k", -3),
+                       ("blocks.2.hook_resid_post", -2), ("blocks.2.attn.hook_q", -3), ("blocks.2.attn.hook_pattern", -2)]:
+        expected = slicer.apply(full[name], dim=axis)
+        assert sliced[name].shape == expected.shape and torch.equal(sliced[name], expected), name

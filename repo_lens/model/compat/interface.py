@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.utilities import Slice
 
 from repo_lens.model.compat.blocks import transformer_lens_hook_names
 from repo_lens.model.compat.forward import ForwardInterface
@@ -15,6 +16,23 @@ from repo_lens.model.compat.weights import WeightInterface
 
 
 PATTERN_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")  # computed in fp32; cached in the model's dtype
+# hooks whose last axis is the token ([batch, head, pos]): positions and the increments that sum to them
+LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_query_delta")
+# [batch, pos, head, d_head]: TransformerLens' own, and the rotated queries and keys
+HEAD_VECTOR_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k")
+
+
+def position_axis(name: str) -> int:
+    """The token axis of hook ``name``'s tensor, counted from the end (TransformerLens' rule: −3 for
+    per-head vectors, −2 for everything else, which includes the query axis of attention scores).
+
+    >>> position_axis("blocks.3.attn.hook_pos"), position_axis("blocks.3.attn.hook_rot_q"), position_axis("hook_embed")
+    (-1, -3, -2)
+    """
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in LAST_AXIS_HOOKS:
+        return -1
+    return -3 if leaf in HEAD_VECTOR_HOOKS else -2
 
 
 class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface, WeightInterface, HookedRootModule):
@@ -59,18 +77,33 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
             return output, cache
         return output, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
 
-    def get_caching_hooks(self, *args: Any, **kwargs: Any) -> tuple[dict, list, list]:
-        """TransformerLens' caching hooks; those of the attention scores and pattern store them in
-        ``run_with_cache``'s ``cache_dtype`` (default: the model's dtype)."""
-        cache, forward_hooks, backward_hooks = super().get_caching_hooks(*args, **kwargs)
+    def get_caching_hooks(self, names_filter: Any = None, incl_bwd: bool = False, device: Any = None,
+                          remove_batch_dim: bool = False, cache: dict | None = None,
+                          pos_slice: Any = None) -> tuple[dict, list, list]:
+        """TransformerLens' caching hooks, with ``pos_slice`` applied on each hook's own position axis (the
+        last of ``hook_pos`` [batch, head, pos] and the increments, the third from last of ``hook_rot_q`` /
+        ``hook_rot_k`` [batch, pos, head, d_head]; TransformerLens' rule for its own hooks); the attention
+        scores and pattern stored in ``run_with_cache``'s ``cache_dtype`` (default: the model's dtype)."""
+        cache, forward_hooks, backward_hooks = super().get_caching_hooks(
+            names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=None)
+        slicer = None if pos_slice is None else Slice.unwrap(pos_slice)
         dtype = getattr(self, "_pattern_cache_dtype", None) or next(self.parameters()).dtype
 
-        def in_dtype(save: Any) -> Any:
-            return lambda tensor, hook, *rest, **options: save(tensor.to(dtype), hook, *rest, **options)
+        def wrapped(name: str, save: Any) -> Any:
+            cast = name.endswith(PATTERN_HOOKS)
+            axis = position_axis(name)
 
-        forward_hooks = [(name, in_dtype(save) if name.endswith(PATTERN_HOOKS) else save)
-                         for name, save in forward_hooks]
-        return cache, forward_hooks, backward_hooks
+            def hook(tensor: torch.Tensor, hook: Any, *rest: Any, **options: Any) -> Any:
+                if cast:
+                    tensor = tensor.to(dtype)
+                if slicer is not None and tensor.dim() >= -axis:
+                    tensor = slicer.apply(tensor, dim=axis)
+                return save(tensor, hook, *rest, **options)
+
+            return hook
+
+        return (cache, [(name, wrapped(name, save)) for name, save in forward_hooks],
+                [(name, wrapped(name, save)) for name, save in backward_hooks])
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         result = super()._apply(fn, recurse)

@@ -17,7 +17,6 @@ from safetensors import SafetensorError, safe_open
 from repo_lens import CheckpointError, InputError, zoo
 
 from repo_lens.app import config
-from repo_lens.model.loaders.delta import DELTA_FILE, is_delta_checkpoint, read_recipe
 from repo_lens.model.loaders.hub import HubSnapshot
 
 
@@ -75,8 +74,9 @@ def model_info(source: str, snapshot: HubSnapshot | None = None) -> ModelInfo:
     path = config.model_path(source, snapshot)
     if path.is_file():
         return _gguf_info(source, path)
-    if is_delta_checkpoint(path):  # a base model and what continued training changed on it
-        return _delta_info(source, path)
+    delta = zoo.delta_parts(path)
+    if delta is not None:  # a base model and what continued training changed on it
+        return _delta_info(source, *delta)
     cfg = json.loads((path / "config.json").read_text())
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else cfg  # repo_lens format, else HF layout
     weights = sorted(path.glob("*.safetensors"))
@@ -90,14 +90,14 @@ def model_info(source: str, snapshot: HubSnapshot | None = None) -> ModelInfo:
     )
 
 
-def _delta_info(source: str, path: Path) -> ModelInfo:
+def _delta_info(source: str, recipe: dict[str, Any], delta: Path) -> ModelInfo:
     """The base's shape; its parameters plus the delta's new ones (the position modules: the adapters'
     factors are added into the base's weights); megabytes of the base and the delta together."""
-    base = model_info(read_recipe(path)["base"])
-    with safe_open(path / DELTA_FILE, framework="numpy") as weights:
+    base = model_info(recipe["base"])
+    with safe_open(delta, framework="numpy") as weights:
         new = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys() if ".lora_" not in name)
     return dataclasses.replace(base, source=source, parameters=(base.parameters or 0) + new or None,
-                               megabytes=(base.megabytes or 0.0) + (path / DELTA_FILE).stat().st_size / 1e6)
+                               megabytes=(base.megabytes or 0.0) + delta.stat().st_size / 1e6)
 
 
 def _int(value: Any) -> int | None:

@@ -88,3 +88,16 @@ def zoo_entries() -> list[dict[str, Any]]:
     from repo_lens.zoo.external import external_entries
 
     return entries + external_entries()
+
+
+def delta_parts(path: str | os.PathLike) -> tuple[dict[str, Any], Path] | None:
+    """(recipe, delta file) of a checkpoint that holds only what continued training changed on a base
+    (``repo-lens train --base``; :mod:`repo_lens.model.loaders.delta`), else None.
+
+    >>> delta_parts(ZOO_DIR / "bytes-repo") is None
+    True
+    """
+    from repo_lens.model.loaders.delta import DELTA_FILE, is_delta_checkpoint, read_recipe
+
+    directory = Path(path)
+    return (read_recipe(directory), directory / DELTA_FILE) if is_delta_checkpoint(directory) else None

@@ -42,15 +42,20 @@ def test_every_rate_has_an_interval_and_the_families_are_all_there(study):
     assert len([key for key in repo["head_comparisons"] if " constant " in key]) == 2  # h0 vs h1 in layers 1 and 2
 
 
-def test_the_rope_control_is_reported_as_unmoved_and_patching_it_changes_nothing(study):
+def test_the_rope_control_is_reported_as_unmoved_and_patching_it_changes_only_the_moved_needle(study):
+    """RoPE's positions are the integers: an equal-length pair has the same positions token by token, so
+    patching every token, the rest, the question or the answer (at the same indices in both prompts) changes
+    nothing; the needle, transplanted from where it sat in the clean prompt, is moved back."""
     _, (_, rope_name, _), document = study
     rope = document["results"][rope_name]
     conditions = rope["ablations"]["conditions"]
     for mode in ("integer", "affine", "rank", "scaled", "random"):  # RoPE's positions already are the integers
         assert conditions[f"all {mode}"]["moves"] is False
     assert conditions["all constant"]["moves"] is True
-    for token_set in rope["patching"]["maps"].values():
-        assert np.nanmax(np.abs(np.asarray(token_set["value"], dtype=float))) == 0.0
+    maps = rope["patching"]["maps"]
+    for label in ("every token", "rest", "question", "answer"):
+        assert np.nanmax(np.abs(np.asarray(maps[label]["value"], dtype=float))) == 0.0, label
+    assert np.nanmax(np.abs(np.asarray(maps["needle"]["value"], dtype=float))) > 0.0
 
 
 def test_the_short_context_model_goes_through_the_language_model_protocol(study):

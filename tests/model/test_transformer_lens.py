@@ -198,3 +198,19 @@ def test_pos_slice_slices_the_token_axis_of_every_hook(pos_slice):
                        ("blocks.2.hook_resid_post", -2), ("blocks.2.attn.hook_q", -3), ("blocks.2.attn.hook_pattern", -2)]:
         expected = slicer.apply(full[name], dim=axis)
         assert sliced[name].shape == expected.shape and torch.equal(sliced[name], expected), name
+
+
+def test_generate_returns_one_text_for_one_sequence_of_token_ids():
+    """TransformerLens' return types: a string for a text or for token ids of batch 1, a list for a batch."""
+    from repo_lens.model.byte_tokenizer import ByteTokenizer
+    from repo_lens.model.tiny import tiny_model
+
+    model = tiny_model("repo")
+    model.tokenizer = ByteTokenizer()
+    one = model.generate(torch.tensor([list(b"abc")]), max_new_tokens=2, return_type="str", verbose=False, do_sample=False)
+    two = model.generate(torch.tensor([list(b"abc"), list(b"xyz")]), max_new_tokens=2, return_type="str",
+                         verbose=False, do_sample=False)
+    tokens = model.generate(torch.tensor([list(b"abc")]), max_new_tokens=2, return_type="tokens", verbose=False, do_sample=False)
+    assert isinstance(one, str) and one == model.tokenizer.decode(tokens[0].tolist()) and one.startswith("abc")
+    assert isinstance(two, list) and len(two) == 2 and two[0] == one
+    assert isinstance(model.generate("abc", max_new_tokens=2, return_type="str", verbose=False, do_sample=False), str)

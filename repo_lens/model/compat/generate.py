@@ -64,4 +64,5 @@ class GenerateInterface:
         tokenizer = self._require_tokenizer()  # type: ignore[attr-defined]
         special = {"skip_special_tokens": True} if hasattr(tokenizer, "bos_token_id") else {}
         texts = [tokenizer.decode(row.tolist(), **special) for row in tokens]
-        return texts[0] if isinstance(input, str) else texts
+        # as TransformerLens: one text for a text or for token ids of one sequence, a list otherwise
+        return texts[0] if isinstance(input, str) or (not isinstance(input, list) and len(texts) == 1) else texts

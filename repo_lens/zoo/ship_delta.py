@@ -50,14 +50,17 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
              f"- steps: {recipe['steps']} × {run['batch_size']} sequences × {run['context']} tokens = "
              f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}, position modules {run['position_lr']}, "
              f"warm-up {run['warmup']}, cosine to 10 %), bf16 autocast with fp32 weights, seed {run['seed']}",
-             f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h on 2 CPU cores"]
+             f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h (wall clock) on 2 CPU cores"]
     if recipe["mechanism"] == DEFAULT_KIND:
         lines.append(f"- start: z = (1 − λ)·i + λ·f(h), λ rising from 0 to 1 over the first {run['anneal_steps']} "
                      "steps, then z = f(h) exactly as the RePo paper defines it (the index i is never an input of f)")
     lines += [f"- reproduce: `repo-lens train --base {recipe['base']} --mechanism {recipe['mechanism']} "
               f"--steps {recipe['steps']} --out DIR`", "", "## Data", "", DATA, "",
-              "## Held-out loss during training", "", "| step | tokens | held-out bits per token |", "|---|---|---|"]
-    lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry['held_out_bits']:.4f} |"
+              "## Held-out loss during training", "",
+              f"On the first {run.get('eval_sequences', 8)} held-out sequences of {run['context']} tokens, in the "
+              "training's precision; λ: the share of f(h) in z.", "",
+              "| step | tokens | λ | held-out bits per token |", "|---|---|---|---|"]
+    lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry.get('anneal', 0.0):.2f} | {entry['held_out_bits']:.4f} |"
               for entry in recipe["log"] if "held_out_bits" in entry]
     if evaluation:
         lines += ["", "## Evaluation", "", "| model | held-out bits per token |", "|---|---|"]

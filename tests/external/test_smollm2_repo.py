@@ -1,0 +1,61 @@
+"""zoo:smollm2-135m-repo: SmolLM2-135M re-positioned with RePo from layer 10 (``repo-lens train --base``),
+shipped as what training changed on the packaged GGUF. Loads offline, traces English with RoPE in layers
+0-9 and learned positions from layer 10, and its card states the recipe and the tokens seen."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import repo_lens
+from repo_lens.zoo import ZOO_DIR, zoo_entries
+from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
+
+needs_smollm2 = pytest.mark.skipif(not external_installed("smollm2-135m"),
+                                   reason=f"its base needs the SmolLM2 extra: {EXTERNAL_MODELS['smollm2-135m'].install}")
+
+NAME = "smollm2-135m-repo"
+TEXT = "The jury said that the city of Atlanta had been well run, and the election was conducted with care."
+
+
+@pytest.fixture(scope="module")
+def lens():
+    return repo_lens.load(f"zoo:{NAME}", device="cpu")
+
+
+def test_only_what_training_changed_is_shipped_and_the_card_states_the_recipe():
+    folder = ZOO_DIR / NAME
+    assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors", "recipe.json"]
+    assert (folder / "delta.safetensors").stat().st_size <= 60e6
+    recipe = json.loads((folder / "recipe.json").read_text())
+    assert (recipe["base"], recipe["mechanism"], recipe["first_layer"]) == ("zoo:smollm2-135m", "repo", 10)
+    assert recipe["tokens"] >= 2_000_000 and recipe["steps"] * 4 * 1024 == recipe["tokens"]
+    card = (folder / "README.md").read_text()
+    assert f"{recipe['tokens']:,} tokens" in card and "Brown" in card and "held-out" in card
+    assert {"name": NAME, "mechanism": "repo"}.items() <= next(e for e in zoo_entries() if e["name"] == NAME).items()
+
+
+@needs_smollm2
+def test_it_traces_english_with_rope_below_layer_10_and_learned_positions_above(lens):
+    assert lens.model.cfg.layer_mechanisms == ["rope"] * 10 + ["repo"] * 20
+    trace = lens.trace(TEXT, progress=False)
+    n_tokens = len(trace.tokens)
+    assert trace.positions.shape == (30, 9, n_tokens) and "".join(trace.tokens).count("jury") == 1
+    np.testing.assert_array_equal(trace.positions[:10], np.broadcast_to(np.arange(n_tokens, dtype=np.float32),
+                                                                         (10, 9, n_tokens)))
+    learned = trace.positions[10:]
+    assert np.isfinite(learned).all()
+    assert np.abs(learned - np.arange(n_tokens)).max() > 1.0  # not the integers
+
+
+@needs_smollm2
+def test_the_delta_adds_to_the_base(lens):
+    """Layers 0-9 are the base's own; the adapted projections of layers 10+ differ from the base's."""
+    base = repo_lens.load("zoo:smollm2-135m", device="cpu").model.state_dict()
+    weights = lens.model.state_dict()
+    assert torch.equal(weights["blocks.3.attn.q_proj.weight"], base["blocks.3.attn.q_proj.weight"])
+    assert not torch.equal(weights["blocks.12.attn.q_proj.weight"], base["blocks.12.attn.q_proj.weight"])
+    assert torch.equal(weights["blocks.12.mlp.up_proj.weight"], base["blocks.12.mlp.up_proj.weight"])

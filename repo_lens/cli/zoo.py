@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-HEADLINE_METRICS = ("val_bpb", "acc_in_domain", "acc_out_of_domain", "error_in_distribution", "error_ood_sparse")
+HEADLINE_METRICS = ("val_bpb", "acc_in_domain", "acc_out_of_domain", "error_in_distribution", "error_ood_sparse",
+                    "held_out_bits_per_token", "niah", "fact")
 
 
 def zoo_table(entries: list[dict[str, Any]]) -> str:

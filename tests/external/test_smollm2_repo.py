@@ -59,3 +59,16 @@ def test_the_delta_adds_to_the_base(lens):
     assert torch.equal(weights["blocks.3.attn.q_proj.weight"], base["blocks.3.attn.q_proj.weight"])
     assert not torch.equal(weights["blocks.12.attn.q_proj.weight"], base["blocks.12.attn.q_proj.weight"])
     assert torch.equal(weights["blocks.12.mlp.up_proj.weight"], base["blocks.12.mlp.up_proj.weight"])
+
+
+@needs_smollm2
+def test_the_app_offers_it_with_its_size():
+    """The model box lists it; its size is the base's plus the position modules (the adapters are added
+    into the base's weights): 20 layers × (two 576 × 72 maps and a 72 × 9 one)."""
+    pytest.importorskip("streamlit")
+    from repo_lens.app.models import model_info, model_sources
+
+    assert f"zoo:{NAME}" in model_sources()
+    info, base = model_info(f"zoo:{NAME}"), model_info("zoo:smollm2-135m")
+    assert (info.n_layers, info.n_heads, info.context) == (30, 9, 8192)
+    assert info.parameters == base.parameters + 20 * (2 * 576 * 72 + 72 * 9)

@@ -61,12 +61,14 @@ class TextTokens:
     def train_batch(self, step: int, batch_size: int, context: int, seed: int) -> torch.Tensor:
         """[batch, context + 1] tokens of training step ``step``: the sequences in a fresh seeded order
         each epoch (every sequence once per epoch), so a resumed run sees what an unbroken one would."""
-        sequences = self._sequences(self.train, context)
+        count = (len(self.train) - 1) // context  # sequence k is tokens k·context .. (k+1)·context
+        if count < 1:
+            raise InputError(f"{len(self.train)} tokens cannot fill one sequence of {context + 1}")
         rows = []
         for slot in range(step * batch_size, (step + 1) * batch_size):
-            epoch, place = divmod(slot, len(sequences))
-            order = np.random.default_rng([seed, epoch]).permutation(len(sequences))
-            rows.append(sequences[order[place]])
+            epoch, place = divmod(slot, count)
+            start = int(np.random.default_rng([seed, epoch]).permutation(count)[place]) * context
+            rows.append(self.train[start:start + context + 1])
         return torch.from_numpy(np.stack(rows))
 
     def held_out_sequences(self, context: int) -> torch.Tensor:

@@ -148,7 +148,8 @@ def retrieval_prompts(tokenizer: Any, length: int, per_family: int, *, families:
 def moved_pairs(tokenizer: Any, family: str, length: int, count: int, *, seed: int = 0,
                 text: str | None = None) -> list[tuple[Prompt, Prompt]]:
     """``count`` (clean, corrupted) pairs of equal length and the same fact, the needle moved from a
-    depth in [0.1, 0.4] to one in [0.6, 0.9]; each pair has its own haystack and depths.
+    depth in [0.1, 0.4] to one in [0.6, 0.9]; each pair has its own haystack and depths. A haystack
+    too short for the two depths to fall in different places gives no pair (the needle must move).
 
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> [(a.answer == b.answer, len(a) == len(b)) for a, b in moved_pairs(ByteTokenizer(), "kv_lines", 400, 2)]
@@ -161,7 +162,7 @@ def moved_pairs(tokenizer: Any, family: str, length: int, count: int, *, seed: i
         near, far = rng.uniform(0.1, 0.4), rng.uniform(0.6, 0.9)
         clean, moved = (retrieval_prompt(tokenizer, family, length, seed=candidate, depth=depth, text=text)
                         for depth in (near, far))
-        if len(clean) == len(moved):
+        if len(clean) == len(moved) and clean.spans["needle"][0] < moved.spans["needle"][0]:
             pairs.append((clean, moved))
         candidate += 1
         if candidate > seed + 20 * count + 20:

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from repo_lens.data.retrieval_families import FAMILIES, moved_pairs, retrieval_prompt
+from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
 PAIR = re.compile(r"([a-z]+-[a-z]+)=(\d{7}); ")
@@ -44,7 +45,15 @@ def test_key_value_lines_use_the_trained_recall_format():
     assert asked and dict(PAIR.findall(trained))[asked.group(1)] == asked.group(2)
 
 
-def test_moved_pairs_keep_the_fact_and_move_the_needle():
-    for clean, moved in moved_pairs(ByteTokenizer(), "kv_lines", 800, 3, seed=5):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_moved_pairs_keep_the_fact_and_move_the_needle(family):
+    for clean, moved in moved_pairs(ByteTokenizer(), family, 1024, 8, seed=20_000):
         assert clean.answer == moved.answer and len(clean) == len(moved)
         assert clean.spans["needle"][0] < moved.spans["needle"][0]
+
+
+def test_a_haystack_too_short_to_move_the_needle_in_gives_no_pair():
+    # 400 bytes hold one unit of RULER's noise beside RULER's needle and question: both depths land
+    # before it, so the "moved" needle would sit where the clean one does.
+    with pytest.raises(InputError, match="pairs of 400 tokens"):
+        moved_pairs(ByteTokenizer(), "needle_text", 400, 1)

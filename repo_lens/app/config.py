@@ -35,10 +35,11 @@ PREFERRED_ZOO_MODELS = ("bytes1k-repo", "bytes-repo")
 MAX_TEXT_BYTES = 2**20  # free text and uploaded text files: 1 MB, the limit the text upload widget states
 MAX_TRACE_BYTES = 64 * 1024 * 1024  # uploaded trace files
 SPACED_TOKEN_LIMIT = 2000  # tokens drawn by the spaced-token view (sampled beyond)
-# the width the spaced-token and scatter views place their labels for: the main area of a 1,500-px browser
-# window with the sidebar open is ~1,030 px. Charts stretch to the column; wider than this, labels only
-# get more room. (Streamlit draws every new chart twice: at this width, then at the column's.)
-PLOT_WIDTH_PX = 1000
+# the width the spaced-token and scatter views place their labels for: the main column of a 1,280-px
+# browser window with the sidebar open is 810 px (1,400 px: 930). Charts stretch to the column, so from a
+# 1,280-px window up labels only get more room; placed for a wider chart, a narrower column would push
+# them together. (Streamlit draws every new chart twice: at this width, then at the column's.)
+PLOT_WIDTH_PX = 800
 SCATTER_POINT_LIMIT = 2000  # points per head in the scatter (decimated beyond: extremes + even stride)
 DEFAULT_WINDOW = 300  # tokens shown by the spaced-token view at first
 

@@ -178,7 +178,9 @@ def _niah_length(selection: Selection) -> tuple[int | None, bool]:
         st.warning(selection.problem)
         return None, False
     default = 512 if 512 in lengths else lengths[-1]
-    length = st.select_slider("Length (tokens)", lengths, value=default, key=f"niah_length_{lengths[-1]}")
+    length = st.select_slider("Length (tokens, at most)", lengths, value=default, key=f"niah_length_{lengths[-1]}",
+                              help="RULER fills the haystack with whole words up to this length, so a prompt can be a "
+                                   "few tokens shorter; the page's header gives its length")
     if context is not None:
         st.caption(f"Lengths over {context:,} tokens ({label}'s context) are extrapolation." if beyond
                    else f"Up to {context:,} tokens: {label}'s context.")

@@ -250,7 +250,8 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
     beyond = bool(selection.params.get("beyond_context", False))  # the sidebar's "Beyond the context"
     if beyond:
         st.caption("The prompt is longer than the model's context: these masses are length extrapolation.")
-    log_y = st.toggle("Log scale", key="mass_log", help="the bars on a log axis (linear by default)")
+    log_y = st.toggle("Log scale", value=True, key="mass_log",
+                      help="both charts on a log axis: the needle's mass and the rest's differ by orders of magnitude")
     masses = {}
     for item in items:
         if item.source is None:
@@ -273,7 +274,7 @@ def mass_view(items: Sequence[Item], selection: Selection) -> None:
     input_id = next(item.input_id for item in items if item.source is not None)
     show_figure(attention_mass_figure(masses, log_y=log_y), "mass-bars",
                 export_name(models, "attention-mass", input_id))
-    show_figure(attention_mass_layers_figure(masses), "mass-layers",
+    show_figure(attention_mass_layers_figure(masses, log_y=log_y), "mass-layers",
                 export_name(models, "attention-mass-by-layer", input_id))
     csv_button("Attention mass by layer and head (CSV)", results.mass_csv(masses),
                export_name(models, "attention-mass", input_id) + ".csv", "csv-mass")

@@ -13,6 +13,7 @@ from repo_lens.errors import InputError
 from repo_lens.plots.style import (
     COLORBAR_MARGIN_PX,
     PATTERN_COLORS,
+    ROW_LABEL_STANDOFF,
     SEQUENTIAL,
     escape_tokens,
     layer_label,
@@ -124,7 +125,7 @@ def layer_head_heatmap(
     fig = go.Figure(heatmap)
     styled(fig, title, height=140 + 34 * n_layers)
     fig.update_layout(margin_r=COLORBAR_MARGIN_PX)
-    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_yaxes(autorange="reversed", type="category", **ROW_LABEL_STANDOFF)
     fig.update_xaxes(type="category", title_text="head")
     fig.update_layout(meta={"kind": "layer_head_heatmap"})
     return fig
@@ -220,11 +221,16 @@ def pattern_strip_figure(
         zmin=-0.5, zmax=2.5, colorscale=scale, xgap=1, ygap=2,
         customdata=np.dstack([names, np.broadcast_to(np.asarray(chunk_text, dtype=object), codes.shape)]),
         hovertemplate="%{y}, chunk at t≈%{x}: %{customdata[0]}<br>%{customdata[1]}<extra></extra>",
-        colorbar=dict(tickvals=[0, 1, 2], ticktext=list(PATTERN_NAMES), title=dict(text="chunk")),
+        showscale=False,
     ))
+    # the classes in a legend, not on a colour bar: a strip of a few layers is too short for three names
+    for name in PATTERN_NAMES:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True, hoverinfo="skip",
+                                 marker=dict(symbol="square", size=12, color=PATTERN_COLORS[name])))
     styled(fig, title or f"Chunk classification (chunks of {chunk_size} tokens)", height=110 + 26 * n_layers)
-    fig.update_layout(margin_r=right_legend_margin(PATTERN_NAMES))  # the colour bar's class names
-    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_layout(margin_r=right_legend_margin(PATTERN_NAMES), showlegend=True,
+                      legend=dict(title_text="chunk", tracegroupgap=0))
+    fig.update_yaxes(autorange="reversed", type="category", **ROW_LABEL_STANDOFF)
     fig.update_xaxes(title_text="token index", range=[-0.5, n_chunks * chunk_size - 0.5])
     fig.update_layout(meta={"kind": "pattern_strip"})
     return fig

@@ -8,7 +8,8 @@ creates one element) that carry their hover (a tick standing for several tokens 
 clicks, and a second trace per row (``meta["labels_of_layer"]``) draws the whole words that fit, placed
 greedily from left to right (:func:`repo_lens.plots.labels.place_labels`). One SVG path per row rather
 than thousands of marker elements keeps a 16-layer view of 4,096 tokens quick to draw. The connectors
-are the trace named "connectors"; the chunk strip is a shape per class, named in the legend. For a
+are the trace named "connectors", keyed in the legend by a line of their colour; the chunk strip is a
+shape per class, named in the legend. For a
 paper, :func:`repo_lens.plots.export` with a ``layout`` draws the rows again for the paper's width
 (:func:`repo_lens.plots.spaced_tokens_paper.paper_layout`).
 """
@@ -88,7 +89,7 @@ def spaced_tokens_figure(
         >>> t = Trace(tokens=list("ab c"), token_ids=[97, 98, 32, 99], positions=z, layer_kinds=["rope", "repo"])
         >>> fig = spaced_tokens_figure(t, scale="shared")
         >>> [d.name for d in fig.data if d.name], fig.data[-1].x.tolist()
-        (['connectors', 'L0 rope', 'L1 repo'], [0.0, 0.25, 2.5, 2.75])
+        (['connectors', 'a token across layers', 'L0 rope', 'L1 repo'], [0.0, 0.25, 2.5, 2.75])
     """
     _check_drawing_options(max_tokens=max_tokens, label_limit=label_limit, width=width, font_size=font_size,
                            max_connectors=max_connectors, chunk_size=chunk_size)
@@ -97,14 +98,16 @@ def spaced_tokens_figure(
     rows = _rows(trace, chosen, head, patterns, chunk_size)
     axis_range = x_axis_range(chosen.xs, x_range)
     fig = go.Figure()
+    connected = connect and len(rows) > 1
     _lay_out(fig, title=title, head=head, scale=scale, rows=chosen.rows, kinds=chosen.kinds, width=width,
-             axis_range=axis_range, patterns=patterns is not None)
+             axis_range=axis_range, legend=patterns is not None or connected)
     look = RowLook.screen(width - fig.layout.margin.l - fig.layout.margin.r, font_size)
     tokens = None if len(chosen.shown) < chosen.window[1] - chosen.window[0] else rows[0].display.tolist()
     placed = place_rows(rows, axis_range, look, label_limit, tokens=(chosen.window[0], tokens) if tokens else None)
-    if connect and len(rows) > 1:
+    if connected:
         slots = chosen.first if chosen.marked.size else _connected(len(chosen.shown), len(rows), max_connectors)
         fig.add_trace(_connectors(chosen.xs, slots, strong=bool(chosen.marked.size)))
+        fig.add_trace(_connectors_key(strong=bool(chosen.marked.size)))
     draw_rows(fig, rows, placed, look, axis_range)
     if chosen.marked.size:
         fig.add_trace(_highlight_marks(chosen.xs, chosen.first, chosen.shown, rows[0].display))
@@ -278,17 +281,17 @@ def _draw_marks(fig: go.Figure, r: int, row: Row, labels: RowLabels, look: RowLo
 
 
 def _lay_out(fig: go.Figure, *, title: str | None, head: Any, scale: str, rows: list[int], kinds: Any, width: int,
-             axis_range: tuple[float, float], patterns: bool) -> None:
+             axis_range: tuple[float, float], legend: bool) -> None:
     head_text = "mean of heads" if head == "mean" else f"head {head}"
     axis = "position (each layer rescaled to [0, 1])" if scale == "row" else "position"
     styled(fig, title or f"Tokens spaced by their positions — {head_text}", height=110 + 64 * len(rows))
     fig.update_xaxes(title_text=axis, zeroline=False, range=list(axis_range))
     fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[layer_label(layer, kinds) for layer in rows],
                      autorange="reversed", showgrid=False, zeroline=False, range=None)
-    # the chunk strip's legend: one row at the bottom of the figure, in a margin made for it
-    fig.update_layout(width=width, hovermode="closest", showlegend=patterns,
+    # the legend (the connectors, the chunk strip's classes): one row at the bottom, in a margin made for it
+    fig.update_layout(width=width, hovermode="closest", showlegend=legend,
                       legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
-                      margin_b=MARGIN_BOTTOM_PX + (LEGEND_ROW_PX if patterns else 0))
+                      margin_b=MARGIN_BOTTOM_PX + (LEGEND_ROW_PX if legend else 0))
 
 
 def _highlighted(highlight: tuple[int, int] | None, start: int, end: int) -> np.ndarray:
@@ -373,6 +376,18 @@ def _connectors(xs: np.ndarray, slots: np.ndarray, strong: bool = False) -> go.S
     line = dict(color="rgba(0,0,0,0.55)", width=1.2) if strong else dict(color="rgba(60,60,60,0.16)", width=0.8)
     return go.Scatter(x=x.ravel(), y=y.ravel(), mode="lines", line=line, hoverinfo="skip", showlegend=False,
                       name="connectors", connectgaps=False)
+
+
+CONNECTORS_KEY = "a token across layers"
+HIGHLIGHTED_CONNECTORS_KEY = "highlighted tokens across layers"
+
+
+def _connectors_key(strong: bool) -> go.Scatter:
+    """The connectors' legend entry: a line in their colour, drawn more opaque than the faint connectors
+    so that it shows at legend size."""
+    line = dict(color="rgba(0,0,0,0.55)", width=1.2) if strong else dict(color="rgba(60,60,60,0.5)", width=1.2)
+    return go.Scatter(x=[None], y=[None], mode="lines", line=line, hoverinfo="skip", showlegend=True, legendrank=1,
+                      name=HIGHLIGHTED_CONNECTORS_KEY if strong else CONNECTORS_KEY, meta={"legend_of": "connectors"})
 
 
 def _highlight_marks(xs: np.ndarray, slots: np.ndarray, shown: np.ndarray, display: np.ndarray) -> go.Scatter:

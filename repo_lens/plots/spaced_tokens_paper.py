@@ -96,7 +96,10 @@ def _drop_rows(fig: go.Figure) -> list[go.Scatter]:
         return isinstance(trace.meta, dict) and ("layer" in trace.meta or "labels_of_layer" in trace.meta)
 
     rings = [trace for trace in fig.data if trace.name == "highlighted tokens"]
-    fig.data = [trace for trace in fig.data if not row_part(trace)]
+    # the connectors' legend key goes too: a paper's caption says what the lines are, and a legend row of
+    # its own would cost a short figure a tenth of its height
+    fig.data = [trace for trace in fig.data if not row_part(trace) and not (
+        isinstance(trace.meta, dict) and trace.meta.get("legend_of"))]
     fig.layout.shapes = [shape for shape in fig.layout.shapes
                          if not (shape.name or "").startswith("marks of layer") and not (shape.name or "").endswith(" chunk")]
     return rings

@@ -86,6 +86,8 @@ MARGIN_BOTTOM_PX = 60  # x tick labels and the x-axis title (plotly needs ~55 px
 LEGEND_ROW_PX = 30  # one horizontal legend row
 LEGEND_ENTRY_PX = 22  # one entry of a vertical legend at font size 13 (plotly: ~19 px)
 LEGEND_SYMBOL_PX = 80  # a vertical legend at the right: symbol, padding and gap beside the longest name
+# row names of a heatmap set off from its cells: an outside tick, drawn invisible, as long as the gap
+ROW_LABEL_STANDOFF = {"ticks": "outside", "ticklen": 6, "tickcolor": "rgba(0,0,0,0)"}
 COLORBAR_MARGIN_PX = 120  # a colour bar with its tick labels and title (plotly needs ~105-110 px)
 
 

@@ -151,6 +151,6 @@ def test_a_niah_prompt_that_cannot_fit_is_refused_with_a_message(server, browser
         time.sleep(0.2)
         alerts = [a.text for a in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAlert"]')]
     assert any(message in text for text in alerts), alerts
-    slider = browser.find_element(By.XPATH, "//div[@data-testid='stSlider'][.//p[text()='Length (tokens)']]")
+    slider = browser.find_element(By.XPATH, "//div[@data-testid='stSlider'][.//p[text()='Length (tokens, at most)']]")
     assert "512" not in slider.text  # only the lengths that fit its 256-token context are offered
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')

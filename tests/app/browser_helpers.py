@@ -41,6 +41,26 @@ function check() {
 check();"""
 
 
+def require_browser() -> None:
+    """Fail (not skip) where a browser test must run and cannot: CI without Chromium or chromedriver."""
+    import pytest
+
+    if not CHROMIUM:
+        pytest.fail("CI is set but no Chromium is installed: run `make browser`")
+    if not CHROMEDRIVER:
+        pytest.fail("Chromium is installed but chromedriver is not: apt-get install chromium-driver (make browser)")
+
+
+@contextlib.contextmanager
+def default_app_page(log: Path, size: tuple[int, int] = (1400, 1000)) -> Iterator[tuple[str, object]]:
+    """The app as `repo-lens app` serves it with no roots (default model zoo:bytes1k-repo), and a Chromium
+    window of ``size``: yields (url, driver)."""
+    require_browser()
+    env = {"REPO_LENS_APP_ROOTS": "", "REPO_LENS_APP_DEFAULT_MODEL": ""}
+    with app_server(env, log) as url, chromium(size) as driver:
+        yield url, driver
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from app_helpers import checkpoint_root  # noqa: F401  (fixture)
-from browser_helpers import CHROMEDRIVER, CHROMIUM, PLOT, ROOT, app_server, chromium, settled
+from browser_helpers import CHROMIUM, PLOT, ROOT, app_server, chromium, require_browser, settled
 
 SCREENSHOTS = ROOT / "build" / "screenshots"
 TABLE = '[data-testid="stDataFrame"] canvas'
@@ -24,13 +24,6 @@ RENDERED = f"{PLOT}, {TABLE}"  # the element that shows a view has rendered: its
 if not CHROMIUM and not os.environ.get("CI"):
     pytest.skip("no Chromium installed (make browser installs it); the browser test runs in CI",
                 allow_module_level=True)
-
-
-def require_browser() -> None:
-    if not CHROMIUM:
-        pytest.fail("CI is set but no Chromium is installed: run `make browser`")
-    if not CHROMEDRIVER:
-        pytest.fail("Chromium is installed but chromedriver is not: apt-get install chromium-driver (make browser)")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import os
 import re
 
 import pytest
-from browser_helpers import CHROMEDRIVER, CHROMIUM, PLOT, ROOT, app_server, chromium, settled
+from browser_helpers import CHROMIUM, PLOT, ROOT, default_app_page, settled
 
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
@@ -42,19 +42,10 @@ return {boxes, chips};
 """
 
 
-def _require_browser() -> None:
-    if not CHROMIUM:
-        pytest.fail("CI is set but no Chromium is installed: run `make browser`")
-    if not CHROMEDRIVER:
-        pytest.fail("Chromium is installed but chromedriver is not: apt-get install chromium-driver (make browser)")
-
-
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """The app as `repo-lens app` serves it (default model zoo:bytes1k-repo), in a 1,400 × 1,000 window."""
-    _require_browser()
-    env = {"REPO_LENS_APP_ROOTS": "", "REPO_LENS_APP_DEFAULT_MODEL": ""}
-    with app_server(env, tmp_path_factory.mktemp("streamlit") / "server.log") as url, chromium((1400, 1000)) as driver:
+    with default_app_page(tmp_path_factory.mktemp("streamlit") / "server.log") as (url, driver):
         yield url, driver
 
 

@@ -21,6 +21,10 @@ def label_width_px(text: str, font_size: float) -> float:
     """Estimated width in pixels of ``text`` drawn at ``font_size`` px: 0.65 em per character, 1 em per
     East Asian wide or fullwidth character (at least one character wide, so an empty label still takes room).
 
+    An upper bound on purpose, kept beside the measured :func:`repo_lens.plots.paper_layout.text_width_px`:
+    a browser draws the app's labels in whichever sans face it has, and labels placed for a wider face
+    never meet in a narrower one (a measure of DejaVu Sans would let them meet in a wider fallback).
+
     >>> label_width_px("abc", 10), label_width_px("中文", 10)
     (19.5, 20.0)
     """

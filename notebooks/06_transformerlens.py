@@ -26,6 +26,7 @@ import circuitsvis
 import nnsight
 import plotly.graph_objects as go
 import torch
+import transformer_lens
 from transformer_lens import patching
 
 import repo_lens
@@ -49,7 +50,7 @@ text = "The cat sat on the mat. The cat sat"
 tokens = model.to_tokens(text)
 print(tokens.shape, model.to_str_tokens(text)[:8])
 logits, cache = model.run_with_cache(tokens)
-print(type(cache).__name__)
+print(isinstance(cache, transformer_lens.ActivationCache))
 print("pattern", tuple(cache["pattern", 2].shape), " positions", tuple(cache["pos", 2, "attn"].shape))
 print("loss", round(float(model(tokens, return_type="loss")), 3))
 
@@ -68,14 +69,21 @@ fig.update_layout(title="Logit lens: log-probability of the next byte", xaxis_ti
 fig
 
 # %% [markdown]
-# `decompose_resid` and `stack_head_results` split the last position's residual stream into what each
-# component and each head wrote; `logit_attrs` projects them onto a token's logit.
+# `decompose_resid` splits the last position's residual stream into what the embedding and each
+# block's attention and MLP wrote; `logit_attrs` projects the parts onto a token's logit. It divides
+# each part by the final norm's scale and leaves out the norm's weight, as TransformerLens does after
+# `fold_ln`; `fold_final_norm()` moves that weight into `W_U` (the logits do not change), and the
+# attributions then add up to the logit. (This model's blocks are OLMo-2's, whose norm follows
+# attention: `attn_out` = norm(Σ heads + b_O) is no sum over heads, so the cache refuses
+# `stack_head_results` as residual components here; each head's result before the norm is at
+# `blocks.L.attn.hook_result`.)
 
 # %%
-heads, head_labels = cache.stack_head_results(layer=-1, pos_slice=-1, return_labels=True)
-attributions = cache.logit_attrs(heads, tokens=int(tokens[0, -1]), pos_slice=-1)
-best = attributions[:, 0].abs().argsort(descending=True)[:4]
-print([(head_labels[i], round(float(attributions[i, 0]), 3)) for i in best])
+model.fold_final_norm()
+parts, part_labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
+attributions = cache.logit_attrs(parts, tokens=int(tokens[0, -1]), pos_slice=-1)[:, 0]
+print("sum of attributions", round(float(attributions.sum()), 4), "logit", round(float(logits[0, -1, tokens[0, -1]]), 4))
+print([(label, round(float(value), 3)) for label, value in zip(part_labels, attributions)])
 
 # %% [markdown]
 # ## Weights, generation, hooks

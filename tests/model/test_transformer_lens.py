@@ -35,6 +35,10 @@ def test_every_idiom_agrees_with_transformer_lens(models):
         expected, reference_error = idioms.run(name, idiom, reference)
         value, error = idioms.run(name, idiom, ours)
         assert reference_error is None, f"{arch}: TransformerLens itself fails {name}: {reference_error}"
+        if arch in idioms.REFUSED.get(name, ((), ""))[0]:
+            if not idioms.refused_as_expected(name, arch, error):
+                failures.append(f"{name}: expected repo_lens to refuse it, got {error or value!r}")
+            continue
         verdict = error or idioms.compare(expected, value)
         if verdict != "match":
             failures.append(f"{name}: {verdict}")
@@ -117,6 +121,7 @@ def test_a_list_of_texts_is_padded_and_its_loss_skips_the_pads(models):
 def test_the_idioms_run_on_every_mechanism(source):
     """Every registered mechanism (tiny random models) and the authors' CoPE and FoX decoders from the zoo."""
     import repo_lens
+    from repo_lens.errors import InputError
     from repo_lens.model.byte_tokenizer import ByteTokenizer
     from repo_lens.model.registry import mechanism_kinds
     from repo_lens.model.tiny import tiny_model
@@ -136,8 +141,14 @@ def test_the_idioms_run_on_every_mechanism(source):
             n_layers = len(model.W_Q)
             assert cache.accumulated_resid(apply_ln=True).shape[0] == n_layers + 1
             torch.testing.assert_close(cache.decompose_resid().sum(0), cache["resid_post", -1], atol=1e-4, rtol=0)
-            heads = cache.stack_head_results(layer=-1)
-            assert heads.shape[0] == n_layers * model.W_Q.shape[1]
+            if any("after_attention" in getattr(block, "_norm_at", {}) for block in model.blocks):
+                with pytest.raises(InputError, match="not residual stream components"):  # OLMo-2: attn_out is normed
+                    cache.stack_head_results(layer=-1)
+            else:
+                heads = cache.stack_head_results(layer=-1)
+                assert heads.shape[0] == n_layers * model.W_Q.shape[1]
+                torch.testing.assert_close(heads.sum(0) + model.b_O.sum(0), cache.decompose_resid()[1:].sum(0)
+                                           - sum(cache["mlp_out", layer] for layer in range(n_layers)), atol=1e-4, rtol=0)
             assert cache["pos", 1, "attn"].shape[-1] == tokens.shape[1]
             assert torch.equal(model.generate(tokens, max_new_tokens=2, do_sample=False, verbose=False)[:, -2],
                                logits[:, -1].argmax(-1))
@@ -214,3 +225,43 @@ def test_generate_returns_one_text_for_one_sequence_of_token_ids():
     assert isinstance(one, str) and one == model.tokenizer.decode(tokens[0].tolist()) and one.startswith("abc")
     assert isinstance(two, list) and len(two) == 2 and two[0] == one
     assert isinstance(model.generate("abc", max_new_tokens=2, return_type="str", verbose=False, do_sample=False), str)
+
+
+@pytest.fixture(scope="module", params=["llama-gqa", "olmo2"])
+def folded(request, tmp_path_factory):
+    """(arch, TransformerLens' bridge with fold_ln (and no other processing), repo_lens' model) of one checkpoint."""
+    directory = idioms.write_checkpoint(tmp_path_factory.mktemp(f"{request.param}-folded"), request.param)
+    return request.param, idioms.transformer_lens_folded_model(directory), idioms.repo_lens_model(directory)
+
+
+def test_direct_logit_attribution_adds_up_once_the_final_norm_is_folded(folded):
+    """Refused while the final norm's weight would be left out; after ``fold_final_norm`` the logits are
+    unchanged, the attributions of every component add up to the logit and to a logit difference, and
+    (pre-norm Llama) equal TransformerLens' on its bridge with ``fold_ln``."""
+    from repo_lens.errors import InputError
+
+    arch, reference, ours = folded
+    ids = idioms._ids()
+    with torch.no_grad():
+        before, cache = ours.run_with_cache(ids)
+        assert not torch.equal(ours.ln_final.weight, torch.ones_like(ours.ln_final.weight))  # a weight to fold
+        with pytest.raises(InputError, match=r"fold_final_norm\(\)"):
+            cache.logit_attrs(cache.decompose_resid(pos_slice=-1), tokens=5, pos_slice=-1)
+        ours.fold_final_norm()
+        logits, cache = ours.run_with_cache(ids)
+        torch.testing.assert_close(logits, before, atol=1e-5, rtol=0)
+        parts = cache.decompose_resid(pos_slice=-1)
+        attributions = cache.logit_attrs(parts, tokens=5, pos_slice=-1)
+        torch.testing.assert_close(attributions.sum(0), logits[:, -1, 5], atol=1e-4, rtol=0)
+        difference = cache.logit_attrs(parts, tokens=5, incorrect_tokens=6, pos_slice=-1)
+        torch.testing.assert_close(difference.sum(0), logits[:, -1, 5] - logits[:, -1, 6], atol=1e-4, rtol=0)
+        if arch == "olmo2":
+            with pytest.raises(InputError, match="not residual stream components"):
+                cache.stack_head_results(layer=-1)
+            return
+        _, theirs = reference.run_with_cache(ids)
+        expected = theirs.logit_attrs(theirs.decompose_resid(pos_slice=-1), tokens=5, pos_slice=-1)
+        torch.testing.assert_close(attributions, expected, atol=1e-4, rtol=0)
+        heads = cache.logit_attrs(cache.stack_head_results(layer=-1, pos_slice=-1), tokens=5, pos_slice=-1)
+        theirs_heads = theirs.logit_attrs(theirs.stack_head_results(layer=-1, pos_slice=-1), tokens=5, pos_slice=-1)
+        torch.testing.assert_close(heads, theirs_heads, atol=1e-4, rtol=0)

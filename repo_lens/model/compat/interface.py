@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens import HookedRootModule
 from transformer_lens.utilities import Slice
 
 from repo_lens.model.compat.blocks import transformer_lens_hook_names
+from repo_lens.model.compat.cache import LensActivationCache
 from repo_lens.model.compat.forward import ForwardInterface
 from repo_lens.model.compat.generate import GenerateInterface
 from repo_lens.model.compat.tokens import TokenMethods
@@ -36,7 +37,8 @@ def position_axis(name: str) -> int:
 
 
 class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface, WeightInterface, HookedRootModule):
-    """A ``HookedRootModule`` whose ``run_with_cache`` returns TransformerLens' ``ActivationCache``, whose norm
+    """A ``HookedRootModule`` whose ``run_with_cache`` returns TransformerLens' ``ActivationCache`` (one that
+    refuses readouts that would be silently wrong here: :mod:`repo_lens.model.compat.cache`), whose norm
     hooks carry TransformerLens' names (``blocks.{l}.ln1.hook_scale``, ``ln_final.hook_normalized``), and
     that has TransformerLens' tokenizer helpers, forward, ``generate`` and weight names. A subclass defines
     ``forward_logits(input_ids, cache=None, ...)``; ``tokenizer`` is set by ``repo_lens.load``.
@@ -45,8 +47,9 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         >>> import torch
         >>> from repo_lens.model.tiny import tiny_model
         >>> logits, cache = tiny_model("repo").run_with_cache(torch.tensor([[1, 2, 3]]))
-        >>> type(cache).__name__, tuple(cache["pos", 2, "attn"].shape)
-        ('ActivationCache', (1, 4, 3))
+        >>> from transformer_lens import ActivationCache
+        >>> isinstance(cache, ActivationCache), tuple(cache["pos", 2, "attn"].shape)
+        (True, (1, 4, 3))
     """
 
     tokenizer: Any = None
@@ -61,7 +64,7 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
             self.mod_dict[name] = self.hook_dict[name]
 
     def run_with_cache(self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,
-                       cache_dtype: torch.dtype | None = None, **kwargs: Any) -> tuple[Any, ActivationCache | dict]:
+                       cache_dtype: torch.dtype | None = None, **kwargs: Any) -> tuple[Any, LensActivationCache | dict]:
         """The output and an ``ActivationCache`` of every hook (or of ``names_filter``'s), as TransformerLens.
 
         The attention scores and pattern, computed in fp32 for exact edits, are cached in the model's dtype
@@ -75,7 +78,7 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
             self._pattern_cache_dtype = None
         if not return_cache_object:
             return output, cache
-        return output, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+        return output, LensActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
 
     def get_caching_hooks(self, names_filter: Any = None, incl_bwd: bool = False, device: Any = None,
                           remove_batch_dim: bool = False, cache: dict | None = None,

@@ -59,6 +59,40 @@ class WeightInterface:
         """W_Q @ W_Kᵀ per layer and head, factored [layer, head, d_model, d_model] (before any rotation)."""
         return FactoredMatrix(self.W_Q, _per_query_head(self.W_K, self.cfg.n_heads).transpose(-2, -1))
 
+    @torch.no_grad()
+    def fold_final_norm(self) -> None:
+        """Fold the final norm's weight (and bias) into the unembedding, as TransformerLens' ``fold_ln`` does
+        for ``ln_final``: W_U ← diag(w) W_U, b_U ← b_U + b W_U, then w = 1 and b = 0. The logits do not
+        change (up to rounding); direct logit attributions (``cache.logit_attrs``, ``apply_ln_to_stack``)
+        then add up to them. Tied embeddings are untied first, so ``W_E`` stays as it was.
+
+        Example:
+            >>> import torch
+            >>> from repo_lens.model.tiny import tiny_model
+            >>> model = tiny_model("repo")
+            >>> _ = torch.nn.init.uniform_(model.final_norm.weight, 0.5, 1.5)
+            >>> before = model(torch.tensor([[1, 2, 3]]))
+            >>> model.fold_final_norm()
+            >>> torch.allclose(model(torch.tensor([[1, 2, 3]])), before, atol=1e-5), bool((model.ln_final.weight == 1).all())
+            (True, True)
+        """
+        norm, unembed = self.final_norm, self.unembed
+        weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
+        if weight is None and bias is None:
+            return
+        matrix = unembed.weight.detach().clone()  # [vocab, d_model]; a copy unties it from the embedding
+        if bias is not None:
+            shift = matrix.float() @ bias.detach().float()
+            if unembed.bias is None:
+                unembed.bias = torch.nn.Parameter(shift.to(matrix.dtype))
+            else:
+                unembed.bias.add_(shift.to(unembed.bias.dtype))
+            bias.zero_()
+        if weight is not None:
+            matrix = (matrix.float() * weight.detach().float()).to(matrix.dtype)
+            weight.fill_(1.0)
+        unembed.weight = torch.nn.Parameter(matrix, requires_grad=unembed.weight.requires_grad)
+
     def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> torch.Tensor:
         """The output biases added to the residual stream before ``layer`` (and its attention's, with ``mlp_input``)."""
         total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)

@@ -169,6 +169,23 @@ def _cache_results(model: Any) -> torch.Tensor:
     return cache.stack_head_results(layer=-1, pos_slice=-1)
 
 
+def _masked_loss(model: Any) -> torch.Tensor:
+    ids = torch.cat((_ids(), _ids()))
+    ids[1, 5:] = 0  # the second row padded on the right
+    mask = (torch.arange(ids.shape[1]) < torch.tensor([[ids.shape[1]], [5]])).long()
+    with torch.no_grad():
+        return torch.stack((model(ids, return_type="loss", attention_mask=mask),
+                            *model(ids, return_type="loss", loss_per_token=True, attention_mask=mask).flatten()))
+
+
+def _attn_result(model: Any) -> torch.Tensor:
+    model.set_use_attn_result(True)
+    try:
+        return _cache(model)["blocks.1.attn.hook_result"]
+    finally:
+        model.set_use_attn_result(False)
+
+
 def _generate(model: Any, **kwargs: Any) -> Any:
     return model.generate(PROMPT, max_new_tokens=4, verbose=False, **kwargs)
 
@@ -211,6 +228,17 @@ IDIOMS: dict[str, Callable[[Any], Any]] = {
     "run_with_cache(incl_bwd=True)": _incl_bwd,
     "patching.get_act_patch_resid_pre": _patch_resid_pre,
     "nnsight: read hook_pattern": _nnsight_pattern,
+    "get_token_position": lambda m: (m.get_token_position("cat", PROMPT), m.get_token_position("the", PROMPT, mode="last")),
+    "to_single_str_token": lambda m: m.to_single_str_token(5),
+    "all_head_labels": lambda m: m.all_head_labels,
+    "all_composition_scores('Q')": lambda m: m.all_composition_scores("Q").scores,
+    "all_composition_scores('K')": lambda m: m.all_composition_scores("K").scores,
+    "all_composition_scores('V')": lambda m: m.all_composition_scores("V").scores,
+    "embed.W_E": lambda m: m.embed.W_E, "unembed.W_U": lambda m: m.unembed.W_U, "unembed.b_U": lambda m: m.unembed.b_U,
+    "stop_at_layer=2": lambda m: m(_ids(), stop_at_layer=2),
+    "start_at_layer=1 (from stop_at_layer=1)": lambda m: m(m(_ids(), stop_at_layer=1), start_at_layer=1),
+    "loss with attention_mask (right padding)": _masked_loss,
+    "set_use_attn_result: hook_result": _attn_result,
 }
 
 OLMO2_NAMES = {"ln1.hook_scale": "blocks.0.ln1_post.hook_scale", "ln1.hook_normalized": "blocks.0.ln1_post.hook_normalized",

@@ -12,7 +12,7 @@ from transformer_lens.hook_points import HookPoint
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.compat.attention import AttentionWeights
-from repo_lens.model.hooking import editable, wants
+from repo_lens.model.hooking import editable, project_heads, wants
 from repo_lens.model.layers import RMSNorm
 from repo_lens.model.pattern import causal_mask, hooked_attention
 from repo_lens.model.registry import build_position_mechanism
@@ -67,6 +67,7 @@ class Attention(AttentionWeights, nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output; only when hooked)
 
     def _project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [batch, head, pos, d_head], k and v [batch, kv_head, pos, d_head] of the block input ``h``,
@@ -146,7 +147,7 @@ class Attention(AttentionWeights, nn.Module):
             z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias).to(v.dtype)
         z = hooked_attention(q, k, v, z, allowed, bias, self.hook_attn_scores, self.hook_pattern)
         z = self.hook_z(z.transpose(1, 2))[:, query_from:]
-        return self.o_proj(z.reshape(batch, pos - query_from, self.n_heads * self.d_head))
+        return project_heads(self.o_proj, z, self.hook_result)
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5

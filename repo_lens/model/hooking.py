@@ -68,3 +68,25 @@ def editable(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor:
     if point._backward_hooks and torch.is_grad_enabled() and tensor.is_floating_point() and not tensor.requires_grad:
         tensor = tensor.detach().requires_grad_(True)
     return tensor
+
+
+def project_heads(o_proj: torch.nn.Linear, z: torch.Tensor, hook_result: HookPoint) -> torch.Tensor:
+    """``o_proj`` of the heads' outputs ``z`` [batch, pos, head, d_head]: one matmul, unless something waits
+    on ``hook_result`` [batch, pos, head, d_model], each head's share of the output (TransformerLens'
+    ``hook_result``); then the (possibly edited) shares summed, plus the bias.
+
+    >>> o_proj = torch.nn.Linear(4, 3, bias=False)
+    >>> z = torch.randn(1, 2, 2, 2)
+    >>> torch.allclose(project_heads(o_proj, z, HookPoint()), o_proj(z.reshape(1, 2, 4)))
+    True
+    """
+    batch, pos, heads, d_head = z.shape
+    fused = o_proj(z.reshape(batch, pos, heads * d_head))
+    if not wants(hook_result):
+        return fused
+    weight = o_proj.weight.view(o_proj.out_features, heads, d_head)
+    edited = through(hook_result, torch.einsum("bphd,mhd->bphm", z, weight))
+    if edited is None:  # the hooks only read the shares: the output as without them, bit for bit
+        return fused
+    out = edited.sum(-2)
+    return out if o_proj.bias is None else out + o_proj.bias

@@ -7,8 +7,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from repo_lens.errors import InputError
 from repo_lens.model.families import block_class
 from repo_lens.model.cache import KVCache
+from repo_lens.model.compat.forward import layer_range
+from repo_lens.model.compat.weights import Embed, Unembed
 from repo_lens.model.compat.interface import TransformerLensInterface
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.increments import shared_delta_mlp
@@ -34,7 +37,7 @@ class LensModel(TransformerLensInterface):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed = Embed(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         if "lpi" in cfg.layer_mechanisms:
             self.increments = shared_delta_mlp(cfg)  # the learned-increments post's shared DeltaMLP, read from the embeddings
@@ -42,24 +45,37 @@ class LensModel(TransformerLensInterface):
         block = block_class(cfg.family)
         self.blocks = nn.ModuleList(block(cfg, layer) for layer in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=block.WEIGHT_BEFORE_CAST)
-        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.unembed = Unembed(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.unembed.weight = self.embed.weight
         self.setup()
 
     ROWS_FROM = True  # forward takes rows_from
 
-    def forward_logits(self, input_ids: torch.Tensor, cache: KVCache | None = None, rows_from: int = 0) -> torch.Tensor:
+    def forward_logits(self, input_ids: torch.Tensor, cache: KVCache | None = None, rows_from: int = 0,
+                       start_at_layer: int | None = None, stop_at_layer: int | None = None) -> torch.Tensor:
         """LongTensor [batch, pos] -> logits [batch, pos, vocab]. With ``cache``, input_ids are the
         tokens after the cached ones and the cache is extended in place. With ``rows_from``, only the
         logits of tokens ``rows_from``.. ([batch, pos − rows_from, vocab]): the last block runs its
-        queries and MLP for those tokens alone (every token still fills the cache)."""
+        queries and MLP for those tokens alone (every token still fills the cache). With
+        ``start_at_layer`` the input is the residual stream entering that block; with ``stop_at_layer``
+        the output is the residual stream entering that block."""
         offset = cache.seq_len if cache is not None else 0
-        x = self.hook_embed(self.embed(input_ids))
-        shared = self.hook_delta(F.softplus(self.increments(x))[..., 0]) if hasattr(self, "increments") else None
+        start, stop = layer_range(len(self.blocks), start_at_layer, stop_at_layer)
+        if start_at_layer is None:
+            x = self.hook_embed(self.embed(input_ids))
+            shared = self.hook_delta(F.softplus(self.increments(x))[..., 0]) if hasattr(self, "increments") else None
+        elif hasattr(self, "increments"):
+            raise InputError("this model's learned increments are computed from the token embeddings, which a run "
+                             "from start_at_layer does not have: run it from the tokens")
+        else:
+            x, shared = input_ids, None
         last = len(self.blocks) - 1
-        for layer, block in enumerate(self.blocks):
+        for layer in range(start, stop):
+            block = self.blocks[layer]
             x = block(x, cache, offset, shared, rows_from=rows_from) if layer == last and rows_from else block(x, cache, offset, shared)
+        if stop_at_layer is not None:
+            return x
         return self.unembed(self.final_norm(x))
 
     def new_cache(self) -> KVCache:

@@ -67,6 +67,7 @@ def test_readme_hook_table_is_every_hook_with_its_shape():
         cfg = ModelConfig(family=family, vocab_size=64, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2,
                           head_dim=8, d_mlp=64, layer_mechanisms=["rope", kind])
         model = LensModel(cfg).eval()
+        model.set_use_attn_result(True)  # the heads' results are cached only when asked for
         with torch.no_grad():
             _, cache = model.run_with_cache(torch.randint(0, 64, (sizes["batch"], sizes["pos"])))
         assert set(cache.keys()) == set(model.hook_dict), kind  # every hook fires (the pattern when asked for)

@@ -67,7 +67,9 @@ def test_nnsight_reads_and_writes_every_hook_of_a_layer(models):
     _, _, ours = models
     ids = idioms._ids()
     names = [name for name in ours.hook_dict if name.startswith("blocks.1.")]
+    ours.set_use_attn_result(True)  # hook_result too
     _, cache = ours.run_with_cache(ids)
+    ours.set_use_attn_result(False)
     wrapped = nnsight.NNsight(ours)
     for name in names:
         envoy = wrapped
@@ -170,7 +172,15 @@ def test_bad_input_names_the_problem():
     with pytest.raises(InputError, match="return_type"):
         model(torch.tensor([[1, 2]]), return_type="probs")
     with pytest.raises(InputError, match="does not take"):
-        model(torch.tensor([[1, 2]]), stop_at_layer=1)
+        model(torch.tensor([[1, 2]]), attention_bias=1)
+    with pytest.raises(InputError, match="stop_at_layer=5: give a layer index from -2 to 2"):
+        model(torch.tensor([[1, 2]]), stop_at_layer=5)
+    with pytest.raises(InputError, match="the residual stream"):
+        model(torch.tensor([[1, 2]]), start_at_layer=1)
+    with pytest.raises(InputError, match="left padding"):
+        model(torch.tensor([[0, 1, 2]]), return_type="loss", attention_mask=torch.tensor([[0, 1, 1]]))
+    with pytest.raises(InputError, match="does not occur"):
+        model.get_token_position("z", "hello")
 
 
 def test_patterns_are_cached_in_the_models_dtype_unless_asked():
@@ -265,3 +275,35 @@ def test_direct_logit_attribution_adds_up_once_the_final_norm_is_folded(folded):
         heads = cache.logit_attrs(cache.stack_head_results(layer=-1, pos_slice=-1), tokens=5, pos_slice=-1)
         theirs_heads = theirs.logit_attrs(theirs.stack_head_results(layer=-1, pos_slice=-1), tokens=5, pos_slice=-1)
         torch.testing.assert_close(heads, theirs_heads, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "olmo2"])
+def test_a_head_s_result_is_its_share_of_the_attention_output(family):
+    """On every mechanism: the heads' results add up to what o_proj gives (plus its bias), zeroing one head's
+    result is zeroing its z, and the results are cached only after set_use_attn_result(True)."""
+    from repo_lens.model.registry import mechanism_kinds
+    from repo_lens.model.tiny import tiny_model
+
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    for kind in mechanism_kinds():
+        model = tiny_model(kind, n_layers=2, family=family)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(ids)
+            assert "blocks.1.attn.hook_result" not in cache.cache_dict, kind
+            model.set_use_attn_result(True)
+            _, cache = model.run_with_cache(ids)
+            model.set_use_attn_result(False)
+            attn = model.blocks[1].attn
+            expected = attn.o_proj(cache["blocks.1.attn.hook_z"].flatten(-2))
+            torch.testing.assert_close(cache["blocks.1.attn.hook_result"].sum(-2) + model.b_O[1], expected,
+                                       atol=1e-5, rtol=0, msg=kind)
+
+            def zero_result(result, hook):
+                result[:, :, 2] = 0.0
+
+            def zero_z(z, hook):
+                z[:, :, 2] = 0.0
+
+            by_result = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.attn.hook_result", zero_result)])
+            by_z = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.attn.hook_z", zero_z)])
+        torch.testing.assert_close(by_result, by_z, atol=1e-5, rtol=0, msg=kind)

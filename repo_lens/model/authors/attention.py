@@ -23,7 +23,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
-from repo_lens.model.hooking import editable
+from repo_lens.model.hooking import editable, project_heads
 from repo_lens.model.pattern import causal_mask
 from repo_lens.model.authors.frequencies import FixedFrequencies, LearnedFrequencies
 from repo_lens.model.authors.kv_shift import ShiftLinear
@@ -69,6 +69,7 @@ class AuthorsAttention(AttentionWeights, nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output, after its norm and gate; only when hooked)
 
     @staticmethod
     def _projection(cfg: ModelConfig, width: int, shifted: bool) -> nn.Module:
@@ -169,4 +170,4 @@ class AuthorsAttention(AttentionWeights, nn.Module):
         if self.options.output_gate != "none":
             gate = self.ogate_proj(h)
             out = (F.silu(gate) if self.options.output_gate == "silu" else torch.sigmoid(gate)) * out
-        return self.o_proj(out)
+        return project_heads(self.o_proj, out.view(batch, pos, self.n_heads, self.d_head), self.hook_result)

@@ -14,7 +14,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
-from repo_lens.model.hooking import editable
+from repo_lens.model.hooking import editable, project_heads
 from repo_lens.model.pattern import causal_mask
 from repo_lens.model.authors.cope_gates import GatedCope
 from repo_lens.model.authors.cope_relative import RelativePositions
@@ -50,6 +50,7 @@ class CopeAttention(AttentionWeights, nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output; only when hooked)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head)
@@ -94,4 +95,4 @@ class CopeAttention(AttentionWeights, nn.Module):
         allowed = causal_mask(pos, k.shape[2], h.device)
         z = attend(q, k, v, allowed, self._bias(h, q, k, v, cache, allowed), self.hook_pattern, self.hook_attn_scores)
         z = self.hook_z(z.transpose(1, 2))
-        return self.o_proj(z.reshape(batch, pos, self.n_heads * self.d_head))
+        return project_heads(self.o_proj, z, self.hook_result)

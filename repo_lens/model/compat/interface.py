@@ -12,10 +12,12 @@ from repo_lens.model.compat.blocks import transformer_lens_hook_names
 from repo_lens.model.compat.cache import LensActivationCache
 from repo_lens.model.compat.forward import ForwardInterface
 from repo_lens.model.compat.generate import GenerateInterface
+from repo_lens.model.compat.heads import HeadMethods
 from repo_lens.model.compat.tokens import TokenMethods
 from repo_lens.model.compat.weights import WeightInterface
 
 
+RESULT_HOOK = "attn.hook_result"  # cached only after set_use_attn_result(True)
 PATTERN_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")  # computed in fp32; cached in the model's dtype
 # hooks whose last axis is the token ([batch, head, pos]): positions and the increments that sum to them
 LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_query_delta")
@@ -36,7 +38,8 @@ def position_axis(name: str) -> int:
     return -3 if leaf in HEAD_VECTOR_HOOKS else -2
 
 
-class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface, WeightInterface, HookedRootModule):
+class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface, WeightInterface, HeadMethods,
+                               HookedRootModule):
     """A ``HookedRootModule`` whose ``run_with_cache`` returns TransformerLens' ``ActivationCache`` (one that
     refuses readouts that would be silently wrong here: :mod:`repo_lens.model.compat.cache`), whose norm
     hooks carry TransformerLens' names (``blocks.{l}.ln1.hook_scale``, ``ln_final.hook_normalized``), and
@@ -86,9 +89,13 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         """TransformerLens' caching hooks, with ``pos_slice`` applied on each hook's own position axis (the
         last of ``hook_pos`` [batch, head, pos] and the increments, the third from last of ``hook_rot_q`` /
         ``hook_rot_k`` [batch, pos, head, d_head]; TransformerLens' rule for its own hooks); the attention
-        scores and pattern stored in ``run_with_cache``'s ``cache_dtype`` (default: the model's dtype)."""
+        scores and pattern stored in ``run_with_cache``'s ``cache_dtype`` (default: the model's dtype); the
+        heads' results (``attn.hook_result``) only after ``set_use_attn_result(True)``, as TransformerLens."""
         cache, forward_hooks, backward_hooks = super().get_caching_hooks(
             names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=None)
+        if not getattr(self.cfg, "use_attn_result", False):  # [batch, pos, head, d_model] a layer: as TransformerLens,
+            forward_hooks = [hook for hook in forward_hooks if not hook[0].endswith(RESULT_HOOK)]  # only when asked for
+            backward_hooks = [hook for hook in backward_hooks if not hook[0].endswith(RESULT_HOOK)]
         slicer = None if pos_slice is None else Slice.unwrap(pos_slice)
         dtype = getattr(self, "_pattern_cache_dtype", None) or next(self.parameters()).dtype
 

@@ -86,6 +86,46 @@ class TokenMethods:
             raise InputError(f"{string!r} is {tokens.numel()} tokens, not one; pick a string the tokenizer keeps whole")
         return int(tokens[0])
 
+    def to_single_str_token(self, int_token: int) -> str:
+        """The string of one token id.
+
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> model = tiny_model("rope"); model.tokenizer = ByteTokenizer()
+        >>> model.to_single_str_token(104)
+        'h'
+        """
+        if isinstance(int_token, bool) or not isinstance(int_token, int):
+            raise InputError(f"to_single_str_token takes one token id (an int), not {type(int_token).__name__}")
+        return cast("list[str]", self.to_str_tokens(torch.tensor([int_token])))[0]
+
+    def get_token_position(self, single_token: str | int | torch.Tensor, input: str | torch.Tensor, mode: str = "first",
+                           prepend_bos: bool | None = None, padding_side: str | None = None) -> int:
+        """The index of ``single_token`` (a string of one token, or its id) in ``input`` (a text, or token
+        ids [pos] or [1, pos]): its first occurrence, or its last with ``mode="last"``, as TransformerLens.
+
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> model = tiny_model("rope"); model.tokenizer = ByteTokenizer()
+        >>> model.get_token_position("a", "banana"), model.get_token_position("a", "banana", mode="last")
+        (1, 5)
+        """
+        tokens = self.to_tokens(input, prepend_bos, padding_side) if isinstance(input, str) else torch.as_tensor(input)
+        if tokens.ndim == 2:
+            if tokens.shape[0] != 1:
+                raise InputError(f"token ids of shape {tuple(tokens.shape)}: give one sequence, [pos] or [1, pos]")
+            tokens = tokens[0]
+        if isinstance(single_token, str):
+            single_token = self.to_single_token(single_token)
+        elif isinstance(single_token, torch.Tensor):
+            single_token = int(single_token.item())
+        found = torch.nonzero(tokens == single_token).flatten()
+        if not len(found):
+            raise InputError(f"token {single_token} does not occur in the input")
+        if mode not in ("first", "last"):
+            raise InputError(f"mode must be 'first' or 'last', not {mode!r}")
+        return int(found[0] if mode == "first" else found[-1])
+
     def tokens_of(self, input: Any, prepend_bos: bool | None = None, padding_side: str | None = None) -> torch.Tensor:
         """Token ids [batch, pos] on the model's device from text, a list of texts or ids."""
         if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], str)):

@@ -5,7 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 from transformer_lens.FactoredMatrix import FactoredMatrix
+
+
+class Embed(nn.Embedding):
+    """The token embedding, with TransformerLens' name for its matrix: ``W_E`` [d_vocab, d_model]."""
+
+    W_E = property(lambda self: self.weight)
+
+
+class Unembed(nn.Linear):
+    """The unembedding, with TransformerLens' names: ``W_U`` [d_model, d_vocab] and ``b_U`` [d_vocab] (zeros
+    where the checkpoint has no bias)."""
+
+    W_U = property(lambda self: self.weight.T)
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        return torch.zeros_like(self.weight[:, 0]) if self.bias is None else self.bias
 
 
 def _per_query_head(weight: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -197,7 +197,9 @@ for layer in learned:
 print(f"Pearson r (patched vs attributed, every cell of every pair): "
       f"{np.corrcoef(np.ravel([g.effects[cells] for g in exact]), np.ravel([g.effects[cells] for g in estimate]))[0, 1]:.2f}")
 
-# `tokens=` patches only some tokens: the needle's (where it sits in the moved run) or the rest.
+# `tokens=` patches only some tokens. A span by name ("needle", "question", "answer") is transplanted:
+# each of its tokens in the moved run gets the clean positions of the same token of the clean run's
+# span, wherever that sat. "rest" is every other token, patched index by index.
 for tokens in ("needle", "rest"):
     only = np.mean([interventions.patch(lens, clean, moved, interventions.answer_logprob(moved), tokens=tokens,
                                         progress=False).effects for clean, moved in pairs], axis=0)
@@ -217,8 +219,12 @@ fig.update_layout(title="bytes1k-repo: clean positions of one head written into 
 # %% [markdown]
 # A head whose patched effect is far from zero holds positions that differ between the two prompts
 # in a way the answer depends on: the same two heads of the lower RePo layer that the ablations of
-# section 2 flag. Restricted to tokens, the effect sits in the needle's own positions: patching the
-# needle's tokens alone reproduces it, patching every other token does next to nothing. The attribution map costs one forward and one backward pass for the whole grid,
+# section 2 flag. Transplanting the needle's own clean positions onto the moved needle changes next
+# to nothing, and neither does patching every other token: the needle carries the same learned
+# positions wherever it sits, so the whole-run effect comes from writing other tokens' positions
+# (the haystack's that sat at the moved needle's indices in the clean run) onto the needle. In a RoPE
+# model the same transplant breaks retrieval: its needle's positions are its place in the text.
+# The attribution map costs one forward and one backward pass for the whole grid,
 # but it is a first-order estimate, and the answer is far from linear in a position that moves by
 # many units (a rotation angle wraps around): it finds one of the two heads and misses the other,
 # as the Pearson r above shows. Use it to rank the cells of a large grid, then patch the top ones

@@ -1,8 +1,9 @@
 """The intervals and tests of ``interventions.stats`` (scipy.stats inside) against values worked out by hand,
-and against what the earlier hand-written code recorded on real study outputs (the shipped results.json)."""
+and against what the earlier hand-written code recorded on real study outputs (the shipped results.json.gz)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from fractions import Fraction
@@ -13,7 +14,7 @@ import pytest
 
 from repo_lens.interventions import stats
 
-RESULTS = Path(__file__).resolve().parents[2] / "analyses/results/position_interventions/results.json"
+RESULTS = Path(__file__).resolve().parents[2] / "analyses/results/position_interventions/results.json.gz"
 
 
 def wilson_by_hand(hits: int, n: int, z: float) -> tuple[float, float]:
@@ -93,7 +94,7 @@ def test_sign_flip_by_hand():
 def _results() -> dict:
     if not RESULTS.is_file():
         pytest.skip(f"{RESULTS} is not in this checkout")
-    return json.loads(RESULTS.read_text())
+    return json.loads(gzip.decompress(RESULTS.read_bytes()))
 
 
 def test_the_recorded_intervals_and_p_values_of_a_real_study_are_reproduced():

@@ -4,6 +4,7 @@ the helpers against hand-computed cases, and paper-sized vector export."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +214,24 @@ def test_the_docs_list_each_studys_default_models():
             family = part.rsplit("-", 1)[0] if not part.startswith("-") else family
             expanded.append(family + part if part.startswith("-") else part)
         assert sorted(expanded) == sorted(model.removeprefix("zoo:") for model in study.default_models), name
+
+
+def test_variance_shares_script_tells_running_sums_from_repo_positions():
+    """analyses/variance_shares.py on two zoo models: the learned increments' positions are running sums,
+    so the token index explains all of each head's variance; the 256-byte RePo's follow no trend; in every
+    row the shares' means add up to 1."""
+    import re
+
+    done = subprocess.run([sys.executable, str(ROOT / "analyses" / "variance_shares.py"), "--model", "bytes-lpi",
+                           "--model", "zoo:bytes-repo"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    blocks = dict(re.findall(r"^(bytes-\S+) \(.*?\n\n(.*?)(?:\n\n|\Z)", done.stdout, flags=re.S | re.M))
+    assert set(blocks) == {"bytes-lpi", "bytes-repo"}, done.stdout
+    for name, table in blocks.items():
+        rows = [line for line in table.splitlines() if line.startswith("| L")]
+        assert rows, table
+        for row in rows:
+            means = [float(cell.split()[0]) for cell in row.strip("|").split("|")[1:]]
+            assert abs(sum(means) - 1) <= 0.02, row
+            assert (means[0] >= 0.95) if name == "bytes-lpi" else (means[0] <= 0.01), row

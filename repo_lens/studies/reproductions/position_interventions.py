@@ -243,8 +243,9 @@ def head_comparisons(result: dict[str, Any]) -> dict[str, Any]:
 
 def patching_study(lens: Any, pairs: list[tuple[Any, Any]], progress: bool, name: str) -> dict[str, Any]:
     """Per token set (every token, the needle's, the rest), the per-head map of Δ answer log p when the
-    clean positions are written into the moved-needle run: mean and bootstrap interval over pairs; and the
-    attribution estimate's Pearson correlation with the exact map (every token)."""
+    clean positions are written into the moved-needle run: mean and bootstrap interval over pairs, overall
+    and per prompt family (``by_family``); and the attribution estimate's Pearson correlation with the
+    exact map (every token)."""
     from repo_lens import interventions
 
     effects: dict[str, list[np.ndarray]] = {label: [] for label in PATCH_TOKENS}
@@ -260,11 +261,14 @@ def patching_study(lens: Any, pairs: list[tuple[Any, Any]], progress: bool, name
         estimates.append(interventions.attribute(lens, clean, moved, metric).effects)
         families.append(moved.meta["family"])
     maps = {label: cell_intervals(np.asarray(values)) for label, values in effects.items()}
+    names = np.asarray(families)
+    by_family = {family: {label: cell_intervals(np.asarray(values)[names == family]) for label, values in effects.items()}
+                 for family in dict.fromkeys(families)}
     exact, estimate = np.asarray(effects["every token"]), np.asarray(estimates)
     cells = np.isfinite(exact[0])
     varied = np.abs(exact[:, cells]).sum() > 0
     pearson = float(np.corrcoef(exact[:, cells].ravel(), estimate[:, cells].ravel())[0, 1]) if varied else None
-    return {"pairs": len(pairs), "families": families, "maps": maps,
+    return {"pairs": len(pairs), "families": families, "maps": maps, "by_family": by_family,
             "moved_logprob": stats.bootstrap_mean(baselines), "clean_logprob": stats.bootstrap_mean(cleans),
             "attribution_pearson": pearson}
 

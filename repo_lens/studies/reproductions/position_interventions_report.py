@@ -138,7 +138,8 @@ def comparison_table(results: dict[str, Any], limit: int = 12) -> str:
 
 
 def patching_table(results: dict[str, Any]) -> str:
-    """Per model and token set, Δ log p(answer) of the moved-needle run per head: mean [95 % interval]."""
+    """Per model and token set, Δ log p(answer) of the moved-needle run per head: mean [95 % interval], and
+    the mean in each prompt family."""
     blocks = []
     for model, result in _retrieval(results).items():
         patching = result["patching"]
@@ -147,11 +148,17 @@ def patching_table(results: dict[str, Any]) -> str:
                 f"clean {interval_text(patching['clean_logprob'])}; attribution vs exact (every token) Pearson "
                 f"{'–' if pearson is None else f'{pearson:.2f}'}")
         maps = patching["maps"]
+        by_family = patching.get("by_family") or {}
         first = np.asarray(next(iter(maps.values()))["value"], dtype=float)
-        lines = [head, "", "| cell | " + " | ".join(maps) + " |", "|---|" + "---|" * len(maps)]
+        family_column = (f" per family ({' / '.join(by_family)}): " + " ; ".join(maps) + " |") if by_family else ""
+        lines = [head, "", "| cell | " + " | ".join(maps) + " |" + family_column,
+                 "|---|" + "---|" * (len(maps) + bool(by_family))]
         for layer, head_index in zip(*np.nonzero(np.isfinite(first))):
             cells = [interval_text({key: np.asarray(m[key], dtype=float)[layer, head_index]
                                     for key in ("value", "low", "high")}) for m in maps.values()]
+            if by_family:
+                cells.append(" ; ".join("/".join(f"{float(np.asarray(family[label]['value'], dtype=float)[layer, head_index]):+.2f}"
+                                                 for family in by_family.values()) for label in maps))
             lines.append(f"| L{layer} h{head_index} | " + " | ".join(cells) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

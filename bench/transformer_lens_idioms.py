@@ -186,6 +186,30 @@ def _attn_result(model: Any) -> torch.Tensor:
         model.set_use_attn_result(False)
 
 
+def _without_batch(model: Any) -> torch.Tensor:
+    def halve(resid: torch.Tensor, hook: Any) -> torch.Tensor:
+        assert resid.ndim == 2  # [pos, d_model]
+        return resid * 0.5
+
+    with torch.no_grad():
+        return model.run_with_hooks(_ids(), fwd_hooks=[("blocks.0.hook_resid_post", halve)], remove_batch_dim=True)
+
+
+def _pattern_grad(model: Any) -> torch.Tensor:
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(pattern: torch.Tensor, hook: Any) -> None:
+        pattern.retain_grad()
+        kept["pattern"] = pattern
+
+    model.zero_grad()
+    logits = model.run_with_hooks(_ids(), fwd_hooks=[("blocks.1.attn.hook_pattern", keep)])
+    logits[0, -1, 5].backward()
+    model.zero_grad()
+    grad = kept["pattern"].grad
+    return torch.tensor(float("nan")) if grad is None else grad
+
+
 def _generate(model: Any, **kwargs: Any) -> Any:
     return model.generate(PROMPT, max_new_tokens=4, verbose=False, **kwargs)
 
@@ -239,6 +263,11 @@ IDIOMS: dict[str, Callable[[Any], Any]] = {
     "start_at_layer=1 (from stop_at_layer=1)": lambda m: m(m(_ids(), stop_at_layer=1), start_at_layer=1),
     "loss with attention_mask (right padding)": _masked_loss,
     "set_use_attn_result: hook_result": _attn_result,
+    "cache.logit_lens()": lambda m: _cache(m).logit_lens().readout.values,
+    "run_with_hooks(remove_batch_dim=True)": _without_batch,
+    "hook_pattern: retain_grad()": _pattern_grad,
+    "generate from embeddings (KV cache off)": lambda m: m.generate(m.embed(_ids()), max_new_tokens=3, do_sample=False,
+                                                                  use_past_kv_cache=False, verbose=False),
 }
 
 OLMO2_NAMES = {"ln1.hook_scale": "blocks.0.ln1_post.hook_scale", "ln1.hook_normalized": "blocks.0.ln1_post.hook_normalized",

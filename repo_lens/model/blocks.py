@@ -21,6 +21,9 @@ class _Block(BlockNames, nn.Module):
     "after_mlp".
     """
 
+    # TransformerLens' logit lens reads this: the block's hook_resid_post is the one residual stream
+    hook_out_is_single_residual_stream = True
+
     NORMS: dict[str, str] = {}
     WEIGHT_BEFORE_CAST = True
     ATTENTION: type[nn.Module] = Attention  # the attention module class (the authors' blocks use their own)

@@ -25,6 +25,8 @@ def hooked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fused: t
     (q·k/√d_head + bias, −inf where masked, fp32) and the pattern pass through their hooks when asked for,
     and the output is recomputed from the pattern only if a hook replaced or edited either, or a backward
     hook needs their gradient; otherwise ``fused`` itself, so reading hooks leave the output bit-identical.
+    With autograd on, a reading hook's pattern is on the gradient's path (``retain_grad`` works): the
+    output keeps the fused value and takes its gradient through the pattern.
 
     >>> q = k = v = torch.ones(1, 1, 2, 4)
     >>> out = hooked_attention(q, k, v, v, None, None, HookPoint(), HookPoint())
@@ -45,6 +47,11 @@ def hooked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fused: t
     pattern = scores.softmax(dim=-1)
     edited_pattern = through(hook_pattern, pattern)
     if edited_pattern is None and edited_scores is None:
-        return fused
+        if not (torch.is_grad_enabled() and pattern.requires_grad):
+            return fused
+        # the hooks only read, but a gradient may be asked of what they saw (retain_grad): the output stays
+        # the fused kernel's, bit for bit, and its gradient flows through the pattern instead of the kernel
+        explicit = (pattern @ v.float()).to(v.dtype)
+        return fused.detach() + (explicit - explicit.detach())
     pattern = pattern if edited_pattern is None else edited_pattern
     return (pattern @ v.float()).to(v.dtype)

@@ -307,3 +307,63 @@ def test_a_head_s_result_is_its_share_of_the_attention_output(family):
             by_result = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.attn.hook_result", zero_result)])
             by_z = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.attn.hook_z", zero_z)])
         torch.testing.assert_close(by_result, by_z, atol=1e-5, rtol=0, msg=kind)
+
+
+def test_generate_from_embeddings_is_the_greedy_continuation_on_every_mechanism():
+    """From the token embeddings, with and without the KV cache: the argmax of full forward passes over the
+    embeddings followed by the new tokens'; refused where the model adds to the embeddings before block 0."""
+    from repo_lens.errors import InputError
+    from repo_lens.model.registry import mechanism_kinds
+    from repo_lens.model.tiny import tiny_model
+
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(1))
+    for kind in mechanism_kinds():
+        model = tiny_model(kind, n_layers=2)
+        with torch.no_grad():
+            embeddings = model.embed(ids)
+            if hasattr(model, "increments"):
+                with pytest.raises(InputError, match="pass tokens"):
+                    model.generate(embeddings, max_new_tokens=2, verbose=False)
+                continue
+            tokens = ids
+            for _ in range(3):
+                tokens = torch.cat((tokens, model(tokens)[:, -1].argmax(-1, keepdim=True)), dim=1)
+            for cached in (True, False):
+                new = model.generate(embeddings, max_new_tokens=3, do_sample=False, stop_at_eos=False,
+                                     use_past_kv_cache=cached, verbose=False)
+                assert torch.equal(new, tokens[:, 5:]), (kind, cached)
+
+
+def test_a_read_pattern_keeps_its_gradient_and_incl_bwd_needs_a_loss():
+    """A forward hook that only reads hook_pattern and calls retain_grad() gets the gradient a backward hook
+    on the same point sees, on every mechanism, and the logits stay bit-identical; incl_bwd without a
+    scalar output is refused before the run."""
+    from repo_lens.errors import InputError
+    from repo_lens.model.registry import mechanism_kinds
+    from repo_lens.model.tiny import tiny_model
+
+    ids = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(2))
+    for kind in mechanism_kinds():
+        model = tiny_model(kind, n_layers=2)
+        kept, seen = {}, {}
+
+        def keep(pattern, hook):
+            pattern.retain_grad()
+            kept["pattern"] = pattern
+
+        def grad_hook(grad, hook):
+            seen["grad"] = grad.detach().clone()
+
+        plain = model(ids)
+        logits = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.attn.hook_pattern", keep)])
+        assert torch.equal(logits, plain), kind
+        logits[0, -1, 3].backward()
+        model.zero_grad()
+        logits = model.run_with_hooks(ids, bwd_hooks=[("blocks.1.attn.hook_pattern", grad_hook)], reset_hooks_end=False)
+        logits[0, -1, 3].backward()
+        model.reset_hooks()
+        model.zero_grad()
+        assert kept["pattern"].grad is not None, kind
+        torch.testing.assert_close(kept["pattern"].grad, seen["grad"], atol=1e-6, rtol=1e-5, msg=kind)
+    with pytest.raises(InputError, match='return_type="loss"'):
+        model.run_with_cache(ids, incl_bwd=True)

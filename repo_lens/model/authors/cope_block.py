@@ -28,6 +28,9 @@ class Feedforward(nn.Module):
 class CopeBlock(nn.Module):
     """One decoder layer of a CoPE authors' checkpoint."""
 
+    # TransformerLens' logit lens reads this: the block's hook_resid_post is the one residual stream
+    hook_out_is_single_residual_stream = True
+
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.post_norm = bool(cfg.extra.get("authors", {}).get("post_norm", False))

@@ -15,6 +15,16 @@ class GenerateInterface:
     freq_penalty, use_past_kv_cache, prepend_bos, padding_side, return_type, verbose)`` as TransformerLens
     has it; sampling is TransformerLens' own ``sample_logits``."""
 
+    def _check_embeddings(self, embeddings: torch.Tensor) -> None:
+        """Embeddings [batch, pos, d_model] stand for what the token embedding gives; refused where the model
+        adds to them before block 0 (absolute position embeddings, learned increments read from them)."""
+        if embeddings.ndim != 3 or embeddings.shape[-1] != self.cfg.d_model:  # type: ignore[attr-defined]
+            raise InputError(f"embeddings of shape {tuple(embeddings.shape)}: give [batch, pos, d_model] with "
+                             f"d_model = {self.cfg.d_model}")  # type: ignore[attr-defined]
+        if hasattr(self, "abs_pos_emb") or hasattr(self, "increments"):
+            raise InputError("this model adds absolute position embeddings or learned increments to the token "
+                             "embeddings before block 0, so generating from embeddings would skip them: pass tokens")
+
     @torch.no_grad()
     def generate(self, input: Any = "", max_new_tokens: int = 10, stop_at_eos: bool = True,
                  eos_token_id: int | None = None, do_sample: bool = True, top_k: int | None = None,
@@ -23,7 +33,9 @@ class GenerateInterface:
                  padding_side: str | None = None, return_type: str | None = "input",
                  verbose: bool = True) -> str | list[str] | torch.Tensor:
         """The input continued by ``max_new_tokens`` tokens: a string for a text (``return_type="input"``
-        or "str"), token ids [batch, pos + new] for token input or ``return_type="tokens"``.
+        or "str"), token ids [batch, pos + new] for token input or ``return_type="tokens"``; from
+        embeddings [batch, pos, d_model] (what ``model.embed`` gives), the new tokens [batch, new], as
+        TransformerLens.
 
         Example:
             >>> from repo_lens.model.tiny import tiny_model
@@ -39,14 +51,23 @@ class GenerateInterface:
                             freq_penalty=freq_penalty, repetition_penalty=repetition_penalty,
                             use_past_kv_cache=use_past_kv_cache, prepend_bos=prepend_bos, verbose=verbose)
             return [cast(str, self.generate(text, **settings)) for text in input]  # so no text continues after pads
-        tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
+        embeddings = input if isinstance(input, torch.Tensor) and input.is_floating_point() else None
+        if embeddings is not None:
+            self._check_embeddings(embeddings)
+            tokens = torch.zeros(embeddings.shape[0], 0, dtype=torch.long, device=embeddings.device)
+        else:
+            tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
         if stop_at_eos and eos_token_id is None:
             eos_token_id = getattr(getattr(self, "tokenizer", None), "eos_token_id", None)
         finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         cache = self.new_cache() if use_past_kv_cache else None  # type: ignore[attr-defined]
         step_input = tokens
-        for _ in range(max_new_tokens):
-            logits = self(step_input, cache=cache)[:, -1]  # type: ignore[operator]  # through forward: hooks, the lock
+        for step in range(max_new_tokens):
+            if embeddings is not None and (step == 0 or cache is None):  # the residual stream entering block 0
+                stream = embeddings if step == 0 else torch.cat((embeddings, self.embed(tokens)), dim=1)  # type: ignore[attr-defined]
+                logits = self(stream, start_at_layer=0, cache=cache)[:, -1]  # type: ignore[operator]
+            else:
+                logits = self(step_input, cache=cache)[:, -1]  # type: ignore[operator]  # through forward: hooks, the lock
             if do_sample:
                 chosen = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
                                        freq_penalty=freq_penalty, repetition_penalty=repetition_penalty, tokens=tokens)
@@ -60,7 +81,7 @@ class GenerateInterface:
             if stop_at_eos and bool(finished.all()):
                 break
         if return_type == "tokens" or (return_type == "input" and not isinstance(input, (str, list))):
-            return tokens
+            return tokens  # from embeddings: the new tokens alone, as TransformerLens
         tokenizer = self._require_tokenizer()  # type: ignore[attr-defined]
         special = {"skip_special_tokens": True} if hasattr(tokenizer, "bos_token_id") else {}
         texts = [tokenizer.decode(row.tolist(), **special) for row in tokens]

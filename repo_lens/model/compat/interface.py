@@ -8,6 +8,7 @@ import torch
 from transformer_lens import HookedRootModule
 from transformer_lens.utilities import Slice
 
+from repo_lens.errors import InputError
 from repo_lens.model.compat.blocks import transformer_lens_hook_names
 from repo_lens.model.compat.cache import LensActivationCache
 from repo_lens.model.compat.forward import ForwardInterface
@@ -23,6 +24,16 @@ PATTERN_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")  # computed in fp
 LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_query_delta")
 # [batch, pos, head, d_head]: TransformerLens' own, and the rotated queries and keys
 HEAD_VECTOR_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k")
+
+
+def _without_batch_dim(hook: Any) -> Any:
+    def wrapped(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not (isinstance(tensor, torch.Tensor) and tensor.dim() and tensor.shape[0] == 1):
+            return hook(tensor, *args, **kwargs)
+        out = hook(tensor[0], *args, **kwargs)  # a view: edits in place reach the run
+        return out.unsqueeze(0) if isinstance(out, torch.Tensor) else out
+
+    return wrapped
 
 
 def position_axis(name: str) -> int:
@@ -74,6 +85,9 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         (as TransformerLens caches them; half the memory of a bf16 model's fp32 patterns) unless
         ``cache_dtype`` asks for another; positions are cached in fp32 whatever the model's dtype.
         """
+        if kwargs.get("incl_bwd") and kwargs.get("return_type", "logits") != "loss":
+            raise InputError("incl_bwd=True calls backward() on the output, which must be one number: pass "
+                             'return_type="loss" (or run the backward pass yourself with run_with_hooks)')
         self._pattern_cache_dtype = cache_dtype
         try:
             output, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
@@ -82,6 +96,16 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         if not return_cache_object:
             return output, cache
         return output, LensActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+
+    def run_with_hooks(self, *model_args: Any, fwd_hooks: Any = (), bwd_hooks: Any = (), reset_hooks_end: bool = True,
+                       clear_contexts: bool = False, remove_batch_dim: bool = False, **model_kwargs: Any) -> Any:
+        """TransformerLens' ``run_with_hooks``; with ``remove_batch_dim`` each hook sees a tensor whose
+        leading dimension of size 1 is dropped (and a tensor it returns gets it back), as its bridge does."""
+        if remove_batch_dim:
+            fwd_hooks = [(name, _without_batch_dim(hook)) for name, hook in fwd_hooks]
+            bwd_hooks = [(name, _without_batch_dim(hook)) for name, hook in bwd_hooks]
+        return super().run_with_hooks(*model_args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks),
+                                      reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts, **model_kwargs)
 
     def get_caching_hooks(self, names_filter: Any = None, incl_bwd: bool = False, device: Any = None,
                           remove_batch_dim: bool = False, cache: dict | None = None,

@@ -263,6 +263,8 @@ IDIOMS: dict[str, Callable[[Any], Any]] = {
     "start_at_layer=1 (from stop_at_layer=1)": lambda m: m(m(_ids(), stop_at_layer=1), start_at_layer=1),
     "loss with attention_mask (right padding)": _masked_loss,
     "set_use_attn_result: hook_result": _attn_result,
+    "QK_for_attn_layers()": lambda m: m.QK_for_attn_layers()[1].AB,
+    "OV_for_attn_layers()": lambda m: m.OV_for_attn_layers()[1].AB,
     "cache.logit_lens()": lambda m: _cache(m).logit_lens().readout.values,
     "run_with_hooks(remove_batch_dim=True)": _without_batch,
     "hook_pattern: retain_grad()": _pattern_grad,

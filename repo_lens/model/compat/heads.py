@@ -55,6 +55,20 @@ class HeadMethods:
         return CompositionScores(scores=scores, layer_indices=list(range(self.cfg.n_layers)),
                                  head_labels=self.all_head_labels)
 
+    def QK_for_attn_layers(self) -> tuple[list[int], FactoredMatrix]:  # noqa: N802 (TransformerLens' name)
+        """(the attention layers, their QK circuits): every layer of a repo_lens model attends.
+
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> layers, qk = tiny_model("repo", n_layers=2).QK_for_attn_layers()
+        >>> layers, tuple(qk.shape)
+        ([0, 1], (2, 4, 64, 64))
+        """
+        return list(range(self.cfg.n_layers)), self.QK
+
+    def OV_for_attn_layers(self) -> tuple[list[int], FactoredMatrix]:  # noqa: N802 (TransformerLens' name)
+        """(the attention layers, their OV circuits): every layer of a repo_lens model attends."""
+        return list(range(self.cfg.n_layers)), self.OV
+
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """TransformerLens' switch for caching ``blocks.L.attn.hook_result`` [batch, pos, head, d_model] (a
         d_model vector per head and token: off by default). A hook added to it by name runs either way."""

@@ -119,3 +119,27 @@ def test_the_recorded_intervals_and_p_values_of_a_real_study_are_reproduced():
             assert test["difference"] == pytest.approx(recorded["difference"], abs=1e-12), (model, name)
             compared += 1
     assert compared >= 20
+
+
+def test_head_comparisons_by_family_pool_to_the_study_s_own_comparison():
+    """analyses/head_comparisons_by_family.py: its pooled cell is the study's recorded head-against-head test,
+    and each family's cell is the same test on that family's prompts alone (recomputed here by hand)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("by_family", RESULTS.parents[2] / "head_comparisons_by_family.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result = _results()["results"]["zoo:bytes1k-repo"]
+    cells = script.compare(result, "head 2.0 constant", "head 2.3 constant")
+    recorded = result["ablations"]["head_comparisons"]["2 constant h0 vs h3"]
+    assert cells[0].startswith(f"{recorded['difference']['value']:+.2f} ") and f"p = {recorded['p']:.2g}" in cells[0]
+    first = np.asarray(result["ablations"]["conditions"]["head 2.0 constant"]["hits"])
+    second = np.asarray(result["ablations"]["conditions"]["head 2.3 constant"]["hits"])
+    families = result["ablations"]["unedited"]["by_family"]
+    assert len(cells) == 1 + len(families)
+    start = 0
+    for cell, score in zip(cells[1:], families.values()):
+        rows = slice(start, start + score["accuracy"]["n"])
+        assert np.isclose(float(cell.split()[0]), first[rows].mean() - second[rows].mean(), atol=0.005)
+        start += score["accuracy"]["n"]
+    assert start == len(first)

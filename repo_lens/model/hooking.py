@@ -70,7 +70,7 @@ def editable(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def project_heads(o_proj: torch.nn.Linear, z: torch.Tensor, hook_result: HookPoint) -> torch.Tensor:
+def project_heads(o_proj: torch.nn.Module, z: torch.Tensor, hook_result: HookPoint) -> torch.Tensor:
     """``o_proj`` of the heads' outputs ``z`` [batch, pos, head, d_head]: one matmul, unless something waits
     on ``hook_result`` [batch, pos, head, d_model], each head's share of the output (TransformerLens'
     ``hook_result``); then the (possibly edited) shares summed, plus the bias.
@@ -84,9 +84,10 @@ def project_heads(o_proj: torch.nn.Linear, z: torch.Tensor, hook_result: HookPoi
     fused = o_proj(z.reshape(batch, pos, heads * d_head))
     if not wants(hook_result):
         return fused
-    weight = o_proj.weight.view(o_proj.out_features, heads, d_head)
-    edited = through(hook_result, torch.einsum("bphd,mhd->bphm", z, weight))
+    weight = cast(torch.Tensor, o_proj.weight)  # a Linear's [d_model, head × d_head]
+    edited = through(hook_result, torch.einsum("bphd,mhd->bphm", z, weight.view(weight.shape[0], heads, d_head)))
     if edited is None:  # the hooks only read the shares: the output as without them, bit for bit
         return fused
     out = edited.sum(-2)
-    return out if o_proj.bias is None else out + o_proj.bias
+    bias = getattr(o_proj, "bias", None)
+    return out if bias is None else out + bias

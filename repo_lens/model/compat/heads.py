@@ -17,8 +17,6 @@ class HeadMethods:
     bridge has them (``OV`` and ``QK`` come from the weight interface; QK is before any rotation)."""
 
     cfg: Any
-    OV: FactoredMatrix
-    QK: FactoredMatrix
 
     @property
     def all_head_labels(self) -> list[str]:
@@ -39,11 +37,11 @@ class HeadMethods:
         >>> tuple(tiny_model("repo", n_layers=2).all_composition_scores("Q").scores.shape)
         (2, 4, 2, 4)
         """
-        left = self.OV
+        left: FactoredMatrix = self.OV  # type: ignore[attr-defined]  # the weight interface's
         if mode == "Q":
-            right = self.QK
+            right = self.QK  # type: ignore[attr-defined]
         elif mode == "K":
-            right = self.QK.T
+            right = self.QK.T  # type: ignore[attr-defined]
         elif mode == "V":
             right = left
         else:
@@ -63,11 +61,11 @@ class HeadMethods:
         >>> layers, tuple(qk.shape)
         ([0, 1], (2, 4, 64, 64))
         """
-        return list(range(self.cfg.n_layers)), self.QK
+        return list(range(self.cfg.n_layers)), self.QK  # type: ignore[attr-defined]
 
     def OV_for_attn_layers(self) -> tuple[list[int], FactoredMatrix]:  # noqa: N802 (TransformerLens' name)
         """(the attention layers, their OV circuits): every layer of a repo_lens model attends."""
-        return list(range(self.cfg.n_layers)), self.OV
+        return list(range(self.cfg.n_layers)), self.OV  # type: ignore[attr-defined]
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """TransformerLens' switch for caching ``blocks.L.attn.hook_result`` [batch, pos, head, d_model] (a

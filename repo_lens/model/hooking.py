@@ -81,13 +81,12 @@ def project_heads(o_proj: torch.nn.Module, z: torch.Tensor, hook_result: HookPoi
     True
     """
     batch, pos, heads, d_head = z.shape
-    fused = o_proj(z.reshape(batch, pos, heads * d_head))
     if not wants(hook_result):
-        return fused
+        return o_proj(z.reshape(batch, pos, heads * d_head))
     weight = cast(torch.Tensor, o_proj.weight)  # a Linear's [d_model, head × d_head]
     edited = through(hook_result, torch.einsum("bphd,mhd->bphm", z, weight.view(weight.shape[0], heads, d_head)))
     if edited is None:  # the hooks only read the shares: the output as without them, bit for bit
-        return fused
+        return o_proj(z.reshape(batch, pos, heads * d_head))
     out = edited.sum(-2)
     bias = getattr(o_proj, "bias", None)
     return out if bias is None else out + bias

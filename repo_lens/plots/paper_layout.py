@@ -162,9 +162,11 @@ def _legend(fig: go.Figure, target: PaperTarget) -> float:
     return legend_height(names, target, estimated_plot_width(fig, target))  # xref="paper": the plot's width
 
 
-def _legend_key(trace: go.Scatter) -> bool:
-    """A trace with no data that only puts an entry in the legend (e.g. the chunk classes of a strip)."""
-    return trace.x is not None and len(trace.x) > 0 and all(x is None for x in trace.x)
+def legend_key(trace: Any) -> bool:
+    """A scatter trace with no data that only puts an entry in the legend (the chunk classes of a strip, the
+    spaced tokens' connectors)."""
+    return (isinstance(trace, go.Scatter) and trace.x is not None and len(trace.x) > 0
+            and all(x is None for x in trace.x))
 
 
 def _legend_names(fig: go.Figure) -> list[str]:
@@ -309,7 +311,7 @@ def _traces(fig: go.Figure, target: PaperTarget, plot_width: float) -> float:
     for trace in fig.data:
         if isinstance(trace, go.Scatter):
             mode = trace.mode or "lines+markers"
-            if _legend_key(trace):  # a class's swatch, drawn nowhere in the plot: a bar's legend swatch's size
+            if legend_key(trace):  # a class's swatch, drawn nowhere in the plot: a bar's legend swatch's size
                 trace.marker.size = 1.4 * target.tick_px
             elif "markers" in mode and trace.marker.size is not None and np.ndim(trace.marker.size) == 0:
                 trace.marker.size = max(3.0, 0.55 * float(trace.marker.size))

@@ -387,7 +387,7 @@ def _connectors_key(strong: bool) -> go.Scatter:
     so that it shows at legend size."""
     line = dict(color="rgba(0,0,0,0.55)", width=1.2) if strong else dict(color="rgba(60,60,60,0.5)", width=1.2)
     return go.Scatter(x=[None], y=[None], mode="lines", line=line, hoverinfo="skip", showlegend=True, legendrank=1,
-                      name=HIGHLIGHTED_CONNECTORS_KEY if strong else CONNECTORS_KEY, meta={"legend_of": "connectors"})
+                      name=HIGHLIGHTED_CONNECTORS_KEY if strong else CONNECTORS_KEY)
 
 
 def _highlight_marks(xs: np.ndarray, slots: np.ndarray, shown: np.ndarray, display: np.ndarray) -> go.Scatter:

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from repo_lens.plots.labels import label_width_px
 from repo_lens.plots.paper import PaperTarget
-from repo_lens.plots.paper_layout import legend_height, register_relayout, relayout_plot
+from repo_lens.plots.paper_layout import legend_height, legend_key, register_relayout, relayout_plot
 from repo_lens.plots.spaced_token_labels import place_rows
 from repo_lens.plots.spaced_tokens import MERGED_PATTERN, Row, RowLook, draw_rows, x_axis_range
 
@@ -98,8 +98,7 @@ def _drop_rows(fig: go.Figure) -> list[go.Scatter]:
     rings = [trace for trace in fig.data if trace.name == "highlighted tokens"]
     # the connectors' legend key goes too: a paper's caption says what the lines are, and a legend row of
     # its own would cost a short figure a tenth of its height
-    fig.data = [trace for trace in fig.data if not row_part(trace) and not (
-        isinstance(trace.meta, dict) and trace.meta.get("legend_of"))]
+    fig.data = [trace for trace in fig.data if not row_part(trace) and not legend_key(trace)]
     fig.layout.shapes = [shape for shape in fig.layout.shapes
                          if not (shape.name or "").startswith("marks of layer") and not (shape.name or "").endswith(" chunk")]
     return rings

@@ -214,6 +214,30 @@ def _generate(model: Any, **kwargs: Any) -> Any:
     return model.generate(PROMPT, max_new_tokens=4, verbose=False, **kwargs)
 
 
+def _generate_with_cache(model: Any) -> torch.Tensor:
+    """generate's (step logits, cache of the whole output), flattened into one tensor."""
+    out, cache = model.generate(_ids(), max_new_tokens=3, do_sample=False, use_past_kv_cache=False, verbose=False,
+                                output_logits=True, return_cache=True, names_filter="blocks.1.hook_resid_post")
+    return torch.cat([out.sequences.float().flatten(), torch.stack(out.logits).flatten(),
+                      cache["blocks.1.hook_resid_post"].flatten()])
+
+
+def _token_not_found(model: Any) -> str:
+    try:
+        model.get_token_position(30, _ids())
+    except AssertionError as error:  # TransformerLens asserts
+        return "AssertionError: does not occur" if "does not occur" in str(error) else str(error)
+    return "no error"
+
+
+def _appended_eos_stripped(model: Any) -> torch.Tensor:
+    model.cfg.tokenizer_appends_eos = True
+    try:
+        return model.to_tokens("the cat <eos>", prepend_bos=False)
+    finally:
+        model.cfg.tokenizer_appends_eos = False
+
+
 IDIOMS: dict[str, Callable[[Any], Any]] = {
     "run_with_cache returns ActivationCache": lambda m: _is_activation_cache(_cache(m)),
     'cache["z", 0]': lambda m: _cache(m)["z", 0],
@@ -270,6 +294,10 @@ IDIOMS: dict[str, Callable[[Any], Any]] = {
     "hook_pattern: retain_grad()": _pattern_grad,
     "generate from embeddings (KV cache off)": lambda m: m.generate(m.embed(_ids()), max_new_tokens=3, do_sample=False,
                                                                   use_past_kv_cache=False, verbose=False),
+    "generate(output_logits, return_cache)": _generate_with_cache,
+    "get_params()": lambda m: torch.cat([value.flatten() for _, value in sorted(m.get_params().items())]),
+    "get_token_position: absent token": _token_not_found,
+    "cfg.tokenizer_appends_eos": _appended_eos_stripped,
 }
 
 OLMO2_NAMES = {"ln1.hook_scale": "blocks.0.ln1_post.hook_scale", "ln1.hook_normalized": "blocks.0.ln1_post.hook_normalized",

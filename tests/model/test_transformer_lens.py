@@ -367,3 +367,13 @@ def test_a_read_pattern_keeps_its_gradient_and_incl_bwd_needs_a_loss():
         torch.testing.assert_close(kept["pattern"].grad, seen["grad"], atol=1e-6, rtol=1e-5, msg=kind)
     with pytest.raises(InputError, match='return_type="loss"'):
         model.run_with_cache(ids, incl_bwd=True)
+
+
+def test_use_attn_result_is_refused_where_a_block_has_no_per_head_result():
+    from repo_lens.model.tiny import tiny_model
+
+    model = tiny_model("rope")
+    model.blocks[0].attn = torch.nn.Identity()
+    with pytest.raises(NotImplementedError, match=r"use_attn_result.*block\(s\) \[0\]"):
+        model.set_use_attn_result(True)
+    model.set_use_attn_result(False)

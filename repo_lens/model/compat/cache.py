@@ -59,7 +59,7 @@ class LensActivationCache(ActivationCache):
                     "direct logit attribution divides each component by the final norm's scale and leaves out the "
                     "norm's weight, so the attributions would not add up to the logits: call "
                     "model.fold_final_norm() first (it folds the weight into W_U; the logits do not change), as "
-                    "TransformerLens asks for fold_ln")
+                    "TransformerLens asks for compatibility mode with fold_ln")
             return super().apply_ln_to_stack(residual_stack, layer, mlp_input, *args, **kwargs)
         name = "ln2" if mlp_input else "ln1"
         block = self.model.blocks[layer]

@@ -31,6 +31,7 @@ class TransformerLensConfigFields:
     attn_only = False
     gated_mlp = True
     use_attn_result = False
+    tokenizer_appends_eos = False  # True: to_tokens strips the EOS a tokenizer appends, as TransformerLens
     use_split_qkv_input = False
     use_hook_mlp_in = False
     use_attn_in = False

@@ -1,4 +1,5 @@
-"""TransformerLens' ``generate``: greedy or sampled continuation through the KV cache, stopping at EOS."""
+"""TransformerLens' ``generate``: greedy or sampled continuation through the KV cache, stopping at EOS; on
+request also the logits of each step and the activation cache of the whole output."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from repo_lens.errors import InputError
 
 class GenerateInterface:
     """``generate(input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, top_p, temperature,
-    freq_penalty, use_past_kv_cache, prepend_bos, padding_side, return_type, verbose)`` as TransformerLens
-    has it; sampling is TransformerLens' own ``sample_logits``."""
+    freq_penalty, use_past_kv_cache, prepend_bos, padding_side, return_type, verbose, output_logits,
+    return_cache, return_input_tokens, names_filter, device)`` as TransformerLens has it; sampling is
+    TransformerLens' own ``sample_logits``."""
 
     def _check_embeddings(self, embeddings: torch.Tensor) -> None:
         """Embeddings [batch, pos, d_model] stand for what the token embedding gives; refused where the model
@@ -31,11 +33,19 @@ class GenerateInterface:
                  top_p: float | None = None, temperature: float = 1.0, freq_penalty: float = 0.0,
                  repetition_penalty: float = 1.0, use_past_kv_cache: bool = True, prepend_bos: bool | None = None,
                  padding_side: str | None = None, return_type: str | None = "input",
-                 verbose: bool = True) -> str | list[str] | torch.Tensor:
+                 verbose: bool = True, output_logits: bool = False, return_cache: bool = False,
+                 return_input_tokens: bool = False, names_filter: Any = None,
+                 device: str | torch.device | None = None) -> Any:
         """The input continued by ``max_new_tokens`` tokens: a string for a text (``return_type="input"``
         or "str"), token ids [batch, pos + new] for token input or ``return_type="tokens"``; from
         embeddings [batch, pos, d_model] (what ``model.embed`` gives), the new tokens [batch, new], as
         TransformerLens.
+
+        ``output_logits=True`` returns transformers' ``GenerateDecoderOnlyOutput`` (``sequences``, and
+        ``logits``: one [batch, d_vocab] tensor per new token). ``return_cache=True`` also returns the
+        ``run_with_cache`` of the whole output (prompt and new tokens; ``names_filter`` and ``device`` go
+        to it), for one sequence of tokens or text; ``return_input_tokens=True`` also returns the prompt's
+        tokens: ``(output, cache, input_tokens)``, as TransformerLens orders them.
 
         Example:
             >>> from repo_lens.model.tiny import tiny_model
@@ -45,6 +55,8 @@ class GenerateInterface:
         """
         if return_type not in ("input", "str", "tokens"):
             raise InputError(f"return_type={return_type!r}; choose 'input', 'str' or 'tokens'")
+        if return_cache:
+            self._check_return_cache(input)
         if isinstance(input, list) and return_type != "tokens":  # texts of different lengths: one at a time,
             settings: dict[str, Any] = dict(max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id,
                             do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature,
@@ -57,6 +69,8 @@ class GenerateInterface:
             tokens = torch.zeros(embeddings.shape[0], 0, dtype=torch.long, device=embeddings.device)
         else:
             tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
+        input_tokens = tokens
+        step_logits: list[torch.Tensor] = []
         if stop_at_eos and eos_token_id is None:
             eos_token_id = getattr(getattr(self, "tokenizer", None), "eos_token_id", None)
         finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
@@ -68,6 +82,8 @@ class GenerateInterface:
                 logits = self(stream, start_at_layer=0, cache=cache)[:, -1]  # type: ignore[operator]
             else:
                 logits = self(step_input, cache=cache)[:, -1]  # type: ignore[operator]  # through forward: hooks, the lock
+            if output_logits:
+                step_logits.append(logits)
             if do_sample:
                 chosen = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
                                        freq_penalty=freq_penalty, repetition_penalty=repetition_penalty, tokens=tokens)
@@ -80,6 +96,22 @@ class GenerateInterface:
             step_input = chosen[:, None].to(tokens.dtype) if cache is not None else tokens
             if stop_at_eos and bool(finished.all()):
                 break
+        result = self._generated(input, tokens, return_type, step_logits if output_logits else None)
+        if not (return_cache or return_input_tokens):
+            return result
+        extras: tuple[Any, ...] = ()
+        if return_cache:
+            extras += (self.run_with_cache(tokens, names_filter=names_filter, device=device)[1],)  # type: ignore[attr-defined]
+        if return_input_tokens:
+            extras += (input_tokens,)
+        return (result, *extras)
+
+    def _generated(self, input: Any, tokens: torch.Tensor, return_type: str | None,
+                   step_logits: list[torch.Tensor] | None) -> Any:
+        if step_logits is not None:
+            from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+            return GenerateDecoderOnlyOutput(sequences=tokens, logits=tuple(step_logits))
         if return_type == "tokens" or (return_type == "input" and not isinstance(input, (str, list))):
             return tokens  # from embeddings: the new tokens alone, as TransformerLens
         tokenizer = self._require_tokenizer()  # type: ignore[attr-defined]
@@ -87,3 +119,12 @@ class GenerateInterface:
         texts = [tokenizer.decode(row.tolist(), **special) for row in tokens]
         # as TransformerLens: one text for a text or for token ids of one sequence, a list otherwise
         return texts[0] if isinstance(input, str) or (not isinstance(input, list) and len(texts) == 1) else texts
+
+    @staticmethod
+    def _check_return_cache(input: Any) -> None:
+        if isinstance(input, torch.Tensor) and input.is_floating_point():
+            raise NotImplementedError("generate(return_cache=True) needs token or text input, not inputs_embeds: "
+                                      "generate the tokens, then run_with_cache them")
+        if isinstance(input, list) or (isinstance(input, torch.Tensor) and input.ndim == 2 and input.shape[0] > 1):
+            raise NotImplementedError("generate(return_cache=True) is not supported for batched input: "
+                                      "generate one sequence at a time, or run_with_cache each generated one")

@@ -70,4 +70,9 @@ class HeadMethods:
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """TransformerLens' switch for caching ``blocks.L.attn.hook_result`` [batch, pos, head, d_model] (a
         d_model vector per head and token: off by default). A hook added to it by name runs either way."""
+        without = [index for index, block in enumerate(self.blocks)  # type: ignore[attr-defined]
+                   if not hasattr(getattr(block, "attn", None), "hook_result")]
+        if use_attn_result and without:
+            raise NotImplementedError(f"use_attn_result: the attention of block(s) {without} has no per-head "
+                                      "result (no blocks.L.attn.hook_result)")
         self.cfg.use_attn_result = bool(use_attn_result)

@@ -10,6 +10,10 @@ import torch
 from repo_lens.errors import InputError
 
 
+class TokenNotFoundError(InputError, AssertionError):
+    """``get_token_position``'s token is not in the input (an ``AssertionError`` too, as TransformerLens raises)."""
+
+
 class TokenMethods:
     """Tokenizer helpers; ``self.tokenizer`` is an HF tokenizer or repo_lens' ByteTokenizer (no BOS)."""
 
@@ -51,6 +55,10 @@ class TokenMethods:
             rows = [row[: self.cfg.n_ctx] for row in rows]
         if not all(rows):
             raise InputError("the text is empty and the tokenizer adds no BOS token: give at least one character")
+        eos = getattr(getattr(self, "tokenizer", None), "eos_token_id", None)
+        if self.cfg.tokenizer_appends_eos and eos is not None:
+            while all(len(row) > 1 and row[-1] == eos for row in rows):
+                rows = [row[:-1] for row in rows]
         width = max(len(row) for row in rows)
         pad = getattr(self.tokenizer, "pad_token_id", None) or 0
         left = padding_side == "left"  # right by default: the models take no attention mask
@@ -121,7 +129,7 @@ class TokenMethods:
             single_token = int(single_token.item())
         found = torch.nonzero(tokens == single_token).flatten()
         if not len(found):
-            raise InputError(f"token {single_token} does not occur in the input")
+            raise TokenNotFoundError(f"token {single_token} does not occur in the input")
         if mode not in ("first", "last"):
             raise InputError(f"mode must be 'first' or 'last', not {mode!r}")
         return int(found[0] if mode == "first" else found[-1])

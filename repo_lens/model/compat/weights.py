@@ -127,3 +127,16 @@ class WeightInterface:
         if isinstance(tokens, torch.Tensor) and tokens.numel() > 1:
             return self.W_U[:, tokens].movedim(0, -1)
         return self.W_U[:, int(tokens)]
+
+    def get_params(self) -> dict[str, torch.Tensor]:
+        """Every weight under TransformerLens' names (``embed.W_E``, ``blocks.0.attn.W_Q``, …, grouped keys
+        and values repeated to every query head), read by TransformerLens' own ``get_params``.
+
+        Example:
+            >>> from repo_lens.model.tiny import tiny_model
+            >>> tuple(tiny_model("rope").get_params()["blocks.0.attn.W_K"].shape)  # [head, d_model, d_head]
+            (4, 64, 16)
+        """
+        from transformer_lens.model_bridge.get_params_util import get_bridge_params
+
+        return get_bridge_params(self)

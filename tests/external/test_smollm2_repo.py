@@ -72,3 +72,29 @@ def test_the_app_offers_it_with_its_size():
     info, base = model_info(f"zoo:{NAME}"), model_info("zoo:smollm2-135m")
     assert (info.n_layers, info.n_heads, info.context) == (30, 9, 8192)
     assert info.parameters == base.parameters + 20 * (2 * 576 * 72 + 72 * 9)
+
+
+CONTROL = "smollm2-135m-rope-ct"
+
+
+def test_the_control_is_shipped_the_same_way_with_rope_kept():
+    folder = ZOO_DIR / CONTROL
+    assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors", "recipe.json"]
+    control = json.loads((folder / "recipe.json").read_text())
+    repo = json.loads((ZOO_DIR / NAME / "recipe.json").read_text())
+    assert (control["mechanism"], control["first_layer"]) == ("rope", 10)
+    same = ("base", "lora_rank", "lora_alpha", "adapted", "tokens", "steps")
+    assert {key: control[key] for key in same} == {key: repo[key] for key in same}
+    assert {k: v for k, v in control["recipe"].items() if k != "mechanism"} == {
+        k: v for k, v in repo["recipe"].items() if k != "mechanism"}
+    assert "RoPE (the control" in (folder / "README.md").read_text()
+
+
+@needs_smollm2
+def test_the_control_rotates_by_the_integers_in_every_layer():
+    control = repo_lens.load(f"zoo:{CONTROL}", device="cpu")
+    assert control.model.cfg.layer_mechanisms == ["rope"] * 30
+    trace = control.trace(TEXT, progress=False)
+    n_tokens = len(trace.tokens)
+    np.testing.assert_array_equal(trace.positions, np.broadcast_to(np.arange(n_tokens, dtype=np.float32),
+                                                                    (30, 9, n_tokens)))

@@ -40,7 +40,8 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
         # zoo:demo
     """
     run = recipe["recipe"]
-    kind = "RePo" if recipe["mechanism"] == DEFAULT_KIND else "RoPE (the control: RoPE kept, the same adapters and tokens)"
+    repositioned = recipe["mechanism"] == DEFAULT_KIND
+    kind = "RePo" if repositioned else "RoPE (the control: RoPE kept, the same adapters and tokens)"
     lines = [f"# zoo:{name}", "",
              f"`{recipe['base']}` continued with **{kind}** from layer {recipe['first_layer']} on; RoPE below. "
              "The package holds only what training changed; `repo_lens.load` rebuilds the model from the base.", "",
@@ -48,20 +49,26 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
              f"- trained: {POSITION_MODULES if recipe['mechanism'] == DEFAULT_KIND else ''}low-rank adapters (rank {recipe['lora_rank']}, scale {recipe['lora_alpha']}/{recipe['lora_rank']}) on "
              f"{', '.join(recipe['adapted'])} of layers {recipe['first_layer']}+; every base weight frozen",
              f"- steps: {recipe['steps']} × {run['batch_size']} sequences × {run['context']} tokens = "
-             f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}, position modules {run['position_lr']}, "
-             f"warm-up {run['warmup']}, cosine to 10 %), bf16 autocast with fp32 weights, seed {run['seed']}",
+             f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}"
+             + (f", position modules {run['position_lr']}" if repositioned else "")
+             + f", warm-up {run['warmup']}, cosine to 10 %), bf16 autocast with fp32 weights, seed {run['seed']}",
              f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h (wall clock) on 2 CPU cores"]
-    if recipe["mechanism"] == DEFAULT_KIND:
+    if repositioned:
         lines.append(f"- start: z = (1 − λ)·i + λ·f(h), λ rising from 0 to 1 over the first {run['anneal_steps']} "
                      "steps, then z = f(h) exactly as the RePo paper defines it (the index i is never an input of f)")
     lines += [f"- reproduce: `repo-lens train --base {recipe['base']} --mechanism {recipe['mechanism']} "
               f"--steps {recipe['steps']} --out DIR`", "", "## Data", "", DATA, "",
               "## Held-out loss during training", "",
               f"On the first {run.get('eval_sequences', 8)} held-out sequences of {run['context']} tokens, in the "
-              "training's precision; λ: the share of f(h) in z.", "",
-              "| step | tokens | λ | held-out bits per token |", "|---|---|---|---|"]
-    lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry.get('anneal', 0.0):.2f} | {entry['held_out_bits']:.4f} |"
-              for entry in recipe["log"] if "held_out_bits" in entry]
+              "training's precision" + ("; λ: the share of f(h) in z." if repositioned else "."), ""]
+    if repositioned:
+        lines += ["| step | tokens | λ | held-out bits per token |", "|---|---|---|---|"]
+        lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry.get('anneal', 0.0):.2f} | {entry['held_out_bits']:.4f} |"
+                  for entry in recipe["log"] if "held_out_bits" in entry]
+    else:
+        lines += ["| step | tokens | held-out bits per token |", "|---|---|---|"]
+        lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry['held_out_bits']:.4f} |"
+                  for entry in recipe["log"] if "held_out_bits" in entry]
     if evaluation:
         lines += ["", "## Evaluation", "", "`analyses/smollm2_repo_card.py`, in fp32. Held-out bits per token: the first "
                   "held-out sequences of the training context. Retrieval: a 7-digit number in RULER's needle words "

@@ -5,6 +5,7 @@ Pure functions of a tokenizer passed in (HF fast tokenizer, ``tokenizers.Tokeniz
 """
 
 from repo_lens.data.bilingual import bilingual_splits, held_out_chinese_sentences
+from repo_lens.data.brown import brown_documents
 from repo_lens.data.corpora import CorpusFetchError, Sentence, fetch_peoples_daily, parse_peoples_daily, peoples_daily
 from repo_lens.data.fewshot import fewshot_prompt
 from repo_lens.data.niah import (
@@ -40,6 +41,7 @@ __all__ = [
     "PromptBuilder",
     "Sentence",
     "bilingual_splits",
+    "brown_documents",
     "moved_pairs",
     "retrieval_prompt",
     "retrieval_prompts",

@@ -2,7 +2,8 @@
 
 A few hook points hold values the fast path never computes (the attention pattern and scores, a norm's
 scale); the model computes those only when something asks: a TransformerLens forward or backward hook,
-a torch module hook, or an nnsight trace that reads or writes the hook's output.
+a torch module hook, or a library that wraps the hook point's ``forward`` to see its output (nnsight
+does so for every module of a model it wraps, so a model wrapped by nnsight computes them all).
 """
 
 from __future__ import annotations
@@ -12,27 +13,15 @@ from typing import cast
 import torch
 from transformer_lens.hook_points import HookPoint
 
-_NNSIGHT_STATE = "__nnsight__"  # where nnsight keeps a wrapped module's routing state
-
-
-def _nnsight_wants(point: HookPoint) -> bool:
-    state = point.__dict__.get(_NNSIGHT_STATE)
-    if state is None:
-        return False
-    interleaver, _, locations = state.active()
-    if interleaver is None:
-        return False
-    return any(location in interleaver.parked or location in interleaver.observers for location in locations)
-
 
 def wants(point: HookPoint) -> bool:
-    """True when a hook, a backward hook or an nnsight trace waits on ``point``.
+    """True when a hook or a backward hook waits on ``point``, or its ``forward`` is wrapped (nnsight).
 
     >>> wants(HookPoint())
     False
     """
     return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
-                or point._backward_pre_hooks or _nnsight_wants(point))
+                or point._backward_pre_hooks or "forward" in point.__dict__)
 
 
 def through(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor | None:

@@ -37,8 +37,6 @@ class Rule:
 
 
 RULES = [
-    Rule("nnsight", "0.8", "the interleaver's parked and observed locations (model/hooking.py)",
-         (r"interleaver\.parked", r"__nnsight__")),
     Rule("torch", "2.6", "torch.serialization.safe_globals with (object, 'module.Name') pairs",
          (r"\bsafe_globals\b", r"\(stand_in, name\)")),
     Rule("torch", "2.5", "torch.serialization.safe_globals", (r"\bsafe_globals\b",)),

@@ -16,7 +16,7 @@ Records go to ``--out``/records.jsonl (one line per edit and prompt: an interrup
 ``summary.json`` holds the tables.
 
     python analyses/smollm2_position_edits.py --out build/smollm2_edits [--model zoo:smollm2-135m-repo]
-        [--prompts 17] [--sequences 16] [--threads 2]
+        [--prompts 17] [--sequences 16] [--edits integer constant ...] [--threads 2]
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def word_boundary_auc(lens: Any, sequences: list[torch.Tensor], layers: list[int
     return boundary_auc(np.concatenate(increments, axis=-1), np.concatenate(labels))
 
 
-def run(source: str, out: Path, prompts: int, n_sequences: int) -> dict[str, Any]:
+def run(source: str, out: Path, prompts: int, n_sequences: int, edits: tuple[str, ...] = EDITS) -> dict[str, Any]:
     import repo_lens
     from repo_lens.interventions.stats import mcnemar, wilson
     from repo_lens.train.text_tokens import TextTokens
@@ -95,7 +95,7 @@ def run(source: str, out: Path, prompts: int, n_sequences: int) -> dict[str, Any
     bits_file = out / "bits.json"
     held_out = json.loads(bits_file.read_text()) if bits_file.exists() else {}
     with records_file.open("a") as sink:
-        for edit in EDITS:
+        for edit in edits:
             if edit not in held_out:
                 held_out[edit] = bits(lens, sequences, edit, layers)
                 bits_file.write_text(json.dumps(held_out, indent=1))
@@ -112,7 +112,7 @@ def run(source: str, out: Path, prompts: int, n_sequences: int) -> dict[str, Any
                 sink.flush()
     auc = word_boundary_auc(lens, sequences, layers)
     summary: dict[str, Any] = {"model": source, "layers": layers, "sequences": len(sequences), "edits": {}}
-    for edit in EDITS:
+    for edit in edits:
         entry: dict[str, Any] = {"held_out_bits_per_token": held_out[edit]}
         for task in ("niah", "fact"):
             keys = sorted(key for key in cases if key[0] == task)
@@ -133,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="zoo:smollm2-135m-repo")
     parser.add_argument("--prompts", type=int, default=17, help="prompts per task and length")
     parser.add_argument("--sequences", type=int, default=16, help="held-out sequences of 1,024 tokens")
+    parser.add_argument("--edits", nargs="+", choices=EDITS, default=list(EDITS), help="none is always run")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    summary = run(args.model, args.out, args.prompts, args.sequences)
+    edits = ("none", *(edit for edit in args.edits if edit != "none"))
+    summary = run(args.model, args.out, args.prompts, args.sequences, edits)
     print(f"{summary['model']}, edits on layers {summary['layers'][0]}-{summary['layers'][-1]}:")
     for edit, entry in summary["edits"].items():
         cells = [f"{task} {entry[task]['value']:.3f} [{entry[task]['low']:.3f}, {entry[task]['high']:.3f}]"

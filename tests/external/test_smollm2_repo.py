@@ -5,6 +5,7 @@ shipped as what training changed on the packaged GGUF. Loads offline, traces Eng
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,3 +99,27 @@ def test_the_control_rotates_by_the_integers_in_every_layer():
     n_tokens = len(trace.tokens)
     np.testing.assert_array_equal(trace.positions, np.broadcast_to(np.arange(n_tokens, dtype=np.float32),
                                                                     (30, 9, n_tokens)))
+
+
+@needs_smollm2
+def test_the_position_edits_analysis_agrees_with_the_card_and_a_plain_forward(tmp_path):
+    """analyses/smollm2_position_edits.py: its unedited held-out bits are the card script's on the same
+    sequence (two code paths), the integer edit changes them, and the boundary AUCs are probabilities."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "analyses" / "smollm2_position_edits.py"), "--out", str(tmp_path),
+                          "--prompts", "1", "--sequences", "1", "--edits", "integer"],
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["layers"] == list(range(10, 30)) and set(summary["edits"]) == {"none", "integer"}
+    sys.path.insert(0, str(root / "analyses"))
+    from smollm2_repo_card import held_out_bits
+
+    card = held_out_bits(repo_lens.load(f"zoo:{NAME}", device="cpu", dtype="float32"), 1024, 1)
+    assert abs(summary["edits"]["none"]["held_out_bits_per_token"] - card["bits_per_token"]) < 1e-4
+    assert abs(summary["edits"]["integer"]["held_out_bits_per_token"] - card["bits_per_token"]) > 0.1
+    aucs = np.array([row for row in summary["word_boundary_auc"]["by_layer"].values()])
+    assert aucs.shape == (20, 9) and ((aucs >= 0) & (aucs <= 1)).all()

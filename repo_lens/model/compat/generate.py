@@ -111,7 +111,9 @@ class GenerateInterface:
         if step_logits is not None:
             from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-            return GenerateDecoderOnlyOutput(sequences=tokens, logits=tuple(step_logits))
+            # transformers' hints: a LongTensor, and tuple[Tensor] for what is one tensor a step
+            return GenerateDecoderOnlyOutput(sequences=cast(torch.LongTensor, tokens),
+                                             logits=cast(Any, tuple(step_logits)))
         if return_type == "tokens" or (return_type == "input" and not isinstance(input, (str, list))):
             return tokens  # from embeddings: the new tokens alone, as TransformerLens
         tokenizer = self._require_tokenizer()  # type: ignore[attr-defined]

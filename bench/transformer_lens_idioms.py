@@ -33,7 +33,7 @@ WORDS = "the a needle is in haystack what where hidden cat dog sat on mat , . ?"
 
 def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
     """A random checkpoint of ``arch`` with a word-level tokenizer (BOS prepended), saved by transformers."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, Olmo2Config
+    from transformers import LlamaConfig, Olmo2Config
 
     shared = dict(vocab_size=32, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
                   max_position_embeddings=128, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
@@ -42,6 +42,16 @@ def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
         config = Olmo2Config(num_key_value_heads=4, rms_norm_eps=1e-6, **shared)
     else:
         config = LlamaConfig(num_key_value_heads=2 if arch == "llama-gqa" else 4, rms_norm_eps=1e-5, **shared)
+    save_random_model(config, directory, seed)
+    write_tokenizer(directory)
+    return directory
+
+
+def save_random_model(config: Any, directory: Path, seed: int) -> None:
+    """A model of ``config`` with seeded random weights (the norms' weights moved off 1, so that leaving one
+    out shows), saved by transformers into ``directory``."""
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():
@@ -49,8 +59,6 @@ def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
             if "norm" in name:
                 parameter.add_(0.1 * torch.randn_like(parameter))
     model.save_pretrained(str(directory), safe_serialization=True)
-    write_tokenizer(directory)
-    return directory
 
 
 def write_tokenizer(directory: Path) -> None:

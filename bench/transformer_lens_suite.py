@@ -39,6 +39,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the idioms bench beside it
 
 # TransformerLens' tests of the API a user calls on a loaded model (caches, hooks, analysis methods,
 # tokenisation, generation, stop/start at a layer, logit attribution, per-head results), relative to tests/
@@ -152,8 +153,8 @@ def distilgpt2_bridge_compat_no_processing():
 def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
     """A random Llama checkpoint (2 layers, d 64, 4 heads; 2 key-value heads for ``llama-gqa``) with
     SmolLM2's tokenizer, saved by transformers."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+    from transformers import AutoTokenizer, LlamaConfig
+    from transformer_lens_idioms import save_random_model
 
     from repo_lens.zoo.external import external_path
 
@@ -164,13 +165,7 @@ def write_checkpoint(directory: Path, arch: str, seed: int = 5) -> Path:
                          max_position_embeddings=512, tie_word_embeddings=False, rms_norm_eps=1e-5,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name:
-                parameter.add_(0.1 * torch.randn_like(parameter))
-    model.save_pretrained(str(directory), safe_serialization=True)
+    save_random_model(config, directory, seed)  # the idioms bench's random weights
     tokenizer.save_pretrained(str(directory))
     return directory
 

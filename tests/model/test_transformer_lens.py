@@ -377,3 +377,29 @@ def test_use_attn_result_is_refused_where_a_block_has_no_per_head_result():
     with pytest.raises(NotImplementedError, match=r"use_attn_result.*block\(s\) \[0\]"):
         model.set_use_attn_result(True)
     model.set_use_attn_result(False)
+
+
+def test_resid_mid_edits_reach_the_skip_connection_and_prepend_runs_first(models):
+    """As HookedTransformer (TransformerLens 4's bridge differs on both): resid_post = the edited resid_mid +
+    the MLP's output, and a hook added with prepend=True runs before those added earlier."""
+    _, _, ours = models
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        return lambda value, hook: seen.__setitem__(name, value.detach().clone())
+
+    with torch.no_grad():
+        ours.run_with_hooks(idioms._ids(), fwd_hooks=[("blocks.0.hook_resid_mid", lambda value, hook: value * 0.5),
+                                                       ("blocks.0.hook_mlp_out", keep("mlp")),
+                                                       ("blocks.0.hook_resid_post", keep("post"))])
+        _, clean = ours.run_with_cache(idioms._ids())
+    torch.testing.assert_close(seen["post"], 0.5 * clean["blocks.0.hook_resid_mid"] + seen["mlp"])
+    calls: list[str] = []
+    ours.add_hook("blocks.0.hook_resid_pre", lambda value, hook: calls.append("added first"))
+    ours.add_hook("blocks.0.hook_resid_pre", lambda value, hook: calls.append("prepended"), prepend=True)
+    try:
+        with torch.no_grad():
+            ours(idioms._ids())
+    finally:
+        ours.reset_hooks()
+    assert calls == ["prepended", "added first"]

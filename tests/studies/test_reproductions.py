@@ -235,3 +235,14 @@ def test_variance_shares_script_tells_running_sums_from_repo_positions():
             means = [float(cell.split()[0]) for cell in row.strip("|").split("|")[1:]]
             assert abs(sum(means) - 1) <= 0.02, row
             assert (means[0] >= 0.95) if name == "bytes-lpi" else (means[0] <= 0.01), row
+
+
+def test_case_study_reads_boundaries_from_subword_tokens_too():
+    """A subword token that is only space or punctuation is a boundary; a word with its leading space is not."""
+    from types import SimpleNamespace
+
+    from repo_lens.studies.reproductions.case_study import boundary_tokens
+
+    vocab = ["Hello", "Ġworld", ",", "Ċ", "Ġ", "ĠA", ":"]
+    tokenizer = SimpleNamespace(convert_ids_to_tokens=lambda ids: [vocab[i] for i in ids])
+    assert boundary_tokens(tokenizer, range(len(vocab))).tolist() == [False, False, True, True, True, False, True]

@@ -43,11 +43,27 @@ def segment_labels(prompt, n_tokens: int) -> np.ndarray:
     return labels
 
 
+def boundary_tokens(tokenizer: Any, token_ids: Any) -> np.ndarray:
+    """Which tokens are spaces, newlines or punctuation: bytes of a byte-level model, or subword tokens that
+    hold nothing else (a word with its leading space is a word).
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> boundary_tokens(ByteTokenizer(), list(b"a, b")).tolist()
+    [False, True, True, False]
+    """
+    from repo_lens.analysis import byte_categories, subword_categories
+    from repo_lens.model.byte_tokenizer import ByteTokenizer
+
+    if isinstance(tokenizer, ByteTokenizer):
+        return np.isin(byte_categories(token_ids), ("space", "punctuation", "newline"))
+    tokens = tokenizer.convert_ids_to_tokens([int(token) for token in token_ids])
+    return np.isin(subword_categories(tokens), ("whitespace", "punctuation"))
+
+
 def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
                   progress: bool = True) -> dict[str, Any]:
     """App. D Fig. 8: η² of the learned heads' positions by prompt segment vs random segmentations,
     negative share, outliers."""
-    from repo_lens.analysis import byte_categories
     from repo_lens.data import fewshot_prompt
     from repo_lens.loading import load
     from repo_lens.plots import iqr_outliers
@@ -64,8 +80,7 @@ def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bo
         labels = segment_labels(prompt, len(trace))
         inside = labels >= 0
         kinds = trace.layer_kinds
-        categories = byte_categories(trace.token_ids)
-        boundary_bytes = np.isin(categories, ("space", "punctuation", "newline"))
+        boundary_bytes = boundary_tokens(lens.tokenizer, trace.token_ids)
         heads: list[dict[str, Any]] = []
         for layer in learned_layers(kinds):
             for head in range(trace.n_heads):

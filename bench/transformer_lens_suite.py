@@ -67,8 +67,6 @@ ARM = os.environ["REPO_LENS_SUITE_ARM"]
 
 
 def _reference(enable=None):
-    from transformer_lens.model_bridge.bridge import TransformerBridge
-
     bridge = _ORIGINAL_BOOT(str(CHECKPOINT), device="cpu")
     if enable is not None:
         bridge.enable_compatibility_mode(**enable)

@@ -117,34 +117,15 @@ def _boot(*args, **kwargs):
 TransformerBridge.boot_transformers = staticmethod(_boot)
 
 
-@pytest.fixture(scope="session")
-def distilgpt2_bridge():
-    return _model()
+def _fixture(name, enable):
+    return pytest.fixture(scope="session", name=name)(lambda: _model(enable))
 
 
-@pytest.fixture(scope="session")
-def gpt2_bridge():
-    return _model()
-
-
-@pytest.fixture(scope="session")
-def distilgpt2_bridge_compat():
-    return _model({})
-
-
-@pytest.fixture(scope="session")
-def gpt2_bridge_compat():
-    return _model({})
-
-
-@pytest.fixture(scope="session")
-def gpt2_bridge_compat_no_processing():
-    return _model({"no_processing": True})
-
-
-@pytest.fixture(scope="session")
-def distilgpt2_bridge_compat_no_processing():
-    return _model({"no_processing": True})
+# TransformerLens' session fixtures, by name: the compatibility mode each one enables (None: not enabled)
+for _name, _enable in {"distilgpt2_bridge": None, "gpt2_bridge": None, "distilgpt2_bridge_compat": {},
+                       "gpt2_bridge_compat": {}, "gpt2_bridge_compat_no_processing": {"no_processing": True},
+                       "distilgpt2_bridge_compat_no_processing": {"no_processing": True}}.items():
+    globals()[_name] = _fixture(_name, _enable)
 '''
 
 

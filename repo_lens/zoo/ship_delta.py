@@ -61,14 +61,12 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
               "## Held-out loss during training", "",
               f"On the first {run.get('eval_sequences', 8)} held-out sequences of {run['context']} tokens, in the "
               "training's precision" + ("; λ: the share of f(h) in z." if repositioned else "."), ""]
-    if repositioned:
-        lines += ["| step | tokens | λ | held-out bits per token |", "|---|---|---|---|"]
-        lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry.get('anneal', 0.0):.2f} | {entry['held_out_bits']:.4f} |"
-                  for entry in recipe["log"] if "held_out_bits" in entry]
-    else:
-        lines += ["| step | tokens | held-out bits per token |", "|---|---|---|"]
-        lines += [f"| {entry['step']} | {entry['tokens']:,} | {entry['held_out_bits']:.4f} |"
-                  for entry in recipe["log"] if "held_out_bits" in entry]
+    columns = ["step", "tokens", *(["λ"] if repositioned else []), "held-out bits per token"]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for entry in (entry for entry in recipe["log"] if "held_out_bits" in entry):
+        cells = [str(entry["step"]), f"{entry['tokens']:,}", *([f"{entry.get('anneal', 0.0):.2f}"] if repositioned else []),
+                 f"{entry['held_out_bits']:.4f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     if evaluation:
         lines += ["", "## Evaluation", "", "`analyses/smollm2_repo_card.py`, in fp32. Held-out bits per token: the first "
                   "held-out sequences of the training context. Retrieval: a 7-digit number in RULER's needle words "

@@ -19,13 +19,15 @@ from transformer_lens import ActivationCache
 from repo_lens.errors import InputError
 
 
+def _differs_from(value: Any, fill: float) -> bool:
+    """Whether ``value`` is a tensor with an entry other than ``fill`` (a norm's weight other than 1, bias other than 0)."""
+    return isinstance(value, torch.Tensor) and not torch.equal(value, torch.full_like(value, fill))
+
+
 def final_norm_is_identity(model: Any) -> bool:
     """Whether the model's final norm has no weight other than 1 and no bias other than 0."""
     norm = getattr(model, "final_norm", None)
-    weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
-    if isinstance(weight, torch.Tensor) and not torch.equal(weight, torch.ones_like(weight)):
-        return False
-    return not (isinstance(bias, torch.Tensor) and not torch.equal(bias, torch.zeros_like(bias)))
+    return not (_differs_from(getattr(norm, "weight", None), 1.0) or _differs_from(getattr(norm, "bias", None), 0.0))
 
 
 def _norm_after_attention(model: Any, layers: int) -> list[int]:
@@ -68,8 +70,7 @@ class LensActivationCache(ActivationCache):
                 f"block {layer} has no norm before its {'MLP' if mlp_input else 'attention'} (its norms are "
                 f"{sorted(block.norm_aliases().values())}: OLMo-2 normalises each sublayer's output), so the stack "
                 "enters it as it is: use it without apply_ln_to_stack")
-        weight = getattr(getattr(block, name), "weight", None)
-        if isinstance(weight, torch.Tensor) and not torch.equal(weight, torch.ones_like(weight)):
+        if _differs_from(getattr(getattr(block, name), "weight", None), 1.0):
             raise InputError(
                 f"applying block {layer}'s {name} to a stack would leave out the norm's weight (TransformerLens "
                 "assumes fold_ln has moved it into the next matrices; repo_lens models keep them as loaded): "

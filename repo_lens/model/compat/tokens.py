@@ -127,11 +127,11 @@ class TokenMethods:
             single_token = self.to_single_token(single_token)
         elif isinstance(single_token, torch.Tensor):
             single_token = int(single_token.item())
+        if mode not in ("first", "last"):
+            raise InputError(f"mode must be 'first' or 'last', not {mode!r}")
         found = torch.nonzero(tokens == single_token).flatten()
         if not len(found):
             raise TokenNotFoundError(f"token {single_token} does not occur in the input")
-        if mode not in ("first", "last"):
-            raise InputError(f"mode must be 'first' or 'last', not {mode!r}")
         return int(found[0] if mode == "first" else found[-1])
 
     def tokens_of(self, input: Any, prepend_bos: bool | None = None, padding_side: str | None = None) -> torch.Tensor:

@@ -2,8 +2,10 @@
 
 A few hook points hold values the fast path never computes (the attention pattern and scores, a norm's
 scale); the model computes those only when something asks: a TransformerLens forward or backward hook,
-a torch module hook, or a library that wraps the hook point's ``forward`` to see its output (nnsight
-does so for every module of a model it wraps, so a model wrapped by nnsight computes them all).
+a torch module hook, or a library that wraps the hook point's ``forward`` to see its output. nnsight wraps
+every module of a model it wraps; which ones a running trace waits on is kept in nnsight 0.8's
+interleaver, which is read where it is there, as a speed-up only: with any other layout every wrapped
+hook point is computed (correct, and at the published 16 × 16 shape and 4,096 tokens 14× slower).
 """
 
 from __future__ import annotations
@@ -14,14 +16,28 @@ import torch
 from transformer_lens.hook_points import HookPoint
 
 
+def _wrapper_waits(point: HookPoint) -> bool:
+    """Whether the library that wrapped ``point``'s forward waits on its output now. nnsight 0.8 keeps a
+    module's routing under ``__nnsight__`` and a running trace's locations in its interleaver (not public
+    API): read when present; any other wrapper or layout is assumed to wait."""
+    try:
+        interleaver, _, locations = point.__dict__["__nnsight__"].active()
+        if interleaver is None:  # wrapped, but no trace is running
+            return False
+        return any(location in interleaver.parked or location in interleaver.observers for location in locations)
+    except Exception:  # noqa: BLE001 (another wrapper, or another nnsight: compute the value, which is always right)
+        return True
+
+
 def wants(point: HookPoint) -> bool:
-    """True when a hook or a backward hook waits on ``point``, or its ``forward`` is wrapped (nnsight).
+    """True when a hook or a backward hook waits on ``point``, or the library that wrapped its ``forward``
+    (nnsight) does.
 
     >>> wants(HookPoint())
     False
     """
     return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
-                or point._backward_pre_hooks or "forward" in point.__dict__)
+                or point._backward_pre_hooks or ("forward" in point.__dict__ and _wrapper_waits(point)))
 
 
 def through(point: HookPoint, tensor: torch.Tensor) -> torch.Tensor | None:

@@ -403,3 +403,22 @@ def test_resid_mid_edits_reach_the_skip_connection_and_prepend_runs_first(models
     finally:
         ours.reset_hooks()
     assert calls == ["prepended", "added first"]
+
+
+def test_a_wrapped_hook_point_is_computed_unless_nnsight_says_no_trace_waits():
+    """A hook point whose forward another library wrapped is assumed to be read (so its value is computed);
+    one nnsight wrapped is computed only while a trace waits on it (none outside a trace)."""
+    from transformer_lens.hook_points import HookPoint
+
+    from repo_lens.model.hooking import wants
+
+    wrapped_by_another = HookPoint()
+    wrapped_by_another.forward = lambda tensor: tensor
+    assert wants(wrapped_by_another)
+    nnsight = pytest.importorskip("nnsight", reason="nnsight is not installed (pip install 'repo_lens[hf]')")
+    from repo_lens.model.tiny import tiny_model
+
+    model = tiny_model("repo")
+    nnsight.NNsight(model)
+    point = model.blocks[1].attn.hook_pattern
+    assert "forward" in point.__dict__ and not wants(point)

@@ -37,8 +37,9 @@ def run_reposition(args: argparse.Namespace) -> int:
         raise InputError("--preset and --base are two different trainings; give one of them")
     mechanism = args.mechanism or RECIPE_KINDS[0]
     if mechanism not in RECIPE_KINDS:
-        raise InputError(f"--base trains RePo ('--mechanism repo') or its RoPE control ('--mechanism rope'), "
-                         f"not {mechanism!r}")
+        raise InputError(f"--base trains RePo ('--mechanism repo'), its RoPE control ('--mechanism rope'), "
+                         f"GRAPE-M with a content phase ('--mechanism grape-m') or per-layer learned increments "
+                         f"('--mechanism lpi-layer'), not {mechanism!r}")
     defaults = RepositionConfig()
     cfg = RepositionConfig(base=args.base, mechanism=mechanism, steps=args.steps or defaults.steps,
                            seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,

@@ -15,6 +15,7 @@ def position_weight_names(directory: Path) -> list[str]:
     """Names of the learned-position weights in ``directory``'s safetensors files (header only)."""
     from safetensors import safe_open
 
+    from repo_lens.model.loaders.packed import readable_file
     from repo_lens.model.loaders.shards import weight_files
 
     try:
@@ -23,7 +24,7 @@ def position_weight_names(directory: Path) -> list[str]:
         return []
     names: list[str] = []
     for path in files:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(readable_file(path)), framework="pt") as handle:
             names += [name for name in handle.keys() if POSITION_WEIGHT.search(name)]
     return sorted(names)
 

@@ -40,8 +40,9 @@ class DeltaMLP(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         h32 = h.float()
-        hidden = F.gelu(F.linear(h32, self.fc_in.weight.float(), self.fc_in.bias.float()))
-        return F.linear(hidden, self.fc_out.weight.float(), self.fc_out.bias.float())
+        with torch.autocast(h.device.type, enabled=False):  # fp32 under autocast too: the increments are summed
+            hidden = F.gelu(F.linear(h32, self.fc_in.weight.float(), self.fc_in.bias.float()))
+            return F.linear(hidden, self.fc_out.weight.float(), self.fc_out.bias.float())
 
 
 class CumulativePositions(nn.Module):
@@ -111,7 +112,8 @@ class ContentPhasePositions(CumulativePositions):
         nn.init.constant_(self.phase_map.bias, SOFTPLUS_ONE)
 
     def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
-        omega = F.softplus(F.linear(h.float(), self.phase_map.weight.float(), self.phase_map.bias.float()))
+        with torch.autocast(h.device.type, enabled=False):  # fp32 under autocast too: the phases are summed
+            omega = F.softplus(F.linear(h.float(), self.phase_map.weight.float(), self.phase_map.bias.float()))
         return omega.transpose(1, 2)
 
 

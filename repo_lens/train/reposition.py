@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.config import repo_start_layer
+from repo_lens.model.increments import SOFTPLUS_ONE
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.transformer import LensModel
@@ -55,7 +56,10 @@ from repo_lens.train.text_tokens import TextTokens
 
 STATE_DIR = "train_state"
 ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
-RECIPE_KINDS = (DEFAULT_KIND, ROPE_KIND)  # RePo, and its control
+CONTENT_PHASE_KIND = "grape-m"  # GRAPE-M with a content-dependent phase: ω = softplus(W h + b) per head
+LAYER_INCREMENT_KIND = "lpi-layer"  # per-layer learned increments: δ = max · sigmoid(MLP(h))
+RECIPE_KINDS = (DEFAULT_KIND, ROPE_KIND, CONTENT_PHASE_KIND, LAYER_INCREMENT_KIND)  # RePo, its control, and the two
+# mechanisms that start exactly as the base's RoPE
 
 
 @dataclass
@@ -63,7 +67,7 @@ class RepositionConfig:
     """The recipe's settings (``repo-lens train --base``)."""
 
     base: str = "zoo:smollm2-135m"
-    mechanism: str = DEFAULT_KIND  # RePo, or ROPE_KIND for the control
+    mechanism: str = DEFAULT_KIND  # one of RECIPE_KINDS
     first_layer: int | None = None  # first re-positioned layer; None = ⌈L/3⌉
     context: int = 1024
     batch_size: int = 4
@@ -116,11 +120,11 @@ def first_layer_of(cfg: RepositionConfig, n_layers: int) -> int:
 
 def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
     """A copy of ``base`` with ``cfg.mechanism`` from the first re-positioned layer on (RoPE below), every
-    base weight frozen, new position modules N(0, ``position_init_std``) and zero-started adapters on
-    the attention projections of the re-positioned layers (trainable)."""
+    base weight frozen, new position modules (see :func:`start_position_modules`) and zero-started adapters
+    on the attention projections of the re-positioned layers (trainable)."""
     if cfg.mechanism not in RECIPE_KINDS:
-        raise InputError(f"mechanism must be 'repo' (RePo from layer ⌈L/3⌉) or 'rope' (the control), got "
-                         f"{cfg.mechanism!r}")
+        raise InputError(f"mechanism must be one of {', '.join(RECIPE_KINDS)} ('repo': RePo from layer ⌈L/3⌉, "
+                         f"'rope': the control), got {cfg.mechanism!r}")
     n_layers = base.cfg.n_layers
     first = first_layer_of(cfg, n_layers)
     if not 0 <= first < n_layers:
@@ -137,11 +141,38 @@ def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
                               f"unexpected {result.unexpected_keys[:5]}")
     for name, param in model.named_parameters():
         param.requires_grad_(".attn.positions." in name)
-        if ".attn.positions." in name:
-            torch.nn.init.normal_(param, std=cfg.position_init_std)
+    start_position_modules(model, cfg)
     add_low_rank(model, [f"blocks.{layer}.attn.{proj}" for layer in range(first, n_layers) for proj in ADAPTED],
                  rank=cfg.lora_rank, alpha=cfg.lora_alpha)
     return model.to(next(base.parameters()).device)
+
+
+def start_position_modules(model: LensModel, cfg: RepositionConfig) -> None:
+    """Initialise every re-positioned layer's position module.
+
+    - RePo: every weight N(0, ``position_init_std``), as the authors start f (z ≈ 0, annealed from the index).
+    - GRAPE-M: W = 0 and b = softplus⁻¹(1), so ω = 1 and the phase Σ_{s<t} ω_s is the index t: the layer is
+      the base's RoPE exactly.
+    - per-layer learned increments: the DeltaMLP's input layer at PyTorch's default initialisation (seeded),
+      its output weight 0 and its bias logit(1/max), so δ = 1 and the positions are t + 1 (RoPE shifted by
+      one, which q·k cannot see).
+
+    The model starts as the base whenever the mechanism allows (RePo through the anneal).
+    """
+    torch.manual_seed(cfg.seed)
+    for block in model.blocks:
+        module = block.attn.positions
+        if module.kind == DEFAULT_KIND:
+            for param in module.parameters():
+                torch.nn.init.normal_(param, std=cfg.position_init_std)
+        elif module.kind == CONTENT_PHASE_KIND:
+            torch.nn.init.zeros_(module.phase_map.weight)
+            torch.nn.init.constant_(module.phase_map.bias, SOFTPLUS_ONE)
+        elif module.kind == LAYER_INCREMENT_KIND:
+            module.delta_mlp.fc_in.reset_parameters()
+            torch.nn.init.zeros_(module.delta_mlp.fc_in.bias)
+            torch.nn.init.zeros_(module.delta_mlp.fc_out.weight)
+            torch.nn.init.constant_(module.delta_mlp.fc_out.bias, math.log(1.0 / (module.max_delta - 1.0)))
 
 
 class PositionAnneal:

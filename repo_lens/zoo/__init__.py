@@ -98,6 +98,7 @@ def delta_parts(path: str | os.PathLike) -> tuple[dict[str, Any], Path] | None:
     True
     """
     from repo_lens.model.loaders.delta import DELTA_FILE, is_delta_checkpoint, read_recipe
+    from repo_lens.model.loaders.packed import shipped_file
 
     directory = Path(path)
-    return (read_recipe(directory), directory / DELTA_FILE) if is_delta_checkpoint(directory) else None
+    return (read_recipe(directory), shipped_file(directory / DELTA_FILE)) if is_delta_checkpoint(directory) else None

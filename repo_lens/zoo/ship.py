@@ -12,6 +12,7 @@ from typing import Any
 from repo_lens.atomic import atomic_write, atomic_write_text, ensure_dir
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.train.config import PRESETS
+from repo_lens.model.loaders.packed import pack_file, packed_twin
 from repo_lens.zoo import ZOO_DIR
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -155,7 +156,9 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
     ensure_dir(target)
     for file in SHIPPED_FILES:
         source = run_dir / file
-        if file != "config.json" and source.exists():
+        if file.endswith(".safetensors") and source.exists():  # the weights ship packed (lossless, about 72 %)
+            pack_file(source, packed_twin(target / file))
+        elif file != "config.json" and source.exists():
             atomic_write(target / file, partial(_copy_file, source))
     atomic_write_text(target / "config.json", json.dumps(config, indent=2))
     atomic_write_text(target / "README.md", model_card(name, {**config["info"], "history": history}, config["model"]))

@@ -29,8 +29,8 @@ def lens():
 
 def test_only_what_training_changed_is_shipped_and_the_card_states_the_recipe():
     folder = ZOO_DIR / NAME
-    assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors", "recipe.json"]
-    assert (folder / "delta.safetensors").stat().st_size <= 60e6
+    assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors.xz", "recipe.json"]
+    assert (folder / "delta.safetensors.xz").stat().st_size <= 60e6
     recipe = json.loads((folder / "recipe.json").read_text())
     assert (recipe["base"], recipe["mechanism"], recipe["first_layer"]) == ("zoo:smollm2-135m", "repo", 10)
     assert recipe["tokens"] >= 2_000_000 and recipe["steps"] * 4 * 1024 == recipe["tokens"]
@@ -80,7 +80,7 @@ CONTROL = "smollm2-135m-rope-ct"
 
 def test_the_control_is_shipped_the_same_way_with_rope_kept():
     folder = ZOO_DIR / CONTROL
-    assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors", "recipe.json"]
+    assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors.xz", "recipe.json"]
     control = json.loads((folder / "recipe.json").read_text())
     repo = json.loads((ZOO_DIR / NAME / "recipe.json").read_text())
     assert (control["mechanism"], control["first_layer"]) == ("rope", 10)

@@ -70,7 +70,7 @@ def test_the_sdist_holds_the_package_and_no_tests(dist):
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "LICENSE", "repo_lens/py.typed", "repo_lens/model/mechanisms.json",
-            "repo_lens/app/.streamlit/config.toml", "repo_lens/zoo/models/bytes1k-repo/model.safetensors"} <= names
+            "repo_lens/app/.streamlit/config.toml", "repo_lens/zoo/models/bytes1k-repo/model.safetensors.xz"} <= names
     assert not [name for name in names if name.startswith("tests/")]
 
 

@@ -174,3 +174,40 @@ def test_the_command_names_what_to_train(tmp_path, capsys):
     assert "--preset NAME" in capsys.readouterr().err
     assert main(["train", "--base", "zoo:smollm2-135m", "--mechanism", "nope", "--out", str(tmp_path / "y")]) != 0
     assert "control" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer"])
+def test_grape_m_and_layer_increments_start_exactly_as_the_base(base, mechanism):
+    """ω = softplus(0·h + softplus⁻¹(1)) = 1 and δ = 10·sigmoid(0·MLP(h) + logit(1/10)) = 1: the positions are
+    the index (GRAPE-M's exclusive sum) or the index plus one (the increments' inclusive sum), so the logits
+    are the base's in fp32, with no anneal."""
+    model = repositioned_model(base, small_config(mechanism=mechanism))
+    assert model.cfg.layer_mechanisms == ["rope", mechanism, mechanism]
+    tokens = torch.randint(0, 256, (2, 300))
+    seen = {}
+    model.blocks[2].attn.positions.register_forward_hook(lambda mod, args, out: seen.update(z=out))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), base(tokens), rtol=0, atol=1e-5)
+    shift = 0.0 if mechanism == "grape-m" else 1.0
+    torch.testing.assert_close(seen["z"], (torch.arange(300.0) + shift).expand(2, 4, 300), rtol=0, atol=0)
+    trained = trainable_state(model)
+    assert {name.split(".attn.")[0] for name in trained} == {"blocks.1", "blocks.2"}
+    assert any(".attn.positions." in name for name in trained)
+
+
+@pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer"])
+def test_grape_m_and_layer_increments_train_their_positions_off_the_index_and_ship(base, mechanism, tmp_path):
+    base_dir = save_checkpoint(base, tmp_path / "base")
+    cfg = small_config(base=str(base_dir), mechanism=mechanism, steps=6)
+    summary = train_repositioned(cfg, base, small_text(), tmp_path / "run", progress=False)
+    assert summary["log"][0]["step"] == 0 and summary["steps"] == 6
+    loaded = load_checkpoint(tmp_path / "run", device="cpu")
+    assert loaded.model.cfg.layer_mechanisms == ["rope", mechanism, mechanism]
+    seen = {}
+    loaded.model.blocks[1].attn.positions.register_forward_hook(lambda mod, args, out: seen.update(z=out))
+    with torch.no_grad():
+        loaded.model(torch.tensor([list(b"the needle is hidden in a haystack")]))
+    index = torch.arange(seen["z"].shape[-1], dtype=torch.float32) + (mechanism == "lpi-layer")
+    assert (seen["z"] - index).abs().max() > 0.01  # the positions left the index
+    increments = torch.diff(seen["z"], dim=-1)
+    assert (increments > 0).all()  # softplus and sigmoid keep every increment positive

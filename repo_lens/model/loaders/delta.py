@@ -22,6 +22,7 @@ import torch
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.loaded import LoadedModel, dtype_name
+from repo_lens.model.loaders.packed import readable_file, shipped_file
 
 RECIPE_FILE = "recipe.json"
 DELTA_FILE = "delta.safetensors"
@@ -40,8 +41,8 @@ def base_path(directory: Path, resolve: Callable[[str], Path] | None) -> Path:
 
 
 def delta_files(directory: Path) -> list[Path]:
-    """The delta's own files (its base's are the base's)."""
-    return [directory / RECIPE_FILE, directory / DELTA_FILE]
+    """The delta's own files (its base's are the base's): ``delta.safetensors`` or its packed twin."""
+    return [directory / RECIPE_FILE, shipped_file(directory / DELTA_FILE)]
 
 
 def read_recipe(directory: Path) -> dict[str, Any]:
@@ -68,10 +69,11 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     from repo_lens.model.transformer import LensModel
 
     recipe = read_recipe(directory)
+    shipped = shipped_file(directory / DELTA_FILE)
     try:
-        delta = load_file(str(directory / DELTA_FILE))
+        delta = load_file(str(readable_file(shipped)))
     except (OSError, SafetensorError) as error:
-        raise CheckpointError(f"{directory / DELTA_FILE} cannot be read ({error}); restore it from the "
+        raise CheckpointError(f"{shipped} cannot be read ({error}); restore it from the "
                               "checkpoint's source") from None
     n_layers, first = base.model.cfg.n_layers, int(recipe["first_layer"])
     kinds = [ROPE_KIND] * first + [recipe["mechanism"]] * (n_layers - first)
@@ -83,7 +85,7 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     needed = {name for name in model.state_dict() if ".attn.positions." in name}
     if set(factors) != expected or set(positions) != needed:
         wrong = sorted((set(factors) ^ expected) | (set(positions) ^ needed))
-        raise CheckpointError(f"{directory / DELTA_FILE} does not fit its recipe ({len(wrong)} tensors missing or "
+        raise CheckpointError(f"{shipped} does not fit its recipe ({len(wrong)} tensors missing or "
                               f"unexpected, e.g. {wrong[:3]}); it was written by another recipe or is damaged")
     weights = add_factors_to_weights(base.model.state_dict(), factors,
                                      float(recipe["lora_alpha"]) / int(recipe["lora_rank"]))

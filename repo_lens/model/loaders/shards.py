@@ -11,6 +11,7 @@ from safetensors import SafetensorError, safe_open
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.files import inside, read_json_file, regular_file
+from repo_lens.model.loaders.packed import readable_file, shipped_file
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -50,11 +51,13 @@ def read_index(directory: Path) -> dict[str, Path]:
 
 
 def weight_files(directory: Path) -> list[Path]:
-    """The safetensors files a load of ``directory`` reads (the index's shards, or ``model.safetensors``)."""
+    """The safetensors files a load of ``directory`` reads (the index's shards, or ``model.safetensors`` or
+    its packed twin ``model.safetensors.xz``)."""
     if (directory / INDEX_FILE).exists():
         return sorted(set(read_index(directory).values()))
-    if (directory / SINGLE_FILE).exists() or (directory / SINGLE_FILE).is_symlink():
-        return [directory / SINGLE_FILE]
+    single = shipped_file(directory / SINGLE_FILE)  # model.safetensors, or model.safetensors.xz
+    if single.exists() or single.is_symlink():
+        return [single]
     pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
     hint = (f" It has {pickled}: pickle-based weights are never loaded; convert them to safetensors "
             "(e.g. save_pretrained(..., safe_serialization=True)).") if pickled else ""
@@ -72,7 +75,7 @@ def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
     for path in files:
         regular_file(path, "safetensors weights")
         try:
-            handle = safe_open(str(path), framework="pt")
+            handle = safe_open(str(readable_file(path)), framework="pt")
         except (SafetensorError, OSError) as error:
             raise CheckpointError(f"{path} is not a readable safetensors file ({error})") from None
         for name in handle.keys():

@@ -1,0 +1,52 @@
+"""The recipes on SmolLM2-135M itself (``repo-lens train --base zoo:smollm2-135m --mechanism grape-m|lpi-layer``):
+at step 0, before any training, the re-positioned model is the base, so that what training changes is all that
+differs between them and their RoPE control."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import repo_lens
+from repo_lens.train.reposition import RepositionConfig, repositioned_model
+from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
+
+pytestmark = pytest.mark.skipif(not external_installed("smollm2-135m"),
+                                reason=f"the base needs the SmolLM2 extra: {EXTERNAL_MODELS['smollm2-135m'].install}")
+
+TEXT = ("The jury said that the city of Atlanta had been well run, and that the election was conducted with care. "
+        "It also found that many of the city's laws were outdated and should be revised by the next council.")
+
+
+@pytest.fixture(scope="module")
+def base():
+    return repo_lens.load("zoo:smollm2-135m", device="cpu", dtype="float32")
+
+
+def test_grape_m_at_step_0_is_the_base_in_fp32(base):
+    model = repositioned_model(base.model, RepositionConfig(mechanism="grape-m", autocast=False))
+    assert model.cfg.layer_mechanisms == ["rope"] * 10 + ["grape-m"] * 20
+    tokens = torch.tensor([base.tokenizer.encode(TEXT)])
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), base.model(tokens), rtol=0, atol=1e-5)
+
+
+def test_layer_increments_at_step_0_are_the_base_rotated_from_one(base):
+    """δ = 1 puts token t at t + 1 in layers 10-29. q·k cannot see the shift, but fp32 rounds the angles of t + 1
+    otherwise than those of t: the reference is the base with RoPE's index shifted by one in the same layers
+    (within 1e-5), and the base itself agrees within its own fp32 noise (1e-3 on logits of about 20)."""
+    model = repositioned_model(base.model, RepositionConfig(mechanism="lpi-layer", autocast=False))
+    assert model.cfg.layer_mechanisms == ["rope"] * 10 + ["lpi-layer"] * 20
+    tokens = torch.tensor([base.tokenizer.encode(TEXT)])
+    handles = [block.attn.positions.register_forward_hook(lambda module, args, out: out + 1.0)
+               for block in base.model.blocks[10:]]
+    try:
+        with torch.no_grad():
+            shifted = base.model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    with torch.no_grad():
+        logits, plain = model(tokens), base.model(tokens)
+    torch.testing.assert_close(logits, shifted, rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits, plain, rtol=0, atol=1e-3)

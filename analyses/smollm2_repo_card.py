@@ -1,9 +1,11 @@
 """The card's numbers for SmolLM2-135M re-positioned with RePo, beside its base and its RoPE control:
 held-out bits per token, and retrieval of a fact from 0.5K-1.5K tokens of real English, each with a
-95 % Wilson interval and a paired McNemar test against the base.
+95 % Wilson interval and paired McNemar tests against the base and, when one is given, the control.
 
 * **Held-out bits per token**: every held-out Brown sequence (every tenth document, never trained on) of
-  ``--context`` tokens, in fp32, mean over predicted tokens.
+  ``--context`` tokens, in fp32, mean over predicted tokens; and the same on English of another domain,
+  the documentation strings of Python's standard library (``repo_lens.data.python_docs_documents``),
+  never trained on either.
 * **NIAH** (RULER's niah_single wording, ``repo_lens.data.niah_single``): one 7-digit magic number for a
   word key, hidden at a random depth in held-out Brown text, the prompt 0.5K, 1K or 1.5K tokens long.
 * **Fact in running text**: a sentence "<Name> was born in <City>." put at a random depth into held-out
@@ -15,7 +17,7 @@ decoding reproducing the answer exactly). Records go one JSON line per prompt an
 
     python analyses/smollm2_repo_card.py --out build/smollm2_card \\
         --model base=zoo:smollm2-135m --model repo=zoo:smollm2-135m-repo [--model control=DIR] \\
-        [--prompts 36] [--lengths 512 1024 1536] [--threads 2]
+        [--prompts 36] [--lengths 512 1024 1536] [--threads 2] [--bits-only repo]
 """
 
 from __future__ import annotations
@@ -74,10 +76,22 @@ def fact_case(tokenizer: Any, documents: list[str], length: int, seed: int) -> A
     return SimpleNamespace(ids=ids, query=(len(prefix_ids), len(ids)), answer=city)
 
 
-def held_out_bits(lens: Any, context: int, max_sequences: int | None) -> dict[str, float]:
+def other_domain_sequences(tokenizer: Any, context: int) -> torch.Tensor:
+    """[n, context + 1]: the Python documentation strings, one stream (end-of-text between modules)."""
+    from repo_lens.data import python_docs_documents
+
+    stream: list[int] = []
+    for document in python_docs_documents():
+        stream += [*tokenizer(document, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    count = (len(stream) - 1) // context
+    return torch.tensor([stream[k * context:(k + 1) * context + 1] for k in range(count)])
+
+
+def held_out_bits(lens: Any, context: int, max_sequences: int | None, other_domain: bool = False) -> dict[str, float]:
     from repo_lens.train.text_tokens import TextTokens
 
-    sequences = TextTokens.brown(lens.tokenizer).held_out_sequences(context)[:max_sequences]
+    sequences = (other_domain_sequences(lens.tokenizer, context) if other_domain
+                 else TextTokens.brown(lens.tokenizer).held_out_sequences(context))[:max_sequences]
     total, count = 0.0, 0
     with torch.inference_mode():
         for row in tqdm(sequences, desc="held-out bits", leave=False):
@@ -88,7 +102,7 @@ def held_out_bits(lens: Any, context: int, max_sequences: int | None) -> dict[st
 
 
 def run(models: dict[str, str], out: Path, lengths: list[int], prompts: int, context: int,
-        max_sequences: int | None) -> dict[str, Any]:
+        max_sequences: int | None, bits_only: frozenset[str] = frozenset()) -> dict[str, Any]:
     import repo_lens
     from repo_lens.interventions.stats import mcnemar, wilson
     from repo_lens.studies.items import answer_accuracy
@@ -104,6 +118,12 @@ def run(models: dict[str, str], out: Path, lengths: list[int], prompts: int, con
         if name not in bits:
             bits[name] = {"source": source, **held_out_bits(lens, context, max_sequences)}
             (out / "bits.json").write_text(json.dumps(bits, indent=1))
+        if "other_domain" not in bits[name]:
+            bits[name]["other_domain"] = held_out_bits(lens, context, max_sequences, other_domain=True)
+            bits[name]["python"] = sys.version.split()[0]
+            (out / "bits.json").write_text(json.dumps(bits, indent=1))
+        if name in bits_only:
+            continue
         cases = [(task, length, seed) for task in ("niah", "fact") for length in lengths for seed in range(prompts)]
         with records_file.open("a") as sink:
             for task, length, seed in tqdm(cases, desc=f"retrieval, {name}"):
@@ -119,17 +139,18 @@ def run(models: dict[str, str], out: Path, lengths: list[int], prompts: int, con
     summary: dict[str, Any] = {"bits": bits, "retrieval": {}}
     for task in ("niah", "fact"):
         table = {}
-        for name in models:
+        for name in (name for name in models if name not in bits_only):
             rows = sorted((r for r in done.values() if r["model"] == name and r["task"] == task),
                           key=lambda r: (r["length"], r["seed"]))
             exact = [r["exact"] for r in rows]
             entry = {"all": wilson(int(sum(exact)), len(exact)),
                      "by_length": {str(n): wilson(int(sum(r["exact"] for r in rows if r["length"] == n)),
                                                   sum(1 for r in rows if r["length"] == n)) for n in lengths}}
-            if name != "base" and "base" in models:
-                base = [r["exact"] for r in sorted((r for r in done.values() if r["model"] == "base"
-                                                    and r["task"] == task), key=lambda r: (r["length"], r["seed"]))]
-                entry["mcnemar_p_vs_base"] = mcnemar(exact, base) if len(base) == len(exact) else None
+            for reference in ("base", "control"):
+                if name != reference and reference in models and reference not in bits_only:
+                    other = [r["exact"] for r in sorted((r for r in done.values() if r["model"] == reference
+                                                         and r["task"] == task), key=lambda r: (r["length"], r["seed"]))]
+                    entry[f"mcnemar_p_vs_{reference}"] = mcnemar(exact, other) if len(other) == len(exact) else None
             table[name] = entry
         summary["retrieval"][task] = table
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -145,19 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--max-sequences", type=int, default=None, help="held-out sequences (default all)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--bits-only", nargs="*", default=[], help="models measured on held-out text only")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     models = dict(item.split("=", 1) for item in args.model)
-    summary = run(models, args.out, args.lengths, args.prompts, args.context, args.max_sequences)
+    summary = run(models, args.out, args.lengths, args.prompts, args.context, args.max_sequences,
+                  frozenset(args.bits_only))
     for name, entry in summary["bits"].items():
-        print(f"{name}: {entry['bits_per_token']:.4f} bits per token on {entry['tokens']:,} held-out tokens")
+        print(f"{name}: {entry['bits_per_token']:.4f} bits per token on {entry['tokens']:,} held-out Brown tokens, "
+              f"{entry['other_domain']['bits_per_token']:.4f} on {entry['other_domain']['tokens']:,} of Python's docs")
     for task, table in summary["retrieval"].items():
         for name, entry in table.items():
             a = entry["all"]
             print(f"{task} {name}: {a['value']:.3f} [{a['low']:.3f}, {a['high']:.3f}] (n={a['n']})"
-                  + (f", McNemar p vs base {entry['mcnemar_p_vs_base']:.3g}" if entry.get("mcnemar_p_vs_base")
-                     is not None else ""))
+                  + "".join(f", McNemar p vs {ref} {entry[f'mcnemar_p_vs_{ref}']:.3g}" for ref in ("base", "control")
+                            if entry.get(f"mcnemar_p_vs_{ref}") is not None))
     return 0
 
 

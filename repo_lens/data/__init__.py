@@ -18,6 +18,7 @@ from repo_lens.data.niah import (
     niah_prompt,
     niah_single,
 )
+from repo_lens.data.python_docs import python_docs_documents
 from repo_lens.data.retrieval_families import FAMILIES, moved_pairs, retrieval_prompt, retrieval_prompts
 from repo_lens.data.reversal import (
     REVERSAL_PROMPT,
@@ -43,6 +44,7 @@ __all__ = [
     "bilingual_splits",
     "brown_documents",
     "moved_pairs",
+    "python_docs_documents",
     "retrieval_prompt",
     "retrieval_prompts",
     "char_to_token_span",

@@ -42,12 +42,13 @@ def run_reposition(args: argparse.Namespace) -> int:
                          f"('--mechanism lpi-layer'), not {mechanism!r}")
     defaults = RepositionConfig()
     cfg = RepositionConfig(base=args.base, mechanism=mechanism, steps=args.steps or defaults.steps,
+                           corpus=args.corpus or defaults.corpus,
                            seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,
                            context=args.context or defaults.context, batch_size=args.batch_size or defaults.batch_size,
                            anneal_steps=defaults.anneal_steps if args.anneal_steps is None else args.anneal_steps,
                            autocast=not args.no_autocast and native_bf16(args.device or "cpu"))
     lens = repo_lens.load(args.base, device="cpu" if args.device is None else args.device, dtype="float32")
-    text = TextTokens.brown(lens.tokenizer)
+    text = TextTokens.from_corpus(cfg.corpus, lens.tokenizer)
     summary = train_repositioned(cfg, lens.model, text, args.out, progress=not args.quiet)
     last = [entry["held_out_bits"] for entry in summary["log"] if "held_out_bits" in entry]
     print(f"trained {mechanism} on {args.base} for {summary['steps']} steps ({summary['tokens']:,} tokens) in "
@@ -79,6 +80,9 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--batch-size", type=positive_int, default=None, help="--base: sequences per step (4)")
     train.add_argument("--anneal-steps", type=whole_number(0, 10**7), default=None,
                        help="--base: steps over which z goes from the integer index to f(h) (200)")
+    train.add_argument("--corpus", default=None,
+                       help="--base: the text to train on: brown (the default), or a text file, JSON lines, Parquet, "
+                            "a folder of them or a saved dataset; every tenth document is held out")
     train.add_argument("--device", default=None, help="--base: cpu or cuda (default cpu)")
     train.add_argument("--no-autocast", action="store_true",
                        help="--base: train in fp32 (default: bf16 autocast where the device computes bf16 natively)")

@@ -67,6 +67,7 @@ class RepositionConfig:
     """The recipe's settings (``repo-lens train --base``)."""
 
     base: str = "zoo:smollm2-135m"
+    corpus: str = "brown"  # the text trained on: "brown", or a corpus file, folder or saved dataset
     mechanism: str = DEFAULT_KIND  # one of RECIPE_KINDS
     first_layer: int | None = None  # first re-positioned layer; None = ⌈L/3⌉
     context: int = 1024
@@ -334,8 +335,9 @@ def _resume(directory: Path, cfg: RepositionConfig, model: LensModel,
     if not progress_file.exists():
         return 0, [], 0.0
     progress = json.loads(progress_file.read_text())
-    saved = {key: value for key, value in progress["recipe"].items() if key not in ("threads",)}
-    wanted = {key: value for key, value in cfg.to_dict().items() if key not in ("threads",)}
+    defaults = RepositionConfig().to_dict()  # a setting a run saved before it existed had its default
+    saved = {key: progress["recipe"].get(key, defaults[key]) for key in defaults if key != "threads"}
+    wanted = {key: value for key, value in cfg.to_dict().items() if key != "threads"}
     if saved != wanted:
         changed = sorted(key for key in wanted if saved.get(key) != wanted[key])
         raise InputError(f"{directory} holds a run with other settings ({', '.join(changed)} differ); resume it "

@@ -50,6 +50,21 @@ class TextTokens:
         return cls.from_documents([doc.text for doc in brown_documents()],
                                   lambda text: tokenizer(text, add_special_tokens=False)["input_ids"], eos)
 
+    @classmethod
+    def from_corpus(cls, source: str, tokenizer) -> TextTokens:
+        """``source`` through a Hugging Face ``tokenizer``: ``"brown"``, or anything
+        :func:`repo_lens.data.corpus_sources.open_corpus` opens (text files, JSON lines, Parquet, a saved
+        dataset); every tenth non-empty document is held out. The tokens are held in memory (8 bytes each)."""
+        if source == "brown":
+            return cls.brown(tokenizer)
+        from repo_lens.data.corpus_sources import open_corpus
+
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise InputError("the tokenizer has no end-of-text token to separate documents with")
+        texts = [document.text for document in open_corpus(source) if document.text and document.text.strip()]
+        return cls.from_documents(texts, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"], eos)
+
     @staticmethod
     def _sequences(stream: np.ndarray, context: int) -> np.ndarray:
         count = (len(stream) - 1) // context

@@ -4,6 +4,8 @@ differs between them and their RoPE control."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -50,3 +52,24 @@ def test_layer_increments_at_step_0_are_the_base_rotated_from_one(base):
         logits, plain = model(tokens), base.model(tokens)
     torch.testing.assert_close(logits, shifted, rtol=0, atol=1e-5)
     torch.testing.assert_close(logits, plain, rtol=0, atol=1e-3)
+
+
+def test_the_command_trains_grape_m_on_a_corpus_of_ones_own_from_the_base(base, tmp_path):
+    """``repo-lens train --base zoo:smollm2-135m --mechanism grape-m --corpus FILE``: the held-out bits it logs at
+    step 0 are the base's on the same held-out documents (every tenth paragraph of the file), and it resumes."""
+    from repo_lens.cli import main
+    from repo_lens.train.reposition import RepositionConfig, held_out_bits
+    from repo_lens.train.text_tokens import TextTokens
+
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("\n\n".join(f"Note {i}: {TEXT}" for i in range(30)))
+    args = ["train", "--base", "zoo:smollm2-135m", "--mechanism", "grape-m", "--corpus", str(corpus), "--steps", "2",
+            "--context", "32", "--batch-size", "1", "--no-autocast", "--quiet", "--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    recipe = json.loads((tmp_path / "run" / "recipe.json").read_text())
+    assert recipe["recipe"]["corpus"] == str(corpus) and recipe["mechanism"] == "grape-m"
+    text = TextTokens.from_corpus(str(corpus), base.tokenizer)
+    cfg = RepositionConfig(context=32, autocast=False)
+    expected = held_out_bits(base.model, text.held_out_sequences(32)[:cfg.eval_sequences], cfg)
+    assert abs(recipe["log"][0]["held_out_bits"] - expected) < 1e-5
+    assert main(args) == 0  # finished: rerunning the same command resumes at the end and ships again

@@ -28,6 +28,7 @@ from repo_lens.analysis.increments import (
     trace_increments,
 )
 from repo_lens.analysis.lookback import LookbackCorrelation, attention_lookback, lookback_correlation
+from repo_lens.analysis.position_attribution import PositionAttribution, position_attribution
 from repo_lens.analysis.position_stats import (
     PATTERN_LABELS,
     HeadSummary,
@@ -58,6 +59,7 @@ __all__ = [
     "HeadSummary",
     "LookbackCorrelation",
     "PatternFractions",
+    "PositionAttribution",
     "VarianceShares",
     "attention_lookback",
     "boundary_auc",
@@ -74,6 +76,7 @@ __all__ = [
     "jieba_words",
     "lookback_correlation",
     "pattern_fractions",
+    "position_attribution",
     "position_increments",
     "position_variance_shares",
     "range_stats",

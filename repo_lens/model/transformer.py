@@ -64,7 +64,7 @@ class LensModel(TransformerLensInterface):
         start, stop = layer_range(len(self.blocks), start_at_layer, stop_at_layer)
         if start_at_layer is None:
             x = self.hook_embed(self.embed(input_ids))
-            shared = self.hook_delta(F.softplus(self.increments(x))[..., 0]) if hasattr(self, "increments") else None
+            shared = self.hook_delta(self.shared_increments(x)) if hasattr(self, "increments") else None
         elif hasattr(self, "increments"):
             raise InputError("this model's learned increments are computed from the token embeddings, which a run "
                              "from start_at_layer does not have: run it from the tokens")
@@ -77,6 +77,11 @@ class LensModel(TransformerLensInterface):
         if stop_at_layer is not None:
             return x
         return self.unembed(self.final_norm(x))
+
+    def shared_increments(self, embedded: torch.Tensor) -> torch.Tensor:
+        """The ``lpi`` layers' increments [batch, pos] from the token embeddings [batch, pos, d_model]:
+        δ = softplus(DeltaMLP(e)), the same in every layer and head (before ``hook_delta``)."""
+        return F.softplus(self.increments(embedded))[..., 0]
 
     def new_cache(self) -> KVCache:
         return KVCache(self.cfg.n_layers)

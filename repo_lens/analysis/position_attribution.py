@@ -1,0 +1,214 @@
+"""Why a token gets its position: the learned position of every head and token of one layer, attributed to
+the parts of the residual stream its position module reads (the embedding, every earlier attention output
+and MLP output, and each earlier head), in TransformerLens' labels.
+
+A position module (RePo's f, the per-layer increments' δ, GRAPE-M's ω, FoX's forget gates) reads the
+layer's attention input, the normed sum ``embed + Σ_{l<L} (attn_out_l + mlp_out_l)``. Removing one part
+from that input, and from nothing else, and re-running only the module is a path ablation: the attention,
+the values and every other layer see the unedited stream. ``value = z − z_without_part``: how far the
+part moves the position. For mechanisms that sum increments the module's own output is the running sum,
+so the part is removed from every token's increment and the sum itself is attributed.
+
+- ``method="ablation"`` (exact): one forward caches the parts, then the module alone runs once per part,
+  in batches: O(parts × module), not one forward per part.
+- ``method="gradient"``: the linearised attribution, ∇z · part at the actual input (through the norm), one
+  forward-mode product per part. ``completeness_error`` is Σ attributions − (z − z with every part
+  removed): zero where the module is linear in its input.
+
+A head's part: on pre-norm blocks (Llama) its share of ``o_proj``'s output; on post-norm blocks (OLMo-2,
+the published RePo model), where the attention output passes through a norm, the attention output minus
+the same output recomputed without that head.
+
+Example:
+    >>> import repo_lens
+    >>> from repo_lens.model.tiny import tiny_model
+    >>> lens = repo_lens.Lens(tiny_model("repo", n_layers=3, d_model=32, n_heads=4, seed=0), None)
+    >>> found = position_attribution(lens, [5, 9, 2, 7], layer=2)
+    >>> found.labels[:3], found.values.shape
+    (['embed', '0_attn_out', '0_mlp_out'], (4, 4, 13))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from repo_lens.errors import InputError
+from repo_lens.model.registry import is_learned, mechanism_traits
+
+if TYPE_CHECKING:
+    import torch
+
+METHODS = ("ablation", "gradient")
+BATCH = 16  # ablated inputs per module call
+
+
+@dataclass(frozen=True)
+class PositionAttribution:
+    """The attribution of one layer's positions: ``values`` [head, token, component] follows ``heads``,
+    ``tokens`` and ``labels``; ``positions`` [head, token] are the layer's own."""
+
+    layer: int
+    heads: list[int]
+    tokens: list[int]
+    labels: list[str]
+    values: np.ndarray
+    positions: np.ndarray
+    method: str
+    completeness_error: np.ndarray | None = None  # [head, token], gradient only
+
+    def top(self, head: int, token: int, k: int = 5) -> list[tuple[str, float]]:
+        """The ``k`` components that move head ``head``'s position of token ``token`` most, by |value|."""
+        row = self.values[self.heads.index(head), self.tokens.index(token)]
+        order = np.argsort(-np.abs(row), kind="stable")[:k]
+        return [(self.labels[i], float(row[i])) for i in order]
+
+    def table(self) -> Any:
+        """A tidy pandas DataFrame: one row per (layer, head, token, component) with its value."""
+        import pandas as pd
+
+        head, token, component = np.meshgrid(self.heads, self.tokens, self.labels, indexing="ij")
+        return pd.DataFrame({"layer": self.layer, "head": head.ravel(), "token": token.ravel(),
+                             "component": component.ravel(), "value": self.values.ravel()})
+
+
+def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: Sequence[int] | None = None,
+                         tokens: Sequence[int] | None = None, per_head: bool = True,
+                         method: str = "ablation") -> PositionAttribution:
+    """Attribute layer ``layer``'s positions of ``inputs`` (a text or token ids) to the components of its
+    position module's input (see the module's description). ``heads`` and ``tokens`` select rows (all by
+    default); ``per_head`` adds one component per earlier head (``L{l}H{h}``) beside ``{l}_attn_out``."""
+    import torch
+
+    from repo_lens.protocol import prepare_ids
+
+    model = lens.model
+    _check(model, layer, method)
+    ids, _ = prepare_ids(lens, inputs, truncate=False, allow_beyond_context=False)
+    heads = _selection(heads, model.cfg.n_heads, "heads", "head")
+    tokens = _selection(tokens, len(ids), "tokens", "token")
+    with torch.no_grad():
+        resid, shared, parts = residual_parts(model, torch.tensor([ids], device=lens.device), layer, per_head)
+    module_input = _module_function(model, layer, shared is not None)
+    labels = list(parts)
+    stacked = torch.stack([parts[label] for label in labels])  # [component, pos, d_model]
+    # the shared increments (lpi) read the embedding alone: only removing "embed" changes what they read
+    embed_parts = torch.stack([parts["embed"] if label == "embed" else torch.zeros_like(resid) for label in labels])
+    embed = parts["embed"]
+    with torch.no_grad():
+        positions = module_input(resid[None], embed[None])[0]  # [head, pos]
+    error = None
+    if method == "ablation":
+        with torch.no_grad():
+            moved = torch.cat([positions - module_input(resid - chunk, embed - embed_chunk)
+                               for chunk, embed_chunk in zip(stacked.split(BATCH), embed_parts.split(BATCH))])
+    else:
+        moved = _linearised(module_input, (resid, embed), (stacked, embed_parts))
+        base = [label for label in labels if not label.startswith("L")]  # embed + attn_out + mlp_out: the sum
+        with torch.no_grad():
+            removed = module_input((resid - sum(parts[label] for label in base))[None], torch.zeros_like(embed)[None])[0]
+        error = (moved[[labels.index(label) for label in base]].sum(0) - (positions - removed))[heads][:, tokens]
+    values = moved.permute(1, 2, 0)[heads][:, tokens]  # [head, token, component]
+    return PositionAttribution(layer, heads, tokens, labels, values.double().cpu().numpy(),
+                               positions[heads][:, tokens].double().cpu().numpy(), method,
+                               None if error is None else error.double().cpu().numpy())
+
+
+def residual_parts(model: Any, input_ids: torch.Tensor, layer: int,
+                   per_head: bool) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """(the residual stream entering ``layer`` [pos, d_model], the model's shared increments [1, pos] or
+    None, {label: part [pos, d_model]}) from one forward that stops at ``layer``; the parts but the heads
+    sum to the stream."""
+
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(tensor: torch.Tensor, hook: Any) -> None:
+        seen[hook.name] = tensor.detach()[0].float()
+
+    names = ["hook_embed"] + [f"blocks.{l}.{part}" for l in range(layer) for part in ("hook_attn_out", "hook_mlp_out")]
+    names += [f"blocks.{l}.attn.hook_z" for l in range(layer)] if per_head else []
+    names += ["hook_delta"] if hasattr(model, "increments") else []
+    with model.hooks(fwd_hooks=[(name, keep) for name in names]):
+        resid = model.forward_logits(input_ids, stop_at_layer=layer)[0].float()
+    parts = {"embed": seen["hook_embed"]}
+    for l in range(layer):
+        parts[f"{l}_attn_out"] = seen[f"blocks.{l}.hook_attn_out"]
+        parts[f"{l}_mlp_out"] = seen[f"blocks.{l}.hook_mlp_out"]
+    if per_head:
+        for l in range(layer):
+            for head, part in enumerate(_head_parts(model.blocks[l], seen[f"blocks.{l}.attn.hook_z"],
+                                                    parts[f"{l}_attn_out"])):
+                parts[f"L{l}H{head}"] = part
+    shared = seen["hook_delta"][None] if "hook_delta" in seen else None
+    return resid, shared, parts
+
+
+def _head_parts(block: Any, z: torch.Tensor, attn_out: torch.Tensor) -> list[torch.Tensor]:
+    """Each head's part of ``attn_out`` from its output ``z`` [pos, head, d_head]: its share of o_proj on a
+    pre-norm block; the output minus the output without that head where a norm follows the attention."""
+    import torch
+
+    o_proj = block.attn.o_proj
+    weight = o_proj.weight.float().view(o_proj.weight.shape[0], z.shape[1], z.shape[2])
+    shares = torch.einsum("phd,mhd->hpm", z.float(), weight)  # [head, pos, d_model]
+    if "after_attention" not in block._norm_at:
+        return list(shares)
+    total = shares.sum(0) + (o_proj.bias.float() if o_proj.bias is not None else 0.0)
+    return [attn_out - block._norm("after_attention", total - share) for share in shares]
+
+
+def _module_function(model: Any, layer: int, uses_shared: bool):
+    """(residual, embedding) [batch, pos, d_model] each -> the layer's positions [batch, head, pos], as its
+    module computes them (the shared increments of ``lpi`` models from the embedding)."""
+    block = model.blocks[layer]
+
+    def positions(resid: torch.Tensor, embed: torch.Tensor) -> torch.Tensor:
+        shared = model.shared_increments(embed) if uses_shared else None
+        return block.attn.positions(block._norm("before_attention", resid), 0, state=None, shared=shared).float()
+
+    return positions
+
+
+def _linearised(function: Any, point: tuple[torch.Tensor, torch.Tensor],
+                directions: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """[component, head, pos]: the directional derivative of ``function`` at ``point`` along each component's
+    (residual part, embedding part)."""
+    import torch
+    from torch.func import jvp
+
+    resid, embed = point
+    out = []
+    for part, embed_part in zip(*directions):
+        _, tangent = jvp(lambda x, e: function(x[None], e[None])[0], (resid, embed), (part, embed_part))
+        out.append(tangent.detach())
+    return torch.stack(out)
+
+
+def _check(model: Any, layer: int, method: str) -> None:
+    if method not in METHODS:
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    n_layers = len(model.blocks)
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n_layers:
+        raise InputError(f"layer must be a layer index in 0..{n_layers - 1}, got {layer!r}")
+    kind = model.cfg.layer_mechanisms[layer]
+    if not is_learned(kind) or mechanism_traits(kind).role == "contextual":
+        learned = [l for l, k in enumerate(model.cfg.layer_mechanisms)
+                   if is_learned(k) and mechanism_traits(k).role != "contextual"]
+        raise InputError(f"layer {layer} is {kind!r}, whose positions no module computes from the residual "
+                         f"stream; pick a layer with a learned position module: {learned}")
+    if not hasattr(model.blocks[layer], "_norm_at"):
+        raise InputError(f"layer {layer}'s block ({type(model.blocks[layer]).__name__}) is not a Llama or OLMo-2 "
+                         "block; position attribution reads those blocks' norms")
+
+
+def _selection(chosen: Sequence[int] | None, size: int, name: str, what: str) -> list[int]:
+    if chosen is None:
+        return list(range(size))
+    picked = [int(one) for one in chosen]
+    wrong = [one for one in picked if not 0 <= one < size]
+    if wrong or not picked:
+        raise InputError(f"{name} must be {what} indices in 0..{size - 1}, got {list(chosen)!r}")
+    return picked

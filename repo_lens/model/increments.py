@@ -94,6 +94,14 @@ class LayerIncrementPositions(CumulativePositions):
         one = math.log(1.0 / (self.max_delta - 1.0))  # logit(1 / max_delta)
         self.delta_mlp = DeltaMLP(cfg.d_model, cfg.lpi_hidden_dim, 1, output_bias=one)
 
+    def start_at_integers(self) -> None:
+        """δ = 1 for every input: the output weight 0 and its bias logit(1/max_delta); the input layer at
+        PyTorch's default initialisation (from the global seed), so that training can move δ at once."""
+        self.delta_mlp.fc_in.reset_parameters()
+        nn.init.zeros_(self.delta_mlp.fc_in.bias)
+        nn.init.zeros_(self.delta_mlp.fc_out.weight)
+        nn.init.constant_(self.delta_mlp.fc_out.bias, math.log(1.0 / (self.max_delta - 1.0)))
+
     def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
         delta = self.max_delta * torch.sigmoid(self.delta_mlp(h))  # [batch, pos, 1]
         return delta.transpose(1, 2).expand(h.shape[0], self.n_heads, h.shape[1])
@@ -109,6 +117,11 @@ class ContentPhasePositions(CumulativePositions):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.phase_map = nn.Linear(cfg.d_model, cfg.n_heads)
+        nn.init.constant_(self.phase_map.bias, SOFTPLUS_ONE)
+
+    def start_at_integers(self) -> None:
+        """ω = 1 for every input (W = 0, b = softplus⁻¹(1)): the phase is the index, the layer is RoPE."""
+        nn.init.zeros_(self.phase_map.weight)
         nn.init.constant_(self.phase_map.bias, SOFTPLUS_ONE)
 
     def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:

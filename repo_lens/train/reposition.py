@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.config import repo_start_layer
-from repo_lens.model.increments import SOFTPLUS_ONE
+from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.transformer import LensModel
@@ -56,8 +56,8 @@ from repo_lens.train.text_tokens import TextTokens
 
 STATE_DIR = "train_state"
 ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
-CONTENT_PHASE_KIND = "grape-m"  # GRAPE-M with a content-dependent phase: ω = softplus(W h + b) per head
-LAYER_INCREMENT_KIND = "lpi-layer"  # per-layer learned increments: δ = max · sigmoid(MLP(h))
+CONTENT_PHASE_KIND = ContentPhasePositions.kind  # GRAPE-M with a content-dependent phase: ω = softplus(W h + b)
+LAYER_INCREMENT_KIND = LayerIncrementPositions.kind  # per-layer learned increments: δ = max · sigmoid(MLP(h))
 RECIPE_KINDS = (DEFAULT_KIND, ROPE_KIND, CONTENT_PHASE_KIND, LAYER_INCREMENT_KIND)  # RePo, its control, and the two
 # mechanisms that start exactly as the base's RoPE
 
@@ -163,17 +163,11 @@ def start_position_modules(model: LensModel, cfg: RepositionConfig) -> None:
     torch.manual_seed(cfg.seed)
     for block in model.blocks:
         module = block.attn.positions
-        if module.kind == DEFAULT_KIND:
+        if hasattr(module, "start_at_integers"):  # GRAPE-M, the per-layer increments
+            module.start_at_integers()
+        elif module.kind == DEFAULT_KIND:
             for param in module.parameters():
                 torch.nn.init.normal_(param, std=cfg.position_init_std)
-        elif module.kind == CONTENT_PHASE_KIND:
-            torch.nn.init.zeros_(module.phase_map.weight)
-            torch.nn.init.constant_(module.phase_map.bias, SOFTPLUS_ONE)
-        elif module.kind == LAYER_INCREMENT_KIND:
-            module.delta_mlp.fc_in.reset_parameters()
-            torch.nn.init.zeros_(module.delta_mlp.fc_in.bias)
-            torch.nn.init.zeros_(module.delta_mlp.fc_out.weight)
-            torch.nn.init.constant_(module.delta_mlp.fc_out.bias, math.log(1.0 / (module.max_delta - 1.0)))
 
 
 class PositionAnneal:

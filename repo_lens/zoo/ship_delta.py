@@ -11,7 +11,8 @@ from typing import Any
 from repo_lens.atomic import atomic_write_text, ensure_dir
 from repo_lens.errors import InputError
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE, read_recipe
-from repo_lens.model.registry import DEFAULT_KIND
+from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
+from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.loaders.packed import pack_file, packed_twin
 from repo_lens.zoo import ZOO_DIR, zoo_source
 
@@ -22,14 +23,14 @@ DATA = ("The Brown corpus (500 American English documents of 1961, npm `corpus-b
 
 
 KINDS = {  # mechanism -> (what the card calls it, what its position module is, how it starts)
-    "repo": ("RePo", "each re-positioned layer's position module (RePo's f: a SwiGLU to d/8, then one position per "
+    DEFAULT_KIND: ("RePo", "each re-positioned layer's position module (RePo's f: a SwiGLU to d/8, then one position per "
              "head) and ", "z = (1 − λ)·i + λ·f(h), λ rising from 0 to 1 over the first {anneal} steps, then "
              "z = f(h) exactly as the RePo paper defines it (the index i is never an input of f)"),
-    "rope": ("RoPE (the control: RoPE kept, the same adapters and tokens)", "", None),
-    "grape-m": ("GRAPE-M with a content-dependent phase", "each re-positioned layer's phase map (GRAPE-M: ω = "
+    ROPE_KIND: ("RoPE (the control: RoPE kept, the same adapters and tokens)", "", None),
+    ContentPhasePositions.kind: ("GRAPE-M with a content-dependent phase", "each re-positioned layer's phase map (GRAPE-M: ω = "
                 "softplus(W h + b), one frequency scale per head and token, phase = Σ_{s<t} ω_s) and ",
                 "W = 0 and b = softplus⁻¹(1), so ω = 1 and the phase is the index: step 0 is the base exactly"),
-    "lpi-layer": ("per-layer learned position increments", "each re-positioned layer's increment MLP (δ = 10 · "
+    LayerIncrementPositions.kind: ("per-layer learned position increments", "each re-positioned layer's increment MLP (δ = 10 · "
                   "sigmoid(MLP(h)), position = Σ_{s≤t} δ_s) and ", "the MLP's output weight 0 and its bias "
                   "logit(1/10), so δ = 1 and the positions are the index plus one: step 0 is the base"),
 }

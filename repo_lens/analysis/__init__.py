@@ -28,7 +28,12 @@ from repo_lens.analysis.increments import (
     trace_increments,
 )
 from repo_lens.analysis.lookback import LookbackCorrelation, attention_lookback, lookback_correlation
-from repo_lens.analysis.position_attribution import PositionAttribution, position_attribution
+from repo_lens.analysis.position_attribution import (
+    PositionAttribution,
+    TokenAttribution,
+    position_attribution,
+    token_attribution,
+)
 from repo_lens.analysis.position_stats import (
     PATTERN_LABELS,
     HeadSummary,
@@ -60,6 +65,7 @@ __all__ = [
     "LookbackCorrelation",
     "PatternFractions",
     "PositionAttribution",
+    "TokenAttribution",
     "VarianceShares",
     "attention_lookback",
     "boundary_auc",
@@ -77,6 +83,7 @@ __all__ = [
     "lookback_correlation",
     "pattern_fractions",
     "position_attribution",
+    "token_attribution",
     "position_increments",
     "position_variance_shares",
     "range_stats",

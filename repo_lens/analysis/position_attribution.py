@@ -212,3 +212,58 @@ def _selection(chosen: Sequence[int] | None, size: int, name: str, what: str) ->
     if wrong or not picked:
         raise InputError(f"{name} must be {what} indices in 0..{size - 1}, got {list(chosen)!r}")
     return picked
+
+
+@dataclass(frozen=True)
+class TokenAttribution:
+    """Which earlier tokens move one position: ``gradient`` [context token, d_model] is ∂z/∂e_s of head
+    ``head``'s position of token ``token`` with respect to each context token's embedding e_s, and
+    ``values`` [context token] is gradient · embedding (the linearised effect of each token's embedding);
+    tokens after ``token`` are not seen (causal attention) and are left out."""
+
+    layer: int
+    head: int
+    token: int
+    position: float
+    gradient: np.ndarray
+    values: np.ndarray
+
+
+def token_attribution(lens: Any, inputs: Any, layer: int, head: int, token: int) -> TokenAttribution:
+    """The gradient of layer ``layer``, head ``head``'s position of token ``token`` with respect to every
+    context token's embedding, through every layer below (one backward pass).
+
+    Example:
+        >>> import repo_lens
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> lens = repo_lens.Lens(tiny_model("repo", n_layers=3, d_model=32, n_heads=4, seed=0), None)
+        >>> found = token_attribution(lens, [5, 9, 2, 7], layer=2, head=1, token=2)
+        >>> found.values.shape, found.gradient.shape
+        ((3,), (3, 32))
+    """
+    import torch
+
+    from repo_lens.protocol import prepare_ids
+
+    model = lens.model
+    _check(model, layer, "ablation")
+    ids, _ = prepare_ids(lens, inputs, truncate=False, allow_beyond_context=False)
+    [head] = _selection([head], model.cfg.n_heads, "head", "head")
+    [token] = _selection([token], len(ids), "token", "token")
+    seen: dict[str, torch.Tensor] = {}
+
+    def leaf(embedded: torch.Tensor, hook: Any) -> torch.Tensor:
+        seen["embed"] = embedded.detach().float().requires_grad_(True)
+        return seen["embed"].to(embedded.dtype)
+
+    def keep(positions: torch.Tensor, hook: Any) -> None:
+        seen["positions"] = positions
+
+    hooks = [("hook_embed", leaf), (f"blocks.{layer}.attn.hook_pos", keep)]
+    with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
+        model.forward_logits(torch.tensor([ids], device=lens.device), stop_at_layer=layer + 1)
+        position = seen["positions"][0, head, token].float()
+        (gradient,) = torch.autograd.grad(position, seen["embed"])
+    gradient = gradient[0, :token + 1].double()
+    values = (gradient * seen["embed"].detach()[0, :token + 1].double()).sum(-1)
+    return TokenAttribution(layer, head, token, float(position), gradient.cpu().numpy(), values.cpu().numpy())

@@ -144,3 +144,41 @@ def test_the_table_top_and_bad_input():
         position_attribution(lens, IDS, 2, method="shapley")
     with pytest.raises(InputError, match="heads must be head indices in 0..3"):
         position_attribution(lens, IDS, 2, heads=[4])
+
+
+def test_token_attribution_is_exact_where_the_position_is_linear_in_the_embeddings():
+    """One OLMo-2 layer whose positions are z = e W (no norm before it): ∂z_t/∂e_s is W's row for s = t, 0 else."""
+    from repo_lens.analysis import token_attribution
+    from repo_lens.model import LensModel, ModelConfig
+
+    cfg = ModelConfig(family="olmo2", vocab_size=257, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
+                      layer_mechanisms=["repo-multihead-continuous"])
+    torch.manual_seed(0)
+    lens = repo_lens.Lens(LensModel(cfg).eval(), None)
+    found = token_attribution(lens, IDS[:6], layer=0, head=1, token=4)
+    weight = lens.model.blocks[0].attn.positions.dynamic_map.weight.detach().double().numpy()
+    expected = np.zeros((5, 16))
+    expected[4] = weight[1]
+    np.testing.assert_allclose(found.gradient, expected, atol=1e-7)
+    embedding = lens.model.embed.weight.detach().double().numpy()[IDS[4]]
+    assert found.values[4] == pytest.approx(float(embedding @ weight[1]), abs=1e-6)
+    assert found.position == pytest.approx(float(embedding @ weight[1]), abs=1e-5)
+
+
+def test_token_attribution_matches_finite_differences_through_the_layers_below():
+    from repo_lens.analysis import token_attribution
+
+    lens = lens_of("grape-m", "llama")
+    found = token_attribution(lens, IDS, layer=2, head=3, token=12)
+    position = "blocks.2.attn.hook_pos"
+    step = 1e-2
+    for source, coordinate in [(3, 5), (12, 0), (7, 20)]:
+        def nudge(sign):
+            def hook(x, hook):
+                x = x.clone()
+                x[0, source, coordinate] += sign * step
+                return x
+            return captured(lens.model, [position], [("hook_embed", hook)])[position][0, 3, 12].item()
+        numeric = (nudge(1) - nudge(-1)) / (2 * step)
+        assert found.gradient[source, coordinate] == pytest.approx(numeric, rel=2e-2, abs=2e-3)
+    assert found.gradient.shape == (13, 32) and np.abs(found.gradient).max() > 1e-3

@@ -209,6 +209,37 @@ def _spans_per_text(spans: Any, n_texts: int) -> list:
     return spans
 
 
+def _index_columns(bounds: np.ndarray) -> np.ndarray:
+    """[tokens, texts]: the token index within text k in column k, 0 elsewhere (one line per text)."""
+    columns = np.zeros((bounds[-1], len(bounds) - 1))
+    for number, (first, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        columns[first:end, number] = np.arange(end - first)
+    return columns
+
+
+def _share(part: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """part / total in [0, 1]; NaN where the head's positions do not vary."""
+    varies = total > 0
+    return np.where(varies, np.clip(part / np.where(varies, total, 1.0), 0.0, 1.0), np.nan)
+
+
+def _checked_texts(positions: Any, classes: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(positions (L, H, T_i), labels (T_i,)) per text, checked to come from one model and to match."""
+    texts = [as_positions(z) for z in _as_texts(positions, "positions", 3)]
+    labels = [np.asarray(c) for c in _as_texts(classes, "classes", 1)]
+    if len(labels) != len(texts):
+        raise InputError(f"classes has {len(labels)} texts but positions {len(texts)}; pass one label array per text")
+    lead = texts[0].shape[:2]
+    for number, (z, c) in enumerate(zip(texts, labels)):
+        if z.shape[:2] != lead:
+            raise InputError(f"positions of text {number} have {z.shape[:2]} layers × heads, text 0 {lead}; "
+                             "pass texts traced by the same model")
+        if c.ndim != 1 or c.shape[0] != z.shape[-1]:
+            raise InputError(f"classes of text {number} has shape {c.shape}; pass one label per token "
+                             f"({z.shape[-1]}), e.g. content_classes(trace.tokens)")
+    return texts, labels
+
+
 def position_variance_shares(positions: Any, classes: Any, spans: Any = None,
                              span_name: str = "span") -> VarianceShares:
     """Split each head's variance of ``positions`` over the tokens into index, content class, span and
@@ -233,18 +264,8 @@ def position_variance_shares(positions: Any, classes: Any, spans: Any = None,
         >>> r.index.round(2).tolist(), r.span.round(2).tolist(), r.rest.round(2).tolist()
         ([[0.06]], [[0.94]], [[0.0]])
     """
-    texts = [as_positions(z) for z in _as_texts(positions, "positions", 3)]
-    labels = [np.asarray(c) for c in _as_texts(classes, "classes", 1)]
-    if len(labels) != len(texts):
-        raise InputError(f"classes has {len(labels)} texts but positions {len(texts)}; pass one label array per text")
+    texts, labels = _checked_texts(positions, classes)
     lead = texts[0].shape[:2]
-    for number, (z, c) in enumerate(zip(texts, labels)):
-        if z.shape[:2] != lead:
-            raise InputError(f"positions of text {number} have {z.shape[:2]} layers × heads, text 0 {lead}; "
-                             "pass texts traced by the same model")
-        if c.ndim != 1 or c.shape[0] != z.shape[-1]:
-            raise InputError(f"classes of text {number} has shape {c.shape}; pass one label per token "
-                             f"({z.shape[-1]}), e.g. content_classes(trace.tokens)")
     masks = [_span_mask(span, z.shape[-1], number)
              for number, (z, span) in enumerate(zip(texts, _spans_per_text(spans, len(texts))))]
     label = np.concatenate(labels)
@@ -255,11 +276,8 @@ def position_variance_shares(positions: Any, classes: Any, spans: Any = None,
     bounds = np.cumsum([0] + [z.shape[-1] for z in texts])
     y = np.concatenate([z - z.mean(axis=-1, keepdims=True) for z in texts], axis=-1)  # within each text
     total = (y * y).sum(axis=-1)
-    index_columns = np.zeros((bounds[-1], len(texts)))
-    for number, (first, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-        index_columns[first:end, number] = np.arange(end - first)
     fit = _SequentialFit(y, bounds)
-    explained = fit.add(index_columns)  # each text's own line
+    explained = fit.add(_index_columns(bounds))  # each text's own line
     after_line = y - fit.fitted()
     dummies = np.zeros((bounds[-1], len(names)))
     dummies[np.arange(bounds[-1]), codes] = 1.0
@@ -274,17 +292,10 @@ def position_variance_shares(positions: Any, classes: Any, spans: Any = None,
         inside, outside = left[..., mask], left[..., ~mask]
         span_offset = ((inside.mean(axis=-1) if inside.shape[-1] else 0.0)
                        - (outside.mean(axis=-1) if outside.shape[-1] else 0.0)) * np.ones(lead)
-    n_tokens = int(label.shape[0])
-    varies = total > 0
-    safe_total = np.where(varies, total, 1.0)
-
-    def share(part: np.ndarray) -> np.ndarray:
-        return np.where(varies, np.clip(part / safe_total, 0.0, 1.0), np.nan)
-
-    index_share, content_share = share(explained), share(content)
+    index_share, content_share, n_tokens = _share(explained, total), _share(content, total), int(label.shape[0])
     if spans is not None:
-        span_share = share(span_ss)
-    rest = share(total - explained - content - span_ss)
+        span_share = _share(span_ss, total)
+    rest = _share(total - explained - content - span_ss, total)
     return VarianceShares(index=index_share, content=content_share, span=span_share, rest=rest,
                           variance=total / n_tokens, classes=tuple(names.tolist()), class_means=class_means,
                           span_offset=span_offset, span_name=span_name if spans is not None else None,

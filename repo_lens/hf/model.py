@@ -214,40 +214,12 @@ def load_hf(
     safetensors only, offline; pickle checkpoints are refused.
     """
     nnsight = _require_nnsight()
-    from repo_lens.model.loaders.device import resolve_device, resolve_dtype
-
     meta: dict[str, Any] = {}
     if isinstance(source, HFLens):
         return source
     if isinstance(source, (str, os.PathLike)):
         directory = Path(source).expanduser()
-        if not (directory / "config.json").is_file():
-            raise CheckpointError(
-                f"{directory} is not a Hugging Face model directory (no config.json); pass a directory saved "
-                "with save_pretrained, or an already loaded model"
-            )
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from repo_lens.hf.learned_positions import refuse_learned_positions
-
-        refuse_learned_positions(directory)
-        target_device = resolve_device(device)
-        target_dtype = resolve_dtype(dtype, target_device)
-        kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": target_dtype, "local_files_only": True,
-                                  "use_safetensors": True}
-        if device_map is not None:
-            kwargs["device_map"] = device_map
-        try:
-            hf_model: Any = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)  # or a module with .config
-        except (OSError, ValueError) as error:
-            raise CheckpointError(f"transformers cannot load {directory} as a causal LM offline: {error}") from None
-        if device_map is None:
-            hf_model.to(target_device)
-        if tokenizer is None and any((directory / name).exists() for name in _TOKENIZER_FILES):
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-            except (OSError, ValueError, KeyError):
-                tokenizer = None
+        hf_model, tokenizer = _load_directory(directory, tokenizer, device, dtype, device_map)
         meta.update(source=str(directory.resolve()), name=directory.name)
     elif isinstance(source, torch.nn.Module) and hasattr(source, "config"):
         hf_model = source
@@ -265,6 +237,40 @@ def load_hf(
                 path="nnsight")
     return HFLens(hf_model=hf_model, nn=nnsight.NNsight(hf_model), tokenizer=tokenizer,
                   layer_paths=find_attention_paths(hf_model), meta=meta)
+
+
+def _load_directory(directory: Path, tokenizer: Any, device: Any, dtype: Any, device_map: Any) -> tuple[Any, Any]:
+    """(the causal LM saved in ``directory``, eager and offline, on its device; its tokenizer, or ``tokenizer``
+    when one is given)."""
+    if not (directory / "config.json").is_file():
+        raise CheckpointError(
+            f"{directory} is not a Hugging Face model directory (no config.json); pass a directory saved "
+            "with save_pretrained, or an already loaded model"
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from repo_lens.hf.learned_positions import refuse_learned_positions
+    from repo_lens.model.loaders.device import resolve_device, resolve_dtype
+
+    refuse_learned_positions(directory)
+    target_device = resolve_device(device)
+    target_dtype = resolve_dtype(dtype, target_device)
+    kwargs: dict[str, Any] = {"attn_implementation": "eager", "dtype": target_dtype, "local_files_only": True,
+                              "use_safetensors": True}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    try:
+        hf_model: Any = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)  # or a module with .config
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"transformers cannot load {directory} as a causal LM offline: {error}") from None
+    if device_map is None:
+        hf_model.to(target_device)
+    if tokenizer is None and any((directory / name).exists() for name in _TOKENIZER_FILES):
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        except (OSError, ValueError, KeyError):
+            tokenizer = None
+    return hf_model, tokenizer
 
 
 def _set_eager(hf_model: Any) -> None:

@@ -70,9 +70,29 @@ class GenerateInterface:
         else:
             tokens = self.tokens_of(input, prepend_bos, padding_side)  # type: ignore[attr-defined]
         input_tokens = tokens
-        step_logits: list[torch.Tensor] = []
         if stop_at_eos and eos_token_id is None:
             eos_token_id = getattr(getattr(self, "tokenizer", None), "eos_token_id", None)
+        sampling = dict(top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
+                        repetition_penalty=repetition_penalty) if do_sample else dict(
+                            temperature=0.0, repetition_penalty=repetition_penalty)
+        tokens, step_logits = self._decode(tokens, embeddings, max_new_tokens, sampling,
+                                           eos_token_id if stop_at_eos else None, use_past_kv_cache, output_logits)
+        result = self._generated(input, tokens, return_type, step_logits if output_logits else None)
+        if not (return_cache or return_input_tokens):
+            return result
+        extras: tuple[Any, ...] = ()
+        if return_cache:
+            extras += (self.run_with_cache(tokens, names_filter=names_filter, device=device)[1],)  # type: ignore[attr-defined]
+        if return_input_tokens:
+            extras += (input_tokens,)
+        return (result, *extras)
+
+    def _decode(self, tokens: torch.Tensor, embeddings: torch.Tensor | None, max_new_tokens: int,
+                sampling: dict[str, Any], eos_token_id: int | None, use_past_kv_cache: bool,
+                output_logits: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(``tokens`` [batch, pos] with up to ``max_new_tokens`` sampled after them (a finished row repeats
+        ``eos_token_id``), each step's last logits when ``output_logits``); from ``embeddings`` when given."""
+        step_logits: list[torch.Tensor] = []
         finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         cache = self.new_cache() if use_past_kv_cache else None  # type: ignore[attr-defined]
         step_input = tokens
@@ -84,27 +104,15 @@ class GenerateInterface:
                 logits = self(step_input, cache=cache)[:, -1]  # type: ignore[operator]  # through forward: hooks, the lock
             if output_logits:
                 step_logits.append(logits)
-            if do_sample:
-                chosen = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
-                                       freq_penalty=freq_penalty, repetition_penalty=repetition_penalty, tokens=tokens)
-            else:
-                chosen = sample_logits(logits, temperature=0.0, repetition_penalty=repetition_penalty, tokens=tokens)
-            if stop_at_eos and eos_token_id is not None:
+            chosen = sample_logits(logits, tokens=tokens, **sampling)
+            if eos_token_id is not None:
                 chosen = torch.where(finished, torch.full_like(chosen, eos_token_id), chosen)
                 finished |= chosen == eos_token_id
             tokens = torch.cat((tokens, chosen[:, None].to(tokens.dtype)), dim=1)
             step_input = chosen[:, None].to(tokens.dtype) if cache is not None else tokens
-            if stop_at_eos and bool(finished.all()):
+            if eos_token_id is not None and bool(finished.all()):
                 break
-        result = self._generated(input, tokens, return_type, step_logits if output_logits else None)
-        if not (return_cache or return_input_tokens):
-            return result
-        extras: tuple[Any, ...] = ()
-        if return_cache:
-            extras += (self.run_with_cache(tokens, names_filter=names_filter, device=device)[1],)  # type: ignore[attr-defined]
-        if return_input_tokens:
-            extras += (input_tokens,)
-        return (result, *extras)
+        return tokens, step_logits
 
     def _generated(self, input: Any, tokens: torch.Tensor, return_type: str | None,
                    step_logits: list[torch.Tensor] | None) -> Any:

@@ -18,7 +18,6 @@ from repo_lens import CheckpointError, InputError, zoo
 
 from repo_lens.app import config
 from repo_lens.model.loaders.hub import HubSnapshot
-from repo_lens.model.loaders.packed import readable_file, unpacked_size
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def model_info(source: str, snapshot: HubSnapshot | None = None) -> ModelInfo:
         n_heads=_int(model.get("n_heads", model.get("num_attention_heads"))),
         context=_int(model.get("max_position_embeddings")),
         parameters=sum(_safetensors_parameters(file) for file in weights) or None,
-        megabytes=sum(unpacked_size(file) for file in weights) / 1e6 if weights else None,
+        megabytes=sum(zoo.unpacked_size(file) for file in weights) / 1e6 if weights else None,
     )
 
 
@@ -95,10 +94,10 @@ def _delta_info(source: str, recipe: dict[str, Any], delta: Path) -> ModelInfo:
     """The base's shape; its parameters plus the delta's new ones (the position modules: the adapters'
     factors are added into the base's weights); megabytes of the base and the delta together."""
     base = model_info(recipe["base"])
-    with safe_open(readable_file(delta), framework="numpy") as weights:
+    with safe_open(zoo.readable_file(delta), framework="numpy") as weights:
         new = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys() if ".lora_" not in name)
     return dataclasses.replace(base, source=source, parameters=(base.parameters or 0) + new or None,
-                               megabytes=(base.megabytes or 0.0) + unpacked_size(delta) / 1e6)
+                               megabytes=(base.megabytes or 0.0) + zoo.unpacked_size(delta) / 1e6)
 
 
 def _int(value: Any) -> int | None:
@@ -108,7 +107,7 @@ def _int(value: Any) -> int | None:
 def _safetensors_parameters(file: Path) -> int:
     """Sum of the tensor sizes in a .safetensors file, from its header (no weights read)."""
     try:
-        with safe_open(readable_file(file), framework="numpy") as weights:
+        with safe_open(zoo.readable_file(file), framework="numpy") as weights:
             return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
     except SafetensorError as error:  # empty, truncated or not safetensors at all
         raise CheckpointError(f"{file} is not a readable safetensors file ({error}); it is empty, truncated or "

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from repo_lens.errors import InputError
+from repo_lens.model.loaders.packed import readable_file as readable_file  # the zoo's weights ship xz-packed
+from repo_lens.model.loaders.packed import unpacked_size as unpacked_size
 
 ZOO_DIR = Path(__file__).parent / "models"
 ZOO_PREFIX = "zoo:"

@@ -286,10 +286,11 @@ def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: 
             model.eval()
             entry["held_out_bits"] = held_out_bits(model, held_out, cfg)
             model.train()
-            bar.write(f"step {step}: held-out {entry['held_out_bits']:.4f} bits/token (λ = {anneal.value:.2f})")
+            blend = f" (λ = {anneal.value:.2f})" if anneal.handles else ""
+            bar.write(f"step {step}: held-out {entry['held_out_bits']:.4f} bits/token{blend}")
         log.append(entry)
         bar.update(1)
-        bar.set_postfix(bits=f"{entry['train_bits']:.3f}", anneal=f"{anneal.value:.2f}")
+        bar.set_postfix(bits=f"{entry['train_bits']:.3f}", **({"anneal": f"{anneal.value:.2f}"} if anneal.handles else {}))
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             _save_state(directory, cfg, model, optimizer, step, log, time.perf_counter() - started)
     bar.close()

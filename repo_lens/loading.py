@@ -73,7 +73,7 @@ def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None, 
 
     Example:
         >>> [path.name for path in checkpoint_files("zoo:bytes-repo")]
-        ['config.json', 'model.safetensors']
+        ['config.json', 'model.safetensors.xz']
     """
     return _checkpoint_files(_resolve(source, revision, token, local_files_only)[0], resolve_source)
 

@@ -182,7 +182,7 @@ def _linearised(function: Any, point: tuple[torch.Tensor, torch.Tensor],
     resid, embed = point
     out = []
     for part, embed_part in zip(*directions):
-        _, tangent = jvp(lambda x, e: function(x[None], e[None])[0], (resid, embed), (part, embed_part))
+        tangent = jvp(lambda x, e: function(x[None], e[None])[0], (resid, embed), (part, embed_part))[1]
         out.append(tangent.detach())
     return torch.stack(out)
 

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from repo_lens.errors import InputError
-from repo_lens.model.loaders.packed import readable_file as readable_file  # the zoo's weights ship xz-packed
-from repo_lens.model.loaders.packed import unpacked_size as unpacked_size
 
 ZOO_DIR = Path(__file__).parent / "models"
 ZOO_PREFIX = "zoo:"
@@ -90,6 +88,19 @@ def zoo_entries() -> list[dict[str, Any]]:
     from repo_lens.zoo.external import external_entries
 
     return entries + external_entries()
+
+
+def readable_file(path: str | os.PathLike) -> Path:
+    """The file to open for a zoo model's weights file: itself, or the unpacked copy of a packed one (the zoo
+    ships its weights xz-packed; :mod:`repo_lens.model.loaders.packed`)."""
+    from repo_lens.model.loaders.packed import readable_file as unpacked
+
+    return unpacked(Path(path))
+
+
+def unpacked_size(path: str | os.PathLike) -> int:
+    """Bytes of the weights a (possibly packed) weights file holds."""
+    return readable_file(path).stat().st_size
 
 
 def delta_parts(path: str | os.PathLike) -> tuple[dict[str, Any], Path] | None:

@@ -156,7 +156,7 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
     ensure_dir(target)
     for file in SHIPPED_FILES:
         source = run_dir / file
-        if file.endswith(".safetensors") and source.exists():  # the weights ship packed (lossless, about 72 %)
+        if file.endswith(".safetensors") and source.exists():  # the weights ship packed (lossless, about 71 %)
             pack_file(source, packed_twin(target / file))
         elif file != "config.json" and source.exists():
             atomic_write(target / file, partial(_copy_file, source))

@@ -131,7 +131,7 @@ def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = N
     recipe = read_recipe(run)
     summary = json.loads(Path(evaluation).read_text()) if evaluation is not None else None
     target = ensure_dir(ZOO_DIR / name)
-    pack_file(run / DELTA_FILE, packed_twin(target / DELTA_FILE))  # lossless, about 72 % of the file
+    pack_file(run / DELTA_FILE, packed_twin(target / DELTA_FILE))  # lossless, about 71 % of the file
     (target / DELTA_FILE).unlink(missing_ok=True)
     metrics = headline_metrics(summary, zoo_source(name)) if summary is not None else {}
     atomic_write_text(target / RECIPE_FILE, json.dumps({**recipe, "metrics": metrics}, indent=1))

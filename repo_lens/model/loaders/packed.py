@@ -1,5 +1,5 @@
 """Weights shipped xz-compressed: ``model.safetensors.xz`` (or ``delta.safetensors.xz``) in place of the
-safetensors file. The zoo ships its weights this way: bf16 weights compress losslessly to about 72 % with
+safetensors file. The zoo ships its weights this way: bf16 weights compress losslessly to about 71 % with
 xz, which keeps the repository small enough to travel whole. A checkpoint holds either the file or its
 packed twin; a load reads the packed file's unpacked copy, made once in the user's cache
 (``$REPO_LENS_CACHE``, else ``~/.cache/repo_lens``) under the packed file's SHA-256, so a re-shipped

@@ -91,8 +91,8 @@ def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: Sequence[
     heads = _selection(heads, model.cfg.n_heads, "heads", "head")
     tokens = _selection(tokens, len(ids), "tokens", "token")
     with torch.no_grad():
-        resid, shared, parts = residual_parts(model, torch.tensor([ids], device=lens.device), layer, per_head)
-    module_input = _module_function(model, layer, shared is not None)
+        resid, parts = residual_parts(model, torch.tensor([ids], device=lens.device), layer, per_head)
+    module_input = _module_function(model, layer, hasattr(model, "increments"))
     labels = list(parts)
     stacked = torch.stack([parts[label] for label in labels])  # [component, pos, d_model]
     # the shared increments (lpi) read the embedding alone: only removing "embed" changes what they read
@@ -118,10 +118,9 @@ def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: Sequence[
 
 
 def residual_parts(model: Any, input_ids: torch.Tensor, layer: int,
-                   per_head: bool) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
-    """(the residual stream entering ``layer`` [pos, d_model], the model's shared increments [1, pos] or
-    None, {label: part [pos, d_model]}) from one forward that stops at ``layer``; the parts but the heads
-    sum to the stream."""
+                   per_head: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(the residual stream entering ``layer`` [pos, d_model], {label: part [pos, d_model]}) from one forward
+    that stops at ``layer``; the parts but the heads sum to the stream."""
 
     seen: dict[str, torch.Tensor] = {}
 
@@ -130,7 +129,6 @@ def residual_parts(model: Any, input_ids: torch.Tensor, layer: int,
 
     names = ["hook_embed"] + [f"blocks.{l}.{part}" for l in range(layer) for part in ("hook_attn_out", "hook_mlp_out")]
     names += [f"blocks.{l}.attn.hook_z" for l in range(layer)] if per_head else []
-    names += ["hook_delta"] if hasattr(model, "increments") else []
     with model.hooks(fwd_hooks=[(name, keep) for name in names]):
         resid = model.forward_logits(input_ids, stop_at_layer=layer)[0].float()
     parts = {"embed": seen["hook_embed"]}
@@ -142,8 +140,7 @@ def residual_parts(model: Any, input_ids: torch.Tensor, layer: int,
             for head, part in enumerate(_head_parts(model.blocks[l], seen[f"blocks.{l}.attn.hook_z"],
                                                     parts[f"{l}_attn_out"])):
                 parts[f"L{l}H{head}"] = part
-    shared = seen["hook_delta"][None] if "hook_delta" in seen else None
-    return resid, shared, parts
+    return resid, parts
 
 
 def _head_parts(block: Any, z: torch.Tensor, attn_out: torch.Tensor) -> list[torch.Tensor]:

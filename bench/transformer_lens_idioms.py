@@ -4,8 +4,11 @@ the same random weights, and print each idiom's result on both.
 A random-weight Hugging Face checkpoint (Llama with grouped-query attention, Llama without it, or OLMo-2)
 is written to a temporary directory, loaded by ``TransformerBridge.boot_transformers`` (compatibility
 mode, no weight processing) and by ``repo_lens.load``. Each idiom returns a value; repo_lens' value
-"matches" when it equals TransformerLens' within 1e-4. Where TransformerLens' value is silently wrong on
-this unprocessed model (``REFUSED``), repo_lens' refusal is the expected result.
+"matches" when it equals TransformerLens' within 1e-4. Direct logit attribution (``FOLDED_REFERENCE``) is
+compared with TransformerLens' bridge with ``fold_ln``, the processing TransformerLens' attribution needs:
+on its unprocessed model the final norm's weight is left out, while repo_lens includes it on the weights
+as loaded. Where TransformerLens' value is silently wrong on this unprocessed model (``REFUSED``),
+repo_lens' refusal is the expected result.
 
     python bench/transformer_lens_idioms.py --arch llama-gqa    # also: llama, olmo2
 """
@@ -335,11 +338,26 @@ def compare(reference: Any, ours: Any) -> str:
 # idioms that give a silently wrong number on TransformerLens' unprocessed model, which repo_lens refuses with
 # an error saying what to do: idiom -> (the architectures where it is wrong, a phrase of repo_lens' error)
 REFUSED = {
-    # the final norm's weight is left out of each component: attributions do not add up to the logit
-    "cache.logit_attrs()": (("llama-gqa", "llama", "olmo2"), "fold_final_norm()"),
     # OLMo-2 normalises attention's output: heads' results are no residual stream components
     "cache.stack_head_results()": (("olmo2",), "not residual stream components"),
 }
+
+
+# idioms whose TransformerLens value is the one of its bridge with fold_ln: on the unprocessed bridge each
+# component leaves out the final norm's weight, and the attributions do not add up to the logit
+FOLDED_REFERENCE = frozenset({"cache.logit_attrs()"})
+# ... where TransformerLens cannot fold (its OLMo-2 adapter leaves the norms unfolded): repo_lens' value is
+# checked by its own invariant instead: the attributions of the blocks add up to the logit
+UNFOLDABLE_IN_TRANSFORMER_LENS = {"cache.logit_attrs()": ("olmo2",)}
+
+
+def adds_up_to_the_logit(model: Any) -> bool:
+    """Whether the attributions of ``decompose_resid``'s components to token 5 add up to its logit."""
+    with torch.no_grad():
+        logit = model(_ids())[:, -1, 5]
+        cache = _cache(model)
+        attributions = cache.logit_attrs(cache.decompose_resid(pos_slice=-1), tokens=5, pos_slice=-1)
+    return bool((attributions.sum(0) - logit).abs().max() <= 1e-4)
 
 
 def refused_as_expected(name: str, arch: str, error: str | None) -> bool:
@@ -364,16 +382,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         directory = write_checkpoint(Path(folder), args.arch)
         reference, ours = transformer_lens_model(directory), repo_lens_model(directory)
+        folded = transformer_lens_folded_model(directory)
         print(f"{args.arch}: TransformerLens {type(reference).__name__} vs repo_lens {type(ours).__name__}")
         print(f"{'idiom':40s} | {'TransformerLens':22s} | repo_lens")
         passed = 0
         for name, idiom in IDIOMS.items():
             if args.arch == "olmo2" and name in OLMO2_NAMES:
                 idiom = (lambda hook: lambda m: _cache(m)[hook])(OLMO2_NAMES[name])
-            expected, reference_error = run(name, idiom, reference)
+            expected, reference_error = run(name, idiom, folded if name in FOLDED_REFERENCE else reference)
             value, error = run(name, idiom, ours)
             theirs = "ok" if reference_error is None else reference_error[:22]
-            if refused_as_expected(name, args.arch, error):
+            if args.arch in UNFOLDABLE_IN_TRANSFORMER_LENS.get(name, ()) and error is None:
+                verdict = "adds up" if adds_up_to_the_logit(ours) else "does not add up to the logit"
+                passed += verdict == "adds up"
+            elif refused_as_expected(name, args.arch, error):
                 verdict = "refused (TransformerLens: silently wrong)"
                 passed += 1
             elif error is not None:

@@ -42,7 +42,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the idioms bench beside it
 
 # TransformerLens' tests of the API a user calls on a loaded model (caches, hooks, analysis methods,
-# tokenisation, generation, stop/start at a layer, logit attribution, per-head results), relative to tests/
+# tokenisation, generation, stop/start at a layer, logit attribution, per-head results, the cache's
+# decompositions, gradients in the cache), relative to tests/
 FILES = (
     "integration/model_bridge/compatibility/test_bridge_cache_behavior.py",
     "integration/model_bridge/compatibility/test_bridge_hook_behavior.py",
@@ -54,6 +55,8 @@ FILES = (
     "integration/model_bridge/test_bridge_generate_return_cache.py",
     "integration/model_bridge/test_bridge_integration.py",
     "unit/model_bridge/compatibility/test_use_attn_result.py",
+    "acceptance/test_activation_cache.py",
+    "integration/model_bridge/test_bridge_run_with_cache_incl_bwd.py",
 )
 
 CONFTEST = '''

@@ -71,15 +71,14 @@ fig
 # %% [markdown]
 # `decompose_resid` splits the last position's residual stream into what the embedding and each
 # block's attention and MLP wrote; `logit_attrs` projects the parts onto a token's logit. It divides
-# each part by the final norm's scale and leaves out the norm's weight, as TransformerLens does after
-# `fold_ln`; `fold_final_norm()` moves that weight into `W_U` (the logits do not change), and the
-# attributions then add up to the logit. (This model's blocks are OLMo-2's, whose norm follows
-# attention: `attn_out` = norm(Σ heads + b_O) is no sum over heads, so the cache refuses
+# each part by the final norm's scale and multiplies by the norm's weight, so the attributions add up
+# to the logit on the weights as loaded, and equal TransformerLens' after `fold_ln`
+# (`fold_final_norm()` folds the weight into `W_U` the same way; nothing changes). (This model's
+# blocks are OLMo-2's, whose norm follows attention: `attn_out` = norm(Σ heads + b_O) is no sum over heads, so the cache refuses
 # `stack_head_results` as residual components here; each head's result before the norm is at
 # `blocks.L.attn.hook_result`.)
 
 # %%
-model.fold_final_norm()
 parts, part_labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
 attributions = cache.logit_attrs(parts, tokens=int(tokens[0, -1]), pos_slice=-1)[:, 0]
 print("sum of attributions", round(float(attributions.sum()), 4), "logit", round(float(logits[0, -1, tokens[0, -1]]), 4))

@@ -13,6 +13,7 @@ import streamlit as st
 
 import repo_lens
 from repo_lens import RepoLensError, Trace
+from repo_lens.analysis import PositionAttribution, TokenAttribution, position_attribution, token_attribution
 
 from repo_lens.app import config, state
 from repo_lens.app.config import loadable, load_revision
@@ -85,6 +86,17 @@ def get_mass(source: str, stamp: float | str, kind: str, text: str, params_json:
     lens = get_lens(source, stamp)
     doc = build_document(lens, kind, text, json.loads(params_json))
     return niah_mass(lens, doc, beyond_context)
+
+
+@st.cache_data(show_spinner="Attributing the position…", max_entries=64)
+def get_attribution(source: str, stamp: float | str, token_ids: tuple[int, ...], layer: int, head: int, token: int,
+                    method: str) -> tuple[PositionAttribution, TokenAttribution]:
+    """What writes head ``head``'s position of token ``token`` in layer ``layer`` (one row of
+    :func:`repo_lens.analysis.position_attribution`) and which context tokens move it."""
+    lens = get_lens(source, stamp)
+    ids = list(token_ids)
+    found = position_attribution(lens, ids, layer, heads=[head], tokens=[token], method=method)
+    return found, token_attribution(lens, ids, layer, head, token)
 
 
 @st.cache_data(show_spinner="Segmenting with jieba…", max_entries=16)

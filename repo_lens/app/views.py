@@ -34,6 +34,7 @@ from repo_lens.plots import (
 
 from repo_lens.app import cache, config, results, state
 from repo_lens.app.documents import Preset
+from repo_lens.app.attribution_view import why_this_position
 from repo_lens.app.intervention_view import interventions_view
 from repo_lens.app.names import export_name, slug
 from repo_lens.app.sidebar import Selection
@@ -109,6 +110,8 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
         chart = f"spaced-{item.key}"
         show_figure(fig, chart, export_name(item.label, "spaced-tokens", item.input_id, head=h),
                     on_select=lambda: _pick_token(state.chart_key(chart)))
+        if highlight is not None:
+            why_this_position(item, highlight[0], h)
 
     per_item(items, render)
 

@@ -11,6 +11,11 @@ Example:
     [0.0, 1.0, 2.0]
 """
 
+from repo_lens.plots.attribution import (
+    attribution_map_figure,
+    position_attribution_bars,
+    token_attribution_strip,
+)
 from repo_lens.plots.attention_mass import (
     attention_mass_figure,
     attention_mass_layers_figure,
@@ -68,6 +73,7 @@ __all__ = [
     "ExportError",
     "attention_mass_figure",
     "attention_mass_layers_figure",
+    "attribution_map_figure",
     "boundary_auc_figure",
     "category_increments_figure",
     "export",
@@ -82,11 +88,13 @@ __all__ = [
     "paper_figure",
     "pattern_fractions_figure",
     "pattern_strip_figure",
+    "position_attribution_bars",
     "position_scatter_figure",
     "range_heatmap",
     "sample_indices",
     "spaced_tokens_figure",
     "start_export_server",
+    "token_attribution_strip",
     "trace_figure",
     "variance_shares_figure",
 ]

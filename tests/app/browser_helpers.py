@@ -214,3 +214,20 @@ def painted_after(driver, predicate: str, chart: int = 0) -> float:
     """Seconds from the armed key press / click until chart ``chart`` satisfies ``predicate`` (JS on ``gd``,
     the plotly div) and has been painted."""
     return driver.execute_async_script(PAINTED, predicate, chart) / 1000.0
+
+
+def click_token(driver, row: int, index: int) -> None:
+    """Click the ``index``-th mark of layer row ``row`` in the first plot."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    point = driver.execute_script("""
+        const gd = document.querySelector('.js-plotly-plot');
+        const trace = gd._fullData.find(t => t.name && t.name.startsWith('L' + arguments[0] + ' '));  // arrays decoded
+        const i = arguments[1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return {dx: xa.l2p(trace.x[i]) - box.width / 2,
+                dy: ya.l2p(trace.y[i]) - box.height / 2};""", row, index)
+    drag = driver.find_element(By.CSS_SELECTOR, ".js-plotly-plot .nsewdrag")
+    driver.execute_script(ARM)
+    ActionChains(driver).move_to_element_with_offset(drag, int(point["dx"]), int(point["dy"])).click().perform()

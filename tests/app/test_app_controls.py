@@ -206,3 +206,33 @@ def test_an_unreadable_trace_upload_names_the_users_file_not_a_server_path(app):
     assert_clean(at)
     (error,) = messages(at, "error")
     assert "my run.safetensors" in error and "/tmp" not in error and "tmp" not in error.lower().replace("my run", "")
+
+
+def test_a_highlighted_token_opens_why_this_position_with_its_attribution(app, app_env):
+    """Highlighting a token opens the panel on the first learned layer and the view's head: its bars are the
+    top components of position_attribution on the same model and tokens, its strip token_attribution's
+    values up to the token; the gradient method adds its completeness error."""
+    import repo_lens
+    from repo_lens.analysis import position_attribution, token_attribution
+
+    at = app().run()
+    at.number_input(key="spaced_token").set_value(10).run()
+    assert_clean(at)
+    spaced, bars, strip = figures(at)
+    assert [figure["layout"]["meta"]["kind"] for figure in (spaced, bars, strip)] == [
+        "spaced_tokens", "position_attribution_bars", "token_attribution_strip"]
+    lens = repo_lens.load(str(app_env / "tiny-repo"))
+    ids = lens.trace(FREE_TEXT, progress=False).token_ids
+    layer = next(box for box in at.selectbox if box.key.startswith("why_layer_"))
+    assert layer.value == 1 and layer.options == ["L1", "L2"]  # layers 1-2 learn their positions
+    expected = position_attribution(lens, ids, 1, heads=[0], tokens=[10]).top(0, 10, k=10)
+    assert bars["data"][0]["y"][::-1] == [label for label, _ in expected]
+    np.testing.assert_allclose(bars["data"][0]["x"][::-1], [value for _, value in expected], atol=1e-6)
+    np.testing.assert_allclose(strip["data"][0]["z"][0], token_attribution(lens, ids, 1, 0, 10).values, atol=1e-6)
+
+    layer.set_value(2)
+    next(radio for radio in at.radio if radio.key.startswith("why_method_")).set_value("gradient × component").run()
+    assert_clean(at)
+    gradient = position_attribution(lens, ids, 2, heads=[0], tokens=[10], method="gradient")
+    assert figures(at)[1]["data"][0]["y"][::-1] == [label for label, _ in gradient.top(0, 10, k=10)]
+    assert any(f"{float(gradient.completeness_error[0, 0]):+.3f}" in caption.value for caption in at.caption)

@@ -15,7 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from app_helpers import checkpoint_root  # noqa: F401  (fixture)
-from browser_helpers import CHROMIUM, PLOT, ROOT, app_server, chromium, require_browser, settled
+from browser_helpers import (
+    CHROMIUM,
+    PLOT,
+    ROOT,
+    app_server,
+    chromium,
+    click_token,
+    require_browser,
+    settled,
+)
 
 SCREENSHOTS = ROOT / "build" / "screenshots"
 TABLE = '[data-testid="stDataFrame"] canvas'
@@ -102,3 +111,39 @@ def test_png_download_renders_the_figure_on_the_server(server, browser, download
     (path,) = done
     assert path.name.startswith("tiny-repo_range_") and path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert _pixels(path.read_bytes()).std() > 10
+
+
+def test_clicking_a_token_opens_why_this_position_with_its_bars_and_token_strip(server, browser):
+    """A click on a token of the spaced-token plot opens the panel: the bars of the components that write
+    the clicked token's position in the first learned layer, and the strip of the tokens before it."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/?view=Spaced+tokens")
+    assert settled(browser) is not None
+    settled(browser)
+    click_token(browser, row=1, index=20)
+    deadline = time.monotonic() + 120
+    kinds: list = []
+    expected = ["spaced_tokens", "position_attribution_bars", "token_attribution_strip"]
+    while time.monotonic() < deadline and kinds != expected:  # a rerun may briefly keep the old chart beside
+        kinds = browser.execute_script("return [...document.querySelectorAll('.js-plotly-plot')]"
+                                       ".map(gd => gd._fullLayout && gd._fullLayout.meta && gd._fullLayout.meta.kind);")
+        time.sleep(0.3)
+    assert kinds == expected, kinds
+    settled(browser)
+    token = int(browser.find_element(By.CSS_SELECTOR, ".st-key-spaced_token input").get_attribute("value"))
+    panel = next(e for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stExpander"]')
+                 if "Why this position" in e.text)
+    assert f"token {token} " in panel.text
+    bars = browser.execute_script("const gd = document.querySelectorAll('.js-plotly-plot')[1];"
+                                  "return [gd.data[0].y.length, gd._fullLayout.title.text];")
+    assert bars[0] == 5 and bars[1].startswith(f"L1H0, token {token} ")  # embed, 0_attn_out, 0_mlp_out, L0H0, L0H1
+    strip = browser.execute_script("const gd = document.querySelectorAll('.js-plotly-plot')[2];"
+                                   "return gd._fullData[0].text[0].length;")
+    assert strip == min(token + 1, 48)
+    assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    shot = SCREENSHOTS / "why-this-position.png"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    panel.screenshot(str(shot))
+    drawn = _pixels(shot.read_bytes())
+    assert drawn.std() > 10, "the panel is blank"

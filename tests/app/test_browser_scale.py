@@ -10,7 +10,18 @@ import time
 
 import pytest
 from app_helpers import checkpoint_root  # noqa: F401  (fixture)
-from browser_helpers import ARM, CHROMEDRIVER, CHROMIUM, app_server, chromium, open_trace, painted_after, pick, settled
+from browser_helpers import (
+    ARM,
+    CHROMEDRIVER,
+    CHROMIUM,
+    app_server,
+    chromium,
+    click_token,
+    open_trace,
+    painted_after,
+    pick,
+    settled,
+)
 
 if not CHROMIUM and not os.environ.get("CI"):
     pytest.skip("no Chromium installed (make browser installs it); the browser test runs in CI",
@@ -65,30 +76,13 @@ def show_view(driver, name: str, kind: str) -> None:
     settled(driver)
 
 
-def _click_token(driver, row: int, index: int) -> None:
-    """Click the ``index``-th mark of layer row ``row`` in the first plot."""
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.by import By
-
-    point = driver.execute_script("""
-        const gd = document.querySelector('.js-plotly-plot');
-        const trace = gd._fullData.find(t => t.name && t.name.startsWith('L' + arguments[0] + ' '));  // arrays decoded
-        const i = arguments[1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-        const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
-        return {dx: xa.l2p(trace.x[i]) - box.width / 2,
-                dy: ya.l2p(trace.y[i]) - box.height / 2};""", row, index)
-    drag = driver.find_element(By.CSS_SELECTOR, ".js-plotly-plot .nsewdrag")
-    driver.execute_script(ARM)
-    ActionChains(driver).move_to_element_with_offset(drag, int(point["dx"]), int(point["dy"])).click().perform()
-
-
 def test_click_highlights_a_token_in_every_layer_and_clear_removes_it(server, browser, trace_file):
     from selenium.webdriver.common.by import By
 
     if not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stFileChip"]'):  # run alone: upload the trace
         open_trace(browser, server, trace_file, "view=Spaced+tokens")
     show_view(browser, "Spaced tokens", "spaced_tokens")
-    _click_token(browser, row=8, index=100)
+    click_token(browser, row=8, index=100)
     assert painted_after(browser, f"{META}.highlight.length > 0;") > 0
     settled(browser)
     highlight = browser.execute_script(f"const gd = document.querySelector('.js-plotly-plot'); {META}.highlight;")

@@ -1,11 +1,19 @@
-"""TransformerLens' ``ActivationCache``, refusing the readouts that would be silently wrong on a repo_lens model.
+"""TransformerLens' ``ActivationCache`` on weights as the checkpoint has them: the norms' weights included.
 
 TransformerLens' cache applies a norm to a stack of residual components by dividing by the cached scale
-alone: it assumes ``fold_ln`` has moved the norm's weight into the next matrix. A repo_lens model keeps
-its checkpoint's weights, so direct logit attributions through the final norm are refused until
-:meth:`~repo_lens.model.compat.weights.WeightInterface.fold_final_norm` has folded it (as TransformerLens
-refuses an unfolded bridge). Per-head results are refused as residual components of blocks whose norm
-follows attention (OLMo-2's ``ln1_post``): there ``attn_out`` = norm(Σ heads + b_O), not a sum over heads;
+alone: ``fold_ln`` has moved the norm's weight into the next matrix (``W_U``, ``W_Q``, …). A repo_lens
+model keeps its checkpoint's weights, so here ``apply_ln_to_stack`` divides by the cached scale and
+multiplies by the norm's weight: each component's share of what the norm hands on. With the unfolded
+``W_U`` that gives the numbers TransformerLens' bridge gives with ``fold_ln`` on the same checkpoint, and
+the attributions of every component add up to the logit (and a logit difference). Everything built on
+it follows: ``decompose_resid``, ``accumulated_resid``, ``stack_head_results``, ``stack_neuron_results``
+and ``get_full_resid_decomposition`` with ``apply_ln=True``, and ``logit_attrs``.
+:meth:`~repo_lens.model.compat.weights.WeightInterface.fold_final_norm` stays available; after it the
+final norm's weight is 1 and nothing changes.
+
+A norm with a bias is refused: its bias belongs to no component (TransformerLens moves it into the next
+bias). Per-head results are refused as residual components of blocks whose norm follows attention
+(OLMo-2's ``ln1_post``): there ``attn_out`` = norm(Σ heads + b_O), not a sum over heads;
 ``decompose_resid`` (which reads ``attn_out``) still adds up.
 """
 
@@ -15,6 +23,7 @@ from typing import Any
 
 import torch
 from transformer_lens import ActivationCache
+from transformer_lens.utilities import Slice
 
 from repo_lens.errors import InputError
 
@@ -24,58 +33,72 @@ def _differs_from(value: Any, fill: float) -> bool:
     return isinstance(value, torch.Tensor) and not torch.equal(value, torch.full_like(value, fill))
 
 
-def final_norm_is_identity(model: Any) -> bool:
-    """Whether the model's final norm has no weight other than 1 and no bias other than 0."""
-    norm = getattr(model, "final_norm", None)
-    return not (_differs_from(getattr(norm, "weight", None), 1.0) or _differs_from(getattr(norm, "bias", None), 0.0))
-
-
 def _norm_after_attention(model: Any, layers: int) -> list[int]:
     return [index for index, block in enumerate(model.blocks[:layers])
             if "after_attention" in getattr(block, "_norm_at", {})]
 
 
 class LensActivationCache(ActivationCache):
-    """TransformerLens' ``ActivationCache`` with the refusals described in the module docstring.
+    """TransformerLens' ``ActivationCache``, with the norms' weights applied as described in the module docstring.
 
     Example:
         >>> import torch
         >>> from repo_lens.model.tiny import tiny_model
         >>> model = tiny_model("repo")
         >>> _ = torch.nn.init.uniform_(model.final_norm.weight, 0.5, 1.5)
-        >>> _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
-        >>> cache.apply_ln_to_stack(cache.decompose_resid())
-        Traceback (most recent call last):
-        ...
-        repo_lens.errors.InputError: ...fold_final_norm()...
+        >>> logits, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
+        >>> parts = cache.decompose_resid(pos_slice=-1)
+        >>> attributions = cache.logit_attrs(parts, tokens=5, incorrect_tokens=6, pos_slice=-1)
+        >>> bool(torch.allclose(attributions.sum(0), logits[:, -1, 5] - logits[:, -1, 6], atol=1e-5))
+        True
     """
 
-    def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
-                          *args: Any, **kwargs: Any) -> torch.Tensor:
-        n_layers = self.model.cfg.n_layers
-        if kwargs.get("recompute_ln"):  # TransformerLens runs the final norm module itself: its weight included
-            return super().apply_ln_to_stack(residual_stack, layer, mlp_input, *args, **kwargs)
-        if layer is None or layer in (-1, n_layers):
-            if not final_norm_is_identity(self.model):
-                raise InputError(
-                    "direct logit attribution divides each component by the final norm's scale and leaves out the "
-                    "norm's weight, so the attributions would not add up to the logits: call "
-                    "model.fold_final_norm() first (it folds the weight into W_U; the logits do not change), as "
-                    "TransformerLens asks for compatibility mode with fold_ln")
-            return super().apply_ln_to_stack(residual_stack, layer, mlp_input, *args, **kwargs)
+    def _target_norm(self, layer: int | None, mlp_input: bool) -> tuple[Any, str]:
+        """The norm a stack enters at ``layer`` (``n_layers``: the final norm) and its name in messages."""
+        model: Any = self.model
+        if layer is None or layer in (-1, model.cfg.n_layers):
+            return model.final_norm, "the final norm"
         name = "ln2" if mlp_input else "ln1"
-        block = self.model.blocks[layer]
+        block = model.blocks[layer]
         if name not in block.norm_aliases().values():
             raise InputError(
                 f"block {layer} has no norm before its {'MLP' if mlp_input else 'attention'} (its norms are "
                 f"{sorted(block.norm_aliases().values())}: OLMo-2 normalises each sublayer's output), so the stack "
                 "enters it as it is: use it without apply_ln_to_stack")
-        if _differs_from(getattr(getattr(block, name), "weight", None), 1.0):
-            raise InputError(
-                f"applying block {layer}'s {name} to a stack would leave out the norm's weight (TransformerLens "
-                "assumes fold_ln has moved it into the next matrices; repo_lens models keep them as loaded): "
-                f"divide by cache['blocks.{layer}.{name}.hook_scale'] and multiply by the norm's weight yourself")
-        return super().apply_ln_to_stack(residual_stack, layer, mlp_input, *args, **kwargs)
+        return getattr(block, name), f"block {layer}'s {name}"
+
+    def _norm_weight(self, layer: int | None, mlp_input: bool) -> torch.Tensor | None:
+        norm, description = self._target_norm(layer, mlp_input)
+        if _differs_from(getattr(norm, "bias", None), 0.0):
+            fix = ("call model.fold_final_norm() first (it moves the bias into b_U)" if description == "the final norm"
+                   else "add the bias to the stack's sum yourself")
+            raise InputError(f"{description} has a bias, which belongs to no residual component, so the stack "
+                             f"would not add up to the norm's output: {fix}")
+        weight = getattr(norm, "weight", None)
+        return weight.detach() if isinstance(weight, torch.Tensor) and _differs_from(weight, 1.0) else None
+
+    def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
+                          pos_slice: Any = None, batch_slice: Any = None, has_batch_dim: bool = True,
+                          recompute_ln: bool = False) -> torch.Tensor:
+        """TransformerLens' ``apply_ln_to_stack`` (divide by the cached scale), times the norm's weight.
+
+        With ``recompute_ln`` TransformerLens runs the final norm itself, weight included.
+        """
+        arguments = dict(pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim)
+        if recompute_ln and layer in (None, -1, self.model.cfg.n_layers):
+            return super().apply_ln_to_stack(residual_stack, layer, mlp_input, recompute_ln=True, **arguments)
+        weight = self._norm_weight(layer, mlp_input)
+        scaled = super().apply_ln_to_stack(residual_stack, layer, mlp_input, recompute_ln=recompute_ln, **arguments)
+        return scaled if weight is None else scaled * weight.to(scaled.dtype)
+
+    def _stack_neuron_results_apply_ln_projected(self, layer: int, pos_slice: Slice, neuron_slice: Slice,
+                                                 project_2d: torch.Tensor, mlp_input: bool = False) -> torch.Tensor:
+        # TransformerLens' fused norm and projection (no [neuron, d_model] stack): (x / s) · w ⊙ p
+        weight = self._norm_weight(layer, mlp_input)
+        if weight is not None:
+            project_2d = project_2d * weight.to(project_2d.dtype)[:, None]
+        return super()._stack_neuron_results_apply_ln_projected(layer, pos_slice, neuron_slice, project_2d,
+                                                                mlp_input=mlp_input)
 
     def stack_head_results(self, layer: int = -1, *args: Any, **kwargs: Any) -> Any:
         layers = self.model.cfg.n_layers if layer == -1 else layer

@@ -85,9 +85,8 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         (as TransformerLens caches them; half the memory of a bf16 model's fp32 patterns) unless
         ``cache_dtype`` asks for another; positions are cached in fp32 whatever the model's dtype.
         """
-        if kwargs.get("incl_bwd") and kwargs.get("return_type", "logits") != "loss":
-            raise InputError("incl_bwd=True calls backward() on the output, which must be one number: pass "
-                             'return_type="loss" (or run the backward pass yourself with run_with_hooks)')
+        if kwargs.get("incl_bwd"):
+            self._check_backward_run(kwargs)
         self._pattern_cache_dtype = cache_dtype
         try:
             output, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
@@ -96,6 +95,22 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         if not return_cache_object:
             return output, cache
         return output, LensActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+
+    def _check_backward_run(self, kwargs: dict) -> None:
+        """Refuse, before the forward, an ``incl_bwd`` run whose backward pass cannot happen (as TransformerLens)."""
+        if kwargs.get("return_type", "logits") != "loss":
+            raise InputError("incl_bwd=True calls backward() on the output, which must be a scalar output: pass "
+                             'return_type="loss" (or run the backward pass yourself with run_with_hooks)')
+        if kwargs.get("stop_at_layer") is not None:
+            raise InputError("incl_bwd=True cannot be combined with stop_at_layer: the run returns the residual stream "
+                             "at that layer, not a scalar to call backward() on; leave stop_at_layer out")
+        if not torch.is_grad_enabled():
+            raise InputError("incl_bwd=True needs autograd, but gradient tracking is off (torch.no_grad(), "
+                             "set_grad_enabled(False) or inference mode): run the call with gradients enabled")
+        if not any(parameter.requires_grad for parameter in self.parameters()):
+            raise InputError("incl_bwd=True would get an output with no grad_fn: every parameter has "
+                             "requires_grad=False, so there is nothing to differentiate; call "
+                             "model.requires_grad_(True) first")
 
     def run_with_hooks(self, *model_args: Any, fwd_hooks: Any = (), bwd_hooks: Any = (), reset_hooks_end: bool = True,
                        clear_contexts: bool = False, remove_batch_dim: bool = False, **model_kwargs: Any) -> Any:
@@ -136,8 +151,19 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
 
             return hook
 
-        return (cache, [(name, wrapped(name, save)) for name, save in forward_hooks],
-                [(name, wrapped(name, save)) for name, save in backward_hooks])
+        # Gradients through a hook on the tensor each hook point hands on, not TransformerLens' module backward
+        # hooks: autograd's own gradient of that tensor, bit for bit (the module hooks' extra node reorders sums).
+        def gradient_of(name: str, save: Any) -> Any:
+            keep = wrapped(name, save)
+
+            def hook(tensor: torch.Tensor, hook: Any) -> None:
+                if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                    tensor.register_hook(lambda gradient: keep(gradient, hook))
+
+            return hook
+
+        return (cache, [(name, wrapped(name, save)) for name, save in forward_hooks]
+                + [(name, gradient_of(name, save)) for name, save in backward_hooks], [])
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         result = super()._apply(fn, recurse)

@@ -78,6 +78,8 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
     codes = chunk_pattern_codes(positions, size=chunk_size)
     ranges = range_stats(positions)
     needle, query = (n_tokens // 10, n_tokens // 10 + 8), (n_tokens - 40, n_tokens - 25)
+    token = min(n_tokens - 1, 40)
+    attribution = _example_attribution(min(n_layers - 1, 2), min(n_heads, 4), token)
     return {
         "spaced_tokens_figure": plots.spaced_tokens_figure(trace, head=0),
         "spaced_tokens_figure (chunks, highlight)": plots.spaced_tokens_figure(
@@ -100,6 +102,10 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
             {name: list(_example_auc(n_layers, 1, seed)[:, 0]) for seed, name in enumerate(
                 ("RePo", "learned increments", "learned increments per layer", "RoPE"))},
             "ROC-AUC", "Word-boundary AUC per layer", reference=0.5),
+        "position_attribution_bars": plots.position_attribution_bars(attribution, head=0, token=token, top=8),
+        "attribution_map_figure": plots.attribution_map_figure(attribution, token=token),
+        "token_attribution_strip": plots.token_attribution_strip(_example_token_attribution(token), trace.tokens,
+                                                                 window=12),
         "interval_figure": plots.interval_figure(
             _example_intervals(n_heads), [f"L{learned} h{head}" for head in range(n_heads)], "accuracy",
             "Accuracy with one head's positions edited", reference=0.75, reference_label="unedited"),
@@ -115,6 +121,26 @@ def _example_intervals(n_heads: int) -> dict[str, list[dict[str, float]]]:
         out[edit] = [{"value": float(v), "low": float(max(0.0, v - h)), "high": float(min(1.0, v + h))}
                      for v, h in zip(values, half)]
     return out
+
+
+def _example_attribution(layer: int, n_heads: int, token: int) -> Any:
+    """Illustrative attributions of one layer (its heads, one token) to the embedding, the earlier blocks
+    and their first four heads: what ``position_attribution`` returns, without a model."""
+    from repo_lens.analysis import PositionAttribution
+
+    labels = ["embed"] + [f"{l}_{part}" for l in range(layer) for part in ("attn_out", "mlp_out")]
+    labels += [f"L{l}H{h}" for l in range(layer) for h in range(4)]
+    values = np.random.default_rng(5).normal(0.0, 1.0, size=(n_heads, 1, len(labels))) ** 3
+    return PositionAttribution(layer, list(range(n_heads)), [token], labels, values,
+                               np.full((n_heads, 1), 12.5), "ablation")
+
+
+def _example_token_attribution(token: int) -> Any:
+    from repo_lens.analysis import TokenAttribution
+
+    values = np.random.default_rng(6).normal(0.0, 0.3, size=token + 1)
+    values[-1] = 1.2
+    return TokenAttribution(2, 0, token, 12.5, np.zeros((token + 1, 1)), values)
 
 
 def _example_auc(n_layers: int, n_heads: int, seed: int = 0) -> np.ndarray:

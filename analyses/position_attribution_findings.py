@@ -6,14 +6,17 @@ layers 2 and 3 is attributed at the needle's value bytes (``position_attribution
 gradient); a component's value is its mean over those bytes. Beside it, the same for as many context bytes
 outside the needle (the baseline the needle is compared with). The summary gives, per layer and head, the
 top five components by each method, their agreement (the top fives' overlap and the Spearman correlation
-of the components' mean values) and the gradient's completeness error. Then the causal check: the top
-component of the chosen head is zeroed in the full forward (``blocks.L.hook_mlp_out`` or one head's
-``hook_z``), and so is a control, the component of the same kind with the smallest attribution; for each
+of the components' mean values) and the gradient's completeness error. Then the causal check: the
+upstream head with the largest attribution is zeroed in the full forward (its ``hook_z``), and so is a
+control, the upstream head with the smallest; for each
 the needle's position in that head (how far it moves, whether it stays at an extreme of the head's
 positions) and exact-match retrieval, with 95 % Wilson intervals and exact McNemar tests against the
 unedited model.
 
-    python analyses/position_attribution_findings.py --out build/attribution [--prompts 40] [--head 2 3]
+On the SmolLM2 conversions (``--smollm2``, GRAPE-M and RePo by default), the first learned layer's
+positions of sentence ends and of a needle's value are attributed the same way, against the other tokens.
+
+    python analyses/position_attribution_findings.py --out build/attribution [--prompts 40] [--heads L2H3 L3H3]
 """
 
 from __future__ import annotations
@@ -162,17 +165,68 @@ def causal(lens: Any, prompts: list[Any], layer: int, head: int, label: str, con
 
 
 def causal_check(lens: Any, prompts: list[Any], heads: dict[str, Any], name: str) -> dict[str, Any]:
-    """The causal check of head ``name`` ("L3H3"): its top component (not the embedding) and a control, the
-    component of the same kind with the smallest attribution, each zeroed in the full forward."""
+    """The causal check of head ``name`` ("L3H3"): the upstream head with the largest attribution and, as a
+    control, the one with the smallest, each zeroed in the full forward (a head rather than a block's whole
+    output, which every later layer reads)."""
     layer, head = (int(part) for part in name[1:].split("H"))
     ranked = heads[name]["needle_mean_position_moved"]
-    top = max((label for label in ranked if label != "embed"), key=lambda label: abs(ranked[label]))
-    kind = "head" if top.startswith("L") else top.split("_", 1)[1]
-    same_kind = [label for label in ranked if label not in (top, "embed")
-                 and (label.startswith("L") if kind == "head" else label.endswith(kind))]
-    control = min(same_kind, key=lambda label: abs(ranked[label]))
-    return {"head": name, "top_component": top, "control_component": control,
-            "results": causal(lens, prompts, layer, head, top, control)}
+    upstream_heads = [label for label in ranked if label.startswith("L")]
+    top = max(upstream_heads, key=lambda label: abs(ranked[label]))
+    control = min(upstream_heads, key=lambda label: abs(ranked[label]))
+    results = causal(lens, prompts, layer, head, top, control)
+    for label in (top, control):  # what the path ablation predicts the full forward's zeroing does
+        results[label]["path_ablation_predicts"] = round(-ranked[label], 3)
+    return {"head": name, "top_component": top, "control_component": control, "results": results}
+
+
+def smollm2_findings(source: str, n_needles: int) -> dict[str, Any]:
+    """What writes the first learned layer's positions of sentence ends and of a needle in a SmolLM2
+    conversion: per component, the mean over heads of (its attribution at those tokens − at the other
+    tokens), on 512 held-out Brown tokens and on ``n_needles`` 1,024-token needle prompts."""
+    import repo_lens
+    from repo_lens.analysis import position_attribution
+    from repo_lens.data.niah import niah_single
+    from repo_lens.train.text_tokens import TextTokens
+
+    lens = repo_lens.load(source, device="cpu", dtype="float32")
+    layer = next(index for index, kind in enumerate(lens.model.cfg.layer_mechanisms) if kind != "rope")
+    ids = TextTokens.brown(lens.tokenizer).held_out_sequences(513)[0, :512].tolist()
+    found = position_attribution(lens, ids, layer)
+    texts = [lens.tokenizer.decode([token]) for token in ids]
+    ends = np.array([text.strip() in (".", "!", "?") for text in texts])
+    out: dict[str, Any] = {"source": source, "layer": layer, "sentence_ends": int(ends.sum())}
+    per_token = found.values.mean(axis=0)  # [token, component], mean over heads
+    out["sentence_end_top5"] = top_five(per_token[ends].mean(0) - per_token[~ends].mean(0), found.labels)
+    gradient = position_attribution(lens, ids, layer, method="gradient").values.mean(axis=0)
+    out["sentence_end_gradient_top5"] = top_five(gradient[ends].mean(0) - gradient[~ends].mean(0), found.labels)
+    out["position_minus_index_mean_abs"] = round(float(np.abs(found.positions - np.arange(len(ids))).mean()), 3)
+    out["largest_component_mean_abs"] = round(float(np.abs(found.values).mean(axis=(0, 1)).max()), 3)
+    differences = []
+    for seed in range(n_needles):
+        prompt = niah_single(lens.tokenizer, 1024, 0.5, seed=seed)
+        needle = position_attribution(lens, prompt.ids, layer).values.mean(axis=0)
+        value, context = slice(*prompt.spans["value"]), slice(*prompt.spans["context"])
+        differences.append(needle[value].mean(0) - needle[context].mean(0))
+    out["needles"] = n_needles
+    out["needle_top5"] = top_five(np.mean(differences, axis=0), found.labels)
+    return out
+
+
+def paper_figures(lens: Any, prompt: Any, out: Path) -> list[Path]:
+    """The paper figure's two panels for one needle prompt: layer 3's components × heads map at the needle
+    value's first byte, and which context bytes move L3H3's position of it (a strip over the text), each as
+    a vector PDF (and PNG) at ICML's text width."""
+    from repo_lens.analysis import position_attribution, token_attribution
+    from repo_lens.plots import attribution_map_figure, export, token_attribution_strip
+
+    token = prompt.spans["value"][0]
+    found = position_attribution(lens, prompt.ids, 3, tokens=[token])
+    strip = token_attribution(lens, prompt.ids, 3, 3, token)
+    tokens = lens.trace(prompt.ids, progress=False).tokens
+    figures = {"attribution-map": attribution_map_figure(found, token),
+               "attribution-tokens": token_attribution_strip(strip, tokens, window=40)}
+    return [export(figure, out / f"{name}.{suffix}", layout="icml-text")
+            for name, figure in figures.items() for suffix in ("pdf", "png")]
 
 
 def _rate(outcomes: np.ndarray) -> dict[str, float]:
@@ -189,9 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=40)
     parser.add_argument("--heads", nargs="+", default=["L2H3", "L3H3"],
                         help="the heads whose top component the causal check removes")
+    parser.add_argument("--smollm2", nargs="*", default=["zoo:smollm2-135m-grape", "zoo:smollm2-135m-repo"],
+                        help="SmolLM2 conversions whose sentence ends and needles are attributed (none: skip)")
+    parser.add_argument("--smollm2-needles", type=int, default=5)
+    parser.add_argument("--no-figures", action="store_true", help="skip the paper figure (it needs Chromium)")
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
 
+    args.out.mkdir(parents=True, exist_ok=True)
     lens = repo_lens.load(MODEL, device="cpu", dtype="float32")
     prompts = needle_prompts(lens, args.prompts)
     per_prompt: dict[str, list[dict]] = {"ablation": [], "gradient": [], "context": []}
@@ -203,11 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"model": MODEL, "prompts": len(prompts), "length": LENGTH,
                                "heads": summarise(per_prompt, lens.model.cfg.n_heads)}
     summary["causal"] = [causal_check(lens, prompts, summary["heads"], name) for name in args.heads]
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.no_figures:
+        summary["figures"] = [str(path) for path in paper_figures(lens, prompts[0], args.out)]
+    summary["smollm2"] = [smollm2_findings(source, args.smollm2_needles) for source in args.smollm2]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps({key: {k: v for k, v in summary["heads"][key].items() if k != "needle_mean_position_moved"}
                       for key in args.heads}, indent=1))
     print(json.dumps(summary["causal"], indent=1))
+    print(json.dumps(summary["smollm2"], indent=1))
     return 0
 
 

@@ -68,7 +68,8 @@ def position_attribution_bars(attribution: PositionAttribution, head: int, token
 
 
 def attribution_map_figure(attribution: PositionAttribution, token: int, title: str | None = None) -> go.Figure:
-    """The components × heads map of one layer for token ``token``: heads down, components across, a
+    """The components × heads map of one layer for token ``token``: components down (in the order of
+    ``labels``: the embedding, then each earlier layer's blocks and heads), the layer's heads across, a
     diverging colour centred at zero (the same grey for "moves nothing" in colour and in print).
 
     Example:
@@ -76,29 +77,29 @@ def attribution_map_figure(attribution: PositionAttribution, token: int, title: 
         >>> found = PositionAttribution(3, [0, 1], [4], ["embed", "L0H0"], np.array([[[1.0, 0.0]], [[-1.0, 2.0]]]),
         ...                             np.array([[7.0], [3.0]]), "ablation")
         >>> fig = attribution_map_figure(found, token=4)
-        >>> fig.data[0].z.tolist(), list(fig.data[0].y)
-        ([[1.0, 0.0], [-1.0, 2.0]], ['h0', 'h1'])
+        >>> fig.data[0].z.tolist(), list(fig.data[0].y), list(fig.data[0].x)
+        ([[1.0, -1.0], [0.0, 2.0]], ['embed', 'L0H0'], ['h0', 'h1'])
     """
-    rows = np.stack([_row(attribution, head, token) for head in attribution.heads])
+    rows = np.stack([_row(attribution, head, token) for head in attribution.heads], axis=1)  # [component, head]
     limit = float(np.nanmax(np.abs(rows))) if rows.size and np.isfinite(rows).any() else 1.0
     fig = go.Figure(go.Heatmap(
-        z=rows, x=attribution.labels, y=[f"h{head}" for head in attribution.heads], colorscale=DIVERGING,
+        z=rows, y=attribution.labels, x=[f"h{head}" for head in attribution.heads], colorscale=DIVERGING,
         zmid=0.0, zmin=-limit, zmax=limit, xgap=1, ygap=1,
         colorbar=dict(title=dict(text="z − z without it")),
-        hovertemplate="head %{y}, %{x}: %{z:.3f}<extra></extra>"))
-    styled(fig, title or f"Layer {attribution.layer}: what moves token {token}'s position, by head",
-           height=160 + 26 * len(attribution.heads))
+        hovertemplate="%{y} on head %{x}: %{z:.3f}<extra></extra>"))
+    styled(fig, title or f"Layer {attribution.layer}: what moves token {token}'s position",
+           height=140 + 20 * len(attribution.labels))
     fig.update_layout(margin_r=COLORBAR_MARGIN_PX, meta={"kind": "attribution_map"})
     fig.update_yaxes(autorange="reversed", type="category", **ROW_LABEL_STANDOFF)
-    fig.update_xaxes(type="category", title_text="component", tickangle=-90)
+    fig.update_xaxes(type="category", title_text=f"head of layer {attribution.layer}")
     return fig
 
 
 def token_attribution_strip(attribution: TokenAttribution, tokens: Sequence[str], window: int | None = 48,
                             title: str | None = None) -> go.Figure:
     """The context tokens that move one position, as a strip over the text: each token in a cell coloured by
-    gradient · embedding (diverging, centred at zero), the attributed token outlined. ``window`` keeps the
-    last ``window`` tokens up to it (None: all).
+    gradient · embedding (diverging, centred at zero) and written under it, the attributed token outlined.
+    ``window`` keeps the last ``window`` tokens up to it (None: all).
 
     Example:
         >>> import numpy as np
@@ -130,6 +131,8 @@ def token_attribution_strip(attribution: TokenAttribution, tokens: Sequence[str]
     styled(fig, title or (f"Which tokens move L{attribution.layer}H{attribution.head}'s position of token "
                           f"{attribution.token} (z = {attribution.position:.2f})"), height=190)
     fig.update_layout(margin_r=COLORBAR_MARGIN_PX, meta={"kind": "token_attribution_strip"})
-    fig.update_xaxes(title_text="token", showgrid=False)
+    # the tokens under their cells as well: a paper layout drops cell text that does not fit its cell
+    fig.update_xaxes(title_text=f"the tokens up to token {attribution.token}", showgrid=False, tickmode="array",
+                     tickvals=x, ticktext=shown, tickfont=dict(family=MONO_FAMILY))
     fig.update_yaxes(showticklabels=False, showgrid=False)
     return fig

@@ -4,7 +4,7 @@ the paper-figure tests and ``bench/paper_figures.py`` measure.
 Example:
     >>> figures = example_figures(synthetic_trace(n_layers=4, n_heads=2, n_tokens=60))
     >>> sorted(figures)[:3]
-    ['attention_mass_figure', 'attention_mass_layers_figure', 'boundary_auc_figure']
+    ['attention_mass_figure', 'attention_mass_layers_figure', 'attribution_map_figure']
 """
 
 from __future__ import annotations

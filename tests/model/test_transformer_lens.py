@@ -451,7 +451,8 @@ def test_incl_bwd_caches_autograds_gradients_bit_for_bit_and_refuses_what_transf
             model.run_with_cache(ids, incl_bwd=True, **{"return_type": "loss", **options})
     with torch.no_grad(), pytest.raises(InputError, match="gradient tracking is off"):
         model.run_with_cache(ids, return_type="loss", incl_bwd=True)
-    model.requires_grad_(False)
+    for parameter in model.original_model.parameters():  # TransformerLens' bridge: the wrapped model's weights
+        parameter.requires_grad_(False)
     with pytest.raises(InputError, match="no grad_fn"):
         model.run_with_cache(ids, return_type="loss", incl_bwd=True)
 

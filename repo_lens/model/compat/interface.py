@@ -52,7 +52,7 @@ def position_axis(name: str) -> int:
 class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface, WeightInterface, HeadMethods,
                                HookedRootModule):
     """A ``HookedRootModule`` whose ``run_with_cache`` returns TransformerLens' ``ActivationCache`` (one that
-    refuses readouts that would be silently wrong here: :mod:`repo_lens.model.compat.cache`), whose norm
+    applies the norms' weights as loaded: :mod:`repo_lens.model.compat.cache`), whose norm
     hooks carry TransformerLens' names (``blocks.{l}.ln1.hook_scale``, ``ln_final.hook_normalized``), and
     that has TransformerLens' tokenizer helpers, forward, ``generate`` and weight names. A subclass defines
     ``forward_logits(input_ids, cache=None, ...)``; ``tokenizer`` is set by ``repo_lens.load``.
@@ -67,6 +67,13 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
     """
 
     tokenizer: Any = None
+
+    @property
+    def original_model(self) -> torch.nn.Module:
+        """The module that holds the weights: TransformerLens' bridge wraps a Hugging Face model under this
+        name; a repo_lens model runs its checkpoint itself, so it is the model (``original_model.parameters()``
+        are its parameters)."""
+        return self
 
     def setup(self) -> None:
         """TransformerLens' setup, then its names for the norms' hooks (the modules keep their checkpoint names)."""

@@ -60,7 +60,7 @@ def position_attribution_bars(attribution: PositionAttribution, head: int, token
     how = "path ablation" if attribution.method == "ablation" else "gradient × component"
     styled(fig, title or f"L{attribution.layer}H{head}, token {token} (z = {position:.2f}): {how}",
            height=120 + 26 * len(order))
-    fig.update_xaxes(title_text="position moved by the component (z − z without it)", zeroline=True,
+    fig.update_xaxes(title_text="z − z without the component", zeroline=True,
                      zerolinecolor="#888888")
     fig.update_yaxes(type="category", **ROW_LABEL_STANDOFF)
     fig.update_layout(meta={"kind": "position_attribution_bars"})

@@ -56,7 +56,7 @@ def test_highlight_follows_a_token_through_the_layers_and_clears(app):
     at.number_input(key="spaced_k").set_value(2)
     at.number_input(key="spaced_token").set_value(10).run()
     assert_clean(at)
-    (figure,) = figures(at)
+    figure = figures(at)[0]  # then the "Why this position" panel's two
     assert figure["layout"]["meta"]["highlight"] == [8, 9, 10, 11, 12]
     (rings,) = [trace for trace in figure["data"] if trace.get("name") == "highlighted tokens"]
     assert sorted(set(rings["customdata"])) == [8, 9, 10, 11, 12] and len(rings["customdata"]) == 5 * 3  # 3 layers

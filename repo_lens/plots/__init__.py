@@ -11,14 +11,14 @@ Example:
     [0.0, 1.0, 2.0]
 """
 
+from repo_lens.plots.attention_mass import (
+    attention_mass_figure,
+    attention_mass_layers_figure,
+)
 from repo_lens.plots.attribution import (
     attribution_map_figure,
     position_attribution_bars,
     token_attribution_strip,
-)
-from repo_lens.plots.attention_mass import (
-    attention_mass_figure,
-    attention_mass_layers_figure,
 )
 from repo_lens.plots.boundaries import boundary_auc_figure
 from repo_lens.plots.encoding import variance_shares_figure

@@ -4,11 +4,11 @@ one layer, and the context tokens that move it (a strip over the text)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
-from repo_lens.analysis.position_attribution import PositionAttribution, TokenAttribution
 from repo_lens.errors import InputError
 from repo_lens.plots.style import (
     COLORBAR_MARGIN_PX,
@@ -20,11 +20,14 @@ from repo_lens.plots.style import (
     styled,
 )
 
+if TYPE_CHECKING:  # the analysis imports torch; drawing its results needs only the arrays
+    from repo_lens.analysis.position_attribution import PositionAttribution, TokenAttribution
+
 RAISES, LOWERS = OKABE_ITO[5], OKABE_ITO[0]  # vermillion: the component raises the position; blue: lowers it
 
 
 def _row(attribution: PositionAttribution, head: int, token: int) -> np.ndarray:
-    if not isinstance(attribution, PositionAttribution):
+    if type(attribution).__name__ != "PositionAttribution":
         raise InputError(f"attribution must be a PositionAttribution (from position_attribution), "
                          f"got {type(attribution).__name__}")
     if head not in attribution.heads:
@@ -42,6 +45,7 @@ def position_attribution_bars(attribution: PositionAttribution, head: int, token
 
     Example:
         >>> import numpy as np
+        >>> from repo_lens.analysis import PositionAttribution
         >>> found = PositionAttribution(3, [0], [4], ["embed", "0_attn_out", "L0H1"],
         ...                             np.array([[[0.5, -2.0, 1.0]]]), np.array([[7.0]]), "ablation")
         >>> list(position_attribution_bars(found, head=0, token=4, top=2).data[0].y)
@@ -74,6 +78,7 @@ def attribution_map_figure(attribution: PositionAttribution, token: int, title: 
 
     Example:
         >>> import numpy as np
+        >>> from repo_lens.analysis import PositionAttribution
         >>> found = PositionAttribution(3, [0, 1], [4], ["embed", "L0H0"], np.array([[[1.0, 0.0]], [[-1.0, 2.0]]]),
         ...                             np.array([[7.0], [3.0]]), "ablation")
         >>> fig = attribution_map_figure(found, token=4)
@@ -103,12 +108,13 @@ def token_attribution_strip(attribution: TokenAttribution, tokens: Sequence[str]
 
     Example:
         >>> import numpy as np
+        >>> from repo_lens.analysis import TokenAttribution
         >>> found = TokenAttribution(2, 1, 2, 3.5, np.zeros((3, 4)), np.array([0.1, -0.4, 0.2]))
         >>> fig = token_attribution_strip(found, ["The", " cat", " sat", " on"])
         >>> [list(row) for row in fig.data[0].z], list(fig.data[0].text[0])
         ([[0.1, -0.4, 0.2]], ['The', ' cat', ' sat'])
     """
-    if not isinstance(attribution, TokenAttribution):
+    if type(attribution).__name__ != "TokenAttribution":
         raise InputError(f"attribution must be a TokenAttribution (from token_attribution), "
                          f"got {type(attribution).__name__}")
     if isinstance(tokens, str) or len(tokens) <= attribution.token:

@@ -14,7 +14,7 @@ removed: they import a stand-in that fails when used, so those tests fail on bot
 * ``repo_lens``: ``repo_lens.load`` of the same checkpoint. ``enable_compatibility_mode`` there folds the
   final norm into the unembedding (``fold_final_norm``) unless the test asks for ``no_processing``: the
   one weight processing repo_lens does (it leaves the other norms, the centring and the value biases
-  as the checkpoint has them).
+  as the checkpoint has them). With ``--unfolded`` it does nothing: every weight stays as loaded.
 
 A test is counted for repo_lens when it passes on TransformerLens' bridge of the same weights; the script
 prints, per file, how many pass on each, and every test that passes on the bridge and fails on
@@ -67,6 +67,7 @@ import pytest
 
 CHECKPOINT = Path(os.environ["REPO_LENS_SUITE_CHECKPOINT"])
 ARM = os.environ["REPO_LENS_SUITE_ARM"]
+UNFOLDED = os.environ.get("REPO_LENS_SUITE_UNFOLDED") == "1"
 
 
 def _reference(enable=None):
@@ -88,7 +89,7 @@ def _repo_lens(enable=None):
     model = repo_lens.load(str(CHECKPOINT), device="cpu").model
 
     def enable_compatibility_mode(no_processing=False, fold_ln=True, **_ignored):
-        if not no_processing and fold_ln:
+        if not no_processing and fold_ln and not UNFOLDED:
             model.fold_final_norm()
     model.enable_compatibility_mode = enable_compatibility_mode
     if enable is not None:
@@ -193,7 +194,11 @@ def main() -> None:
     parser.add_argument("--arch", nargs="+", choices=("llama-gqa", "llama"), default=["llama-gqa", "llama"])
     parser.add_argument("--files", nargs="+", default=list(FILES), help="test files relative to --tests")
     parser.add_argument("--json", type=Path, default=None, help="also write every outcome here")
+    parser.add_argument("--unfolded", action="store_true",
+                        help="repo_lens' models keep every weight as loaded (no fold_final_norm)")
     args = parser.parse_args()
+    if args.unfolded:  # read by the conftest of each arm's pytest run
+        os.environ["REPO_LENS_SUITE_UNFOLDED"] = "1"
     missing = [name for name in args.files if not (args.tests / name).is_file()]
     if missing:
         raise SystemExit(f"{args.tests} has no {', '.join(missing)}; pass the tests/ folder of a TransformerLens "

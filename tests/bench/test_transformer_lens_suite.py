@@ -20,7 +20,7 @@ from transformer_lens.model_bridge.bridge import TransformerBridge
 
 
 def test_shape_of_the_checkpoint(distilgpt2_bridge):
-    assert (distilgpt2_bridge.cfg.n_layers, distilgpt2_bridge.cfg.d_model) == (2, 64)
+    assert (distilgpt2_bridge.cfg.n_layers, distilgpt2_bridge.cfg.d_model) == (3, 64)
 
 
 def test_compat_logits_equal_the_plain_ones(distilgpt2_bridge, distilgpt2_bridge_compat):
@@ -33,8 +33,8 @@ def test_booted_directly_has_the_same_weights(distilgpt2_bridge):
     assert torch.equal(TransformerBridge.boot_transformers("gpt2").W_E, distilgpt2_bridge.W_E)
 
 
-def test_the_wrapped_hugging_face_model(gpt2_bridge):
-    assert gpt2_bridge.original_model is not None
+def test_the_model_is_transformer_lens_bridge(gpt2_bridge):
+    assert type(gpt2_bridge).__name__ == "TransformerBridge"
 '''
 
 
@@ -57,6 +57,6 @@ def test_each_test_runs_on_the_arm_it_names(checkpoint, tmp_path, arm):
     assert outcomes["test_shape_of_the_checkpoint"] == "passed"
     assert outcomes["test_compat_logits_equal_the_plain_ones"] == "passed"
     assert outcomes["test_booted_directly_has_the_same_weights"] == "passed"
-    # the Hugging Face model that TransformerLens' bridge wraps; repo_lens runs its own modules
-    wrapped = outcomes["test_the_wrapped_hugging_face_model"]
+    # TransformerLens' own class on its arm; repo_lens' model on the other
+    wrapped = outcomes["test_the_model_is_transformer_lens_bridge"]
     assert (wrapped == "passed") == (arm == "reference"), wrapped

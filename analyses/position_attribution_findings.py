@@ -8,10 +8,11 @@ outside the needle (the baseline the needle is compared with). The summary gives
 top five components by each method, their agreement (the top fives' overlap and the Spearman correlation
 of the components' mean values) and the gradient's completeness error. Then the causal check: the
 upstream head with the largest attribution is zeroed in the full forward (its ``hook_z``), and so is a
-control, the upstream head with the smallest; for each
-the needle's position in that head (how far it moves, whether it stays at an extreme of the head's
-positions) and exact-match retrieval, with 95 % Wilson intervals and exact McNemar tests against the
-unedited model.
+control, the upstream head with the smallest; for each, the needle's position in that head (how far it
+moves, beside what the path ablation predicts; its percentile among the context bytes) and exact-match
+retrieval, with 95 % Wilson intervals and exact McNemar tests against the unedited model. The paper
+figure's two panels (layer 3's components × heads map and the strip of bytes that move L3H3's position)
+are written beside the summary as PDF and PNG.
 
 On the SmolLM2 conversions (``--smollm2``, GRAPE-M and RePo by default), the first learned layer's
 positions of sentence ends and of a needle's value are attributed the same way, against the other tokens.

@@ -1,14 +1,15 @@
-"""What the learned positions of SmolLM2-135M re-positioned with RePo do: the causal study's edits on its
-RePo layers (10-29), and whether the increments of its positions mark English word boundaries.
+"""What the learned positions of a SmolLM2-135M conversion (RePo, GRAPE-M, per-layer increments) do: the
+causal study's edits on its learned layers (10-29), and whether the increments of its positions mark English
+word boundaries.
 
 * **Edits** (``repo_lens.interventions.ablate`` over layers 10-29, every head): none, "integer" (RoPE's
   positions back), "constant" (no positional signal), "affine" (each head's least-squares line through
-  its own positions), "rank" (their order kept, spacing even), "random" (a random direction of the affine
-  edit's size). Per edit: held-out bits per token on ``--sequences`` held-out Brown sequences of 1,024
+  its own positions), "rank" (their order kept, spacing even), "shuffle" (the tokens' positions permuted,
+  the same permutation in every layer and head), "random" (a random direction of the affine edit's size). Per edit: held-out bits per token on ``--sequences`` held-out Brown sequences of 1,024
   tokens, and retrieval (the card's NIAH and fact-in-running-text prompts, 0.5K-1.5K tokens), each prompt
   right when every answer token is the argmax, with 95 % Wilson intervals and a paired McNemar test
   against the unedited model on the same prompts.
-* **Word boundaries**: on the same held-out sequences, the increment z[t] − z[t−1] of each RePo head scored
+* **Word boundaries**: on the same held-out sequences, the increment z[t] − z[t−1] of each learned head scored
   against "token t starts a word" (its text begins with a space), ROC-AUC per layer and head
   (``repo_lens.analysis.boundary_auc``; 0.5 is chance).
 
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-EDITS = ("none", "integer", "constant", "affine", "rank", "random")
+EDITS = ("none", "integer", "constant", "affine", "rank", "shuffle", "random")
 LENGTHS = (512, 1024, 1536)
 
 

@@ -53,21 +53,27 @@ def context_bytes(prompt: Any, count: int, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(pool, size=count, replace=False).tolist())
 
 
-def attributed(lens: Any, prompt: Any, tokens: list[int], method: str) -> dict[int, Any]:
-    """Layer -> (mean value [head, component], labels, completeness error [head] or None) over ``tokens``."""
+def attributed(lens: Any, prompt: Any, groups: dict[str, list[int]], method: str) -> dict[str, dict[int, Any]]:
+    """Group -> layer -> (mean value [head, component] over the group's tokens, labels, completeness error
+    [head] or None), every group from one attribution of the layer."""
     from repo_lens.analysis import position_attribution
 
-    out = {}
+    tokens = sorted({token for group in groups.values() for token in group})
+    out: dict[str, dict[int, Any]] = {name: {} for name in groups}
     for layer in LAYERS:
         found = position_attribution(lens, prompt.ids, layer, tokens=tokens, method=method)
-        error = None if found.completeness_error is None else np.abs(found.completeness_error).mean(axis=1)
-        out[layer] = (found.values.mean(axis=1), found.labels, error)
+        for name, group in groups.items():
+            rows = [found.tokens.index(token) for token in group]
+            error = (None if found.completeness_error is None
+                     else np.abs(found.completeness_error[:, rows]).mean(axis=1))
+            out[name][layer] = (found.values[:, rows].mean(axis=1), found.labels, error)
     return out
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ranks = [np.argsort(np.argsort(x, kind="stable"), kind="stable").astype(float) for x in (a, b)]
-    return float(np.corrcoef(*ranks)[0, 1])
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)
 
 
 def top_five(values: np.ndarray, labels: list[str]) -> list[tuple[str, float]]:
@@ -99,25 +105,15 @@ def summarise(per_prompt: dict[str, list[dict]], n_heads: int) -> dict[str, Any]
 
 
 def zeroing_hook(label: str) -> tuple[str, Any]:
-    """The hook that removes component ``label`` from the full forward (its output set to zero)."""
-    if label.endswith("_mlp_out") or label.endswith("_attn_out"):
-        layer, kind = label.split("_", 1)
-        name = f"blocks.{layer}.hook_{kind}"
+    """The hook that removes head ``label`` ("L1H2") from the full forward (its ``hook_z`` set to zero)."""
+    layer, head = (int(part) for part in label[1:].split("H"))
 
-        def zero(value: Any, hook: Any) -> Any:
-            return value * 0
+    def zero_head(value: Any, hook: Any) -> Any:
+        value = value.clone()
+        value[:, :, head] = 0
+        return value
 
-        return name, zero
-    if label.startswith("L") and "H" in label:
-        layer, head = (int(part) for part in label[1:].split("H"))
-
-        def zero_head(value: Any, hook: Any) -> Any:
-            value = value.clone()
-            value[:, :, head] = 0
-            return value
-
-        return f"blocks.{layer}.attn.hook_z", zero_head
-    raise ValueError(f"the causal check removes an attention output, an MLP output or a head, not {label!r}")
+    return f"blocks.{layer}.attn.hook_z", zero_head
 
 
 def needle_check(lens: Any, prompt: Any, layer: int, head: int, hooks: list) -> dict[str, float]:
@@ -125,6 +121,8 @@ def needle_check(lens: Any, prompt: Any, layer: int, head: int, hooks: list) -> 
     context bytes outside the needle, whether that is an extreme (outside their central 90 %), and
     exact-match retrieval of the answer."""
     import torch
+
+    from repo_lens.interventions import niah_exact_match
 
     seen: dict[str, Any] = {}
 
@@ -134,8 +132,7 @@ def needle_check(lens: Any, prompt: Any, layer: int, head: int, hooks: list) -> 
     ids = torch.tensor([list(prompt.ids)])
     with torch.no_grad():
         logits = lens.model.run_with_hooks(ids, fwd_hooks=[*hooks, (f"blocks.{layer}.attn.hook_pos", keep)])
-    start, end = prompt.query
-    exact = float((logits[0, start - 1:end - 1].argmax(-1) == ids[0, start:end]).all())
+    exact = float(niah_exact_match(prompt)(logits)[0])
     z = seen["z"]
     needle = z[slice(*prompt.spans["value"])].mean()
     rest = np.delete(z[slice(*prompt.spans["context"])], np.arange(*prompt.spans["needle"]) - prompt.spans["context"][0])
@@ -257,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     per_prompt: dict[str, list[dict]] = {"ablation": [], "gradient": [], "context": []}
     for seed, prompt in enumerate(tqdm(prompts, desc="attributing the needle")):
         needle = list(range(*prompt.spans["value"]))
-        per_prompt["ablation"].append(attributed(lens, prompt, needle, "ablation"))
-        per_prompt["gradient"].append(attributed(lens, prompt, needle, "gradient"))
-        per_prompt["context"].append(attributed(lens, prompt, context_bytes(prompt, len(needle), seed), "ablation"))
+        ablation = attributed(lens, prompt, {"needle": needle, "context": context_bytes(prompt, len(needle), seed)},
+                              "ablation")
+        per_prompt["ablation"].append(ablation["needle"])
+        per_prompt["context"].append(ablation["context"])
+        per_prompt["gradient"].append(attributed(lens, prompt, {"needle": needle}, "gradient")["needle"])
     summary: dict[str, Any] = {"model": MODEL, "prompts": len(prompts), "length": LENGTH,
                                "heads": summarise(per_prompt, lens.model.cfg.n_heads)}
     summary["causal"] = [causal_check(lens, prompts, summary["heads"], name) for name in args.heads]

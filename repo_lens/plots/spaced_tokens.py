@@ -58,6 +58,33 @@ MERGED_NOTE = " (+{n} more tokens here: zoom in to separate them)"  # a mark's h
 MERGED_PATTERN = re.compile(r" \(\+\d+ more tokens here: zoom in to separate them\)$")
 
 
+SHARED_SCALE_RATIO = 10.0  # layers whose ranges of positions differ by more than this are rescaled one by one
+
+
+def suggested_scale(positions: np.ndarray, head: int | Literal["mean"] = 0) -> Literal["row", "shared"]:
+    """The x scale that shows ``positions`` (L, H, T) best in :func:`spaced_tokens_figure`: ``"shared"`` (the
+    positions themselves on one axis) when every layer's range (max − min) for ``head`` is within a factor of
+    ``SHARED_SCALE_RATIO`` of the widest, so one axis shows how fast each layer's positions run (RoPE, learned
+    increments, GRAPE-M: a rescaled row would look like RoPE's); ``"row"`` (each layer rescaled to [0, 1])
+    when some layer spans far less than another (RePo's few units beside RoPE's hundreds), which one axis
+    would squash to a point.
+
+    Example:
+        >>> index = np.arange(50.0)
+        >>> suggested_scale(np.stack([index, 1.3 * index])[:, None])  # RoPE, then a head 1.3x as fast
+        'shared'
+        >>> suggested_scale(np.stack([index, np.sin(index)])[:, None])  # RoPE, then a range of 2 units
+        'row'
+    """
+    z = select_head(np.asarray(positions, dtype=np.float64), head)  # (L, T)
+    with np.errstate(invalid="ignore"):
+        ranges = np.nanmax(z, axis=-1) - np.nanmin(z, axis=-1) if z.shape[-1] else np.zeros(len(z))
+    ranges = ranges[np.isfinite(ranges)]
+    if ranges.size == 0 or ranges.max() <= 0:
+        return "row"
+    return "shared" if ranges.min() * SHARED_SCALE_RATIO >= ranges.max() else "row"
+
+
 def spaced_tokens_figure(
     trace: Any, *, head: int | Literal["mean"] = 0, layers: Sequence[int] | None = None,
     scale: Literal["row", "shared"] = "row", window: tuple[int, int] | None = None, patterns: np.ndarray | None = None,

@@ -115,3 +115,27 @@ def delta_parts(path: str | os.PathLike) -> tuple[dict[str, Any], Path] | None:
 
     directory = Path(path)
     return (read_recipe(directory), shipped_file(directory / DELTA_FILE)) if is_delta_checkpoint(directory) else None
+
+
+def base_installed(name: str) -> bool:
+    """Whether zoo model ``name`` loads here without installing anything more: always for a model shipped whole;
+    for one shipped as what training changed on an external base (``zoo:smollm2-135m-*``), when that base's
+    package and the ``gguf`` reader are installed.
+
+    >>> base_installed("bytes-rope")
+    True
+    """
+    import importlib.util
+
+    from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
+
+    recipe = ZOO_DIR / name / "recipe.json"
+    if name in EXTERNAL_MODELS:
+        base = name
+    elif recipe.is_file():
+        base = parse_zoo_name(json.loads(recipe.read_text()).get("base", "")) or ""
+    else:
+        return True
+    if base not in EXTERNAL_MODELS:
+        return True
+    return external_installed(base) and importlib.util.find_spec("gguf") is not None

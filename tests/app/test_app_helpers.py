@@ -62,10 +62,18 @@ def test_a_path_no_file_system_can_hold_is_refused_by_name(checkpoint_root):
         config.resolve_checkpoint(f"{checkpoint_root}/{'x' * 300}", roots)
 
 
-def test_default_model_prefers_the_environment_then_the_1k_repo_model(monkeypatch, checkpoint_root):
+def test_default_model_prefers_the_environment_then_english_grape_then_the_1k_repo_model(monkeypatch, checkpoint_root):
     import repo_lens.zoo
+    import repo_lens.zoo.external
 
     monkeypatch.delenv(config.DEFAULT_MODEL_ENV, raising=False)
+    english = ["bytes-repo", "bytes1k-repo", "smollm2-135m-grape", "smollm2-135m-repo"]
+    monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: english)
+    monkeypatch.setattr(repo_lens.zoo.external, "external_installed", lambda name: True)
+    assert config.default_source() == "zoo:smollm2-135m-grape"
+    monkeypatch.setattr(repo_lens.zoo.external, "external_installed", lambda name: False)  # no base GGUF here
+    assert not repo_lens.zoo.base_installed("smollm2-135m-grape") and repo_lens.zoo.base_installed("bytes1k-repo")
+    assert config.default_source() == "zoo:bytes1k-repo"
     monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["bytes-repo", "bytes1k-nope", "bytes1k-repo"])
     assert config.default_source() == "zoo:bytes1k-repo"
     monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: ["bytes-nope", "bytes-repo"])

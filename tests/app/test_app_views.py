@@ -59,6 +59,18 @@ def test_default_model_opens_on_the_spaced_token_view(app):
     assert "mean of heads" in figures(at)[0]["layout"]["title"]["text"]
 
 
+def test_a_model_whose_layers_all_span_the_text_opens_on_the_shared_scale(app, monkeypatch, checkpoint_root):
+    monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", str(checkpoint_root / "tiny-rope"))
+    at = app().run()
+    assert_clean(at)
+    assert at.radio(key="spaced_scale").value == "shared"  # every layer's range is the text's length
+    rows = layer_rows(figures(at)[0])
+    n = len(rows["L0 rope"]["x"])
+    np.testing.assert_allclose(rows["L0 rope"]["x"], np.arange(n))
+    at.radio(key="spaced_scale").set_value("per layer").run()  # the user's pick is kept
+    np.testing.assert_allclose(layer_rows(figures(at)[0])["L0 rope"]["x"], np.arange(n) / (n - 1))
+
+
 def test_changing_layer_or_head_rerenders_without_a_forward_pass(app, monkeypatch):
     calls = []
     original = repo_lens.lens.Lens.trace

@@ -52,11 +52,13 @@ def require_browser() -> None:
 
 
 @contextlib.contextmanager
-def default_app_page(log: Path, size: tuple[int, int] = (1400, 1000)) -> Iterator[tuple[str, object]]:
-    """The app as `repo-lens app` serves it with no roots (default model zoo:bytes1k-repo), and a Chromium
-    window of ``size``: yields (url, driver)."""
+def default_app_page(log: Path, size: tuple[int, int] = (1400, 1000),
+                     model: str = "zoo:bytes1k-repo") -> Iterator[tuple[str, object]]:
+    """The app as `repo-lens app` serves it with no roots, opening on ``model`` (zoo:bytes1k-repo: its default
+    where SmolLM2's GGUF is not installed, and quick enough on a CPU for every view; "" for the app's own
+    default), and a Chromium window of ``size``: yields (url, driver)."""
     require_browser()
-    env = {"REPO_LENS_APP_ROOTS": "", "REPO_LENS_APP_DEFAULT_MODEL": ""}
+    env = {"REPO_LENS_APP_ROOTS": "", "REPO_LENS_APP_DEFAULT_MODEL": model}
     with app_server(env, log) as url, chromium(size) as driver:
         yield url, driver
 

@@ -44,7 +44,7 @@ return {boxes, chips};
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    """The app as `repo-lens app` serves it (default model zoo:bytes1k-repo), in a 1,400 × 1,000 window."""
+    """The app as `repo-lens app` serves it, on zoo:bytes1k-repo, in a 1,400 × 1,000 window."""
     with default_app_page(tmp_path_factory.mktemp("streamlit") / "server.log") as (url, driver):
         yield url, driver
 

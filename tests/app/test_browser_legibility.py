@@ -46,7 +46,7 @@ CHARTS = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    """The app as `repo-lens app` serves it (default model zoo:bytes1k-repo), in a 1,400 × 1,000 window."""
+    """The app as `repo-lens app` serves it, on zoo:bytes1k-repo, in a 1,400 × 1,000 window."""
     with default_app_page(tmp_path_factory.mktemp("streamlit") / "server.log") as (url, driver):
         yield url, driver
         driver.set_window_size(1400, 1000)

@@ -14,6 +14,10 @@ CHUNK_SIZE = "chunk_size"
 CHUNK_EPS = "chunk_eps"
 # the highlighted token: the spaced-token view's number input, also set by a click on its plot and by "Clear"
 HIGHLIGHT_TOKEN = "spaced_token"
+# the spaced-token view's scale ("per layer" / "shared"), and the model it was last suggested for: a new first
+# model gets the scale that shows it (plots.suggested_scale); a pick stands while the model does
+SPACED_SCALE = "spaced_scale"
+SPACED_SCALE_FOR = "_spaced_scale_for"
 UPLOADED_TRACES = "_uploaded_traces"  # {upload id: Trace}: an uploaded trace parsed once (cache.load_uploaded_trace)
 CHART_PREFIX = "chart-"  # + a chart's key: its selection (ui.show_figure draws it, click callbacks read it)
 

@@ -59,18 +59,29 @@ def _head_patterns(trace: Trace, head: int | str, size: int, eps: float) -> np.n
     return chunk_pattern_codes(z[:, head:head + 1], size, eps)[:, 0]
 
 
+def _suggest_scale(first: Item, head: int | str) -> None:
+    """Set the scale radio to what shows ``first`` best when it is a model (or file) the scale was not yet set
+    for; set before the widget is drawn, so the radio never changes its own parameters between reruns."""
+    shown = first.source or first.label
+    if st.session_state.get(state.SPACED_SCALE_FOR) == shown and state.SPACED_SCALE in st.session_state:
+        return
+    trace = first.trace
+    suggested = suggested_scale(trace.positions, clamp_head(head, trace.n_heads)) if len(trace) else "row"
+    st.session_state[state.SPACED_SCALE] = "per layer" if suggested == "row" else "shared"
+    st.session_state[state.SPACED_SCALE_FOR] = shown
+
+
 def spaced_view(items: Sequence[Item], selection: Selection) -> None:
     n_heads = max(item.trace.n_heads for item in items)
     n_tokens = max(len(item.trace) for item in items)
     c1, c2, c3, c4 = st.columns([1.3, 1.4, 3.5, 1.2])
     with c1:
         head = head_picker("Head", "spaced_head", n_heads, extra=("mean",), default="0")
-    first = items[0].trace  # the scale that shows it best, until one is picked
-    suggested = suggested_scale(first.positions, clamp_head(head, first.n_heads)) if len(first) else "row"
-    scale = c2.radio("Scale", ["per layer", "shared"], index=0 if suggested == "row" else 1, key="spaced_scale",
-                     horizontal=True, help="per layer: each layer's positions rescaled to its own range; "
-                                           "shared: raw positions on one axis (picked first where every layer's "
-                                           "range is within 10x of the others', as for RoPE and GRAPE-M)")
+    _suggest_scale(items[0], head)
+    scale = c2.radio("Scale", ["per layer", "shared"], key=state.SPACED_SCALE, horizontal=True,
+                     help="per layer: each layer's positions rescaled to its own range; shared: raw positions on "
+                          "one axis (picked first where every layer's range is within 10x of the others', as for "
+                          "RoPE and GRAPE-M)")
     window = (0, n_tokens)
     if n_tokens > 1:
         window = c3.slider("Tokens shown", 0, n_tokens, (0, min(n_tokens, config.DEFAULT_WINDOW)),

@@ -231,21 +231,16 @@ def test_no_model_configured_explains_what_to_do(app, monkeypatch):
     assert not figures(at)
 
 
-def test_without_configuration_the_app_opens_on_english_grape_else_on_the_1k_repo_zoo_model(app, monkeypatch):
+def test_without_the_smollm2_base_the_app_opens_on_the_1k_repo_zoo_model(app, monkeypatch):
+    """With the base's GGUF installed it opens on zoo:smollm2-135m-grape (test_browser_default_model.py)."""
     import repo_lens.zoo
     from repo_lens.app import cache
 
     monkeypatch.undo()  # the real zoo, no roots, no default model: what `make app` starts with
     monkeypatch.delenv("REPO_LENS_APP_DEFAULT_MODEL", raising=False)
     monkeypatch.delenv("REPO_LENS_APP_ROOTS", raising=False)
+    monkeypatch.setattr(repo_lens.zoo, "base_installed", lambda name: not name.startswith("smollm2"))
     cache.get_model_sources.clear()
-    if repo_lens.zoo.base_installed("smollm2-135m-grape"):  # make setup installs SmolLM2's GGUF
-        at = app().run(timeout=300)
-        assert_clean(at)
-        assert at.selectbox(key="model_a").value == "zoo:smollm2-135m-grape"
-        assert "30 layers (rope/grape-m)" in at.markdown[0].value
-        assert at.radio(key="spaced_scale").value == "shared"  # GRAPE-M's layers span 0.5-1.6x the index
-        monkeypatch.setattr(repo_lens.zoo, "base_installed", lambda name: not name.startswith("smollm2"))
     at = app().run(timeout=180)
     assert_clean(at)
     assert at.selectbox(key="model_a").value == "zoo:bytes1k-repo"

@@ -116,6 +116,7 @@ def _chart_boxes(driver) -> tuple[dict, dict, dict]:
 
 
 def test_compare_mode_stacks_full_width_plots_with_labelled_buttons(server, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     browser.get(f"{server}/?view=Spaced+tokens")
@@ -127,7 +128,15 @@ def test_compare_mode_stacks_full_width_plots_with_labelled_buttons(server, brow
     first, second, main = _chart_boxes(browser)
     assert second["y"] >= first["y"] + first["height"]  # stacked, not side by side
     assert min(first["width"], second["width"]) > 0.85 * main["width"]
-    labels = [b.text.strip() for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stDownloadButton"] button')]
+    labels: list[str] = []
+    deadline = time.monotonic() + 60  # the second chart's buttons are drawn after its figure
+    while time.monotonic() < deadline and sum(label.endswith("Download PNG") for label in labels) < 2:
+        time.sleep(0.5)
+        try:
+            labels = [b.text.strip() for b in browser.find_elements(By.CSS_SELECTOR,
+                                                                     '[data-testid="stDownloadButton"] button')]
+        except StaleElementReferenceException:  # redrawn while read
+            labels = []
     assert sum(label.endswith("Download PNG") for label in labels) == 2, labels
     headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] h3')]
     assert any("tiny-rope" in h for h in headers) and len(headers) >= 2

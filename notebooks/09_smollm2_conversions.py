@@ -87,10 +87,11 @@ for name, lens in lenses.items():
 # %%
 learned = list(range(10, 30))
 index_range = len(traces["control"]) - 1
+shares = {}  # [layer, head]: each head's range over the index's
 for name, trace in traces.items():
     z = trace.positions[learned].astype(np.float64)  # [layer, head, token]
     drift = np.abs(z[..., -1] - z[..., 0] - index_range)
-    share = range_stats(z) / index_range
+    share = shares[name] = range_stats(z) / index_range
     print(f"{name:8} distance from the index at the last token: median {np.median(drift):6.2f} "
           f"(max {drift.max():6.2f});  range / the index's: median {np.median(share):.3f} "
           f"({share.min():.3f}-{share.max():.3f})")
@@ -104,11 +105,10 @@ for name, trace in traces.items():
 # head whose layers differ most in speed:
 
 # %%
-grape = traces["GRAPE-M"]
-speeds = range_stats(grape.positions[learned].astype(np.float64)) / index_range  # [layer, head]
+speeds = shares["GRAPE-M"]
 head = int(np.argmax(speeds.max(axis=0) - speeds.min(axis=0)))
 print(f"head {head}: its layers run at {speeds[:, head].min():.2f}-{speeds[:, head].max():.2f} times the index's speed")
-grape.plot(head=head, layers=[8, 9, 10, 13, 16, 19, 22, 25, 29], scale="shared")
+traces["GRAPE-M"].plot(head=head, layers=[8, 9, 10, 13, 16, 19, 22, 25, 29], scale="shared")
 
 # %% [markdown]
 # Rows rescaled to their own range (the view RePo needs: on one axis its rows would be points) show

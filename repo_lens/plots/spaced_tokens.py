@@ -17,6 +17,7 @@ paper, :func:`repo_lens.plots.export` with a ``layout`` draws the rows again for
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -77,8 +78,11 @@ def suggested_scale(positions: np.ndarray, head: int | Literal["mean"] = 0) -> L
         'row'
     """
     z = select_head(np.asarray(positions, dtype=np.float64), head)  # (L, T)
-    with np.errstate(invalid="ignore"):
-        ranges = np.nanmax(z, axis=-1) - np.nanmin(z, axis=-1) if z.shape[-1] else np.zeros(len(z))
+    if z.shape[-1] == 0:
+        return "row"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a layer of NaNs only has no range: left out below
+        ranges = np.nanmax(z, axis=-1) - np.nanmin(z, axis=-1)
     ranges = ranges[np.isfinite(ranges)]
     if ranges.size == 0 or ranges.max() <= 0:
         return "row"

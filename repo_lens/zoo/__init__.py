@@ -127,15 +127,13 @@ def base_installed(name: str) -> bool:
     """
     import importlib.util
 
+    from repo_lens.model.loaders.delta import is_delta_checkpoint, read_recipe
     from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
-    recipe = ZOO_DIR / name / "recipe.json"
-    if name in EXTERNAL_MODELS:
-        base = name
-    elif recipe.is_file():
-        base = parse_zoo_name(json.loads(recipe.read_text()).get("base", "")) or ""
-    else:
-        return True
+    base: str | None = name
+    if name not in EXTERNAL_MODELS:
+        directory = ZOO_DIR / name
+        base = parse_zoo_name(read_recipe(directory)["base"]) if is_delta_checkpoint(directory) else None
     if base not in EXTERNAL_MODELS:
         return True
     return external_installed(base) and importlib.util.find_spec("gguf") is not None

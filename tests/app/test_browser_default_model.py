@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from browser_helpers import CHROMIUM, PLOT, ROOT, default_app_page, settled
 
-from repo_lens.app.documents import FREE_TEXT
 from repo_lens.zoo import base_installed
 from repo_lens.zoo.external import EXTERNAL_MODELS
 
@@ -53,5 +52,4 @@ def test_the_app_opens_on_smollm2_grape_with_its_tokens_on_one_axis(tmp_path):
         ends = np.array([rows[f"L{layer} grape-m"]["x"][-1] for layer in range(10, 30)])
         assert np.abs(ends - last_index).max() > 1.0  # GRAPE-M's layers have left the index
         words = {word for row in rows.values() for word in row["text"] if word.strip()}
-        assert words & {"Marie", "␣Curie", "␣Warsaw", "␣Paris"}, sorted(words)[:20]
-        assert "Marie" in FREE_TEXT
+        assert words & {"Marie", "␣Curie", "␣Warsaw", "␣Paris"}, sorted(words)[:20]  # the free text's words

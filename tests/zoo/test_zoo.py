@@ -21,7 +21,7 @@ EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
             | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo", "lpi")})
 RETRIEVAL_MECHANISMS = ("rope", "nope", "repo", "lpi")
 # what continued training changed on a pretrained base (tests/external/test_smollm2_repo.py)
-DELTAS = {"smollm2-135m-repo", "smollm2-135m-rope-ct", "smollm2-135m-grape"}
+DELTAS = {"smollm2-135m-repo", "smollm2-135m-rope-ct", "smollm2-135m-grape", "smollm2-135m-lpi"}
 
 
 def test_the_zoo_ships_every_model_with_a_card():

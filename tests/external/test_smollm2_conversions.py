@@ -10,6 +10,7 @@ sum of positive, content-dependent increments that has left the integers."""
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -24,11 +25,19 @@ needs_smollm2 = pytest.mark.skipif(not external_installed("smollm2-135m"),
 CONTROL = "smollm2-135m-rope-ct"
 TEXT = "The jury said that the city of Atlanta had been well run, and the election was conducted with care."
 D_MODEL, N_HEADS, LEARNED_LAYERS = 576, 9, 20
-MECHANISMS = {  # zoo name -> (mechanism, what its card calls it, the parameters one re-positioned layer adds)
-    "smollm2-135m-grape": ("grape-m", "GRAPE-M with a content-dependent phase", D_MODEL * N_HEADS + N_HEADS),
+
+
+class Conversion(NamedTuple):
+    mechanism: str
+    card_name: str  # what its card calls the mechanism
+    layer_parameters: int  # what one re-positioned layer adds
+
+
+MECHANISMS = {
+    "smollm2-135m-grape": Conversion("grape-m", "GRAPE-M with a content-dependent phase", D_MODEL * N_HEADS + N_HEADS),
     # the DeltaMLP: d_model -> d_model / 4 -> 1, with biases
-    "smollm2-135m-lpi": ("lpi-layer", "per-layer learned position increments",
-                         D_MODEL * (D_MODEL // 4) + D_MODEL // 4 + D_MODEL // 4 + 1),
+    "smollm2-135m-lpi": Conversion("lpi-layer", "per-layer learned position increments",
+                                   D_MODEL * (D_MODEL // 4) + D_MODEL // 4 + D_MODEL // 4 + 1),
 }
 conversions = pytest.mark.parametrize("name", sorted(MECHANISMS))
 
@@ -43,13 +52,13 @@ def test_only_what_training_changed_is_shipped(name):
     assert sorted(path.name for path in folder.iterdir()) == ["README.md", "delta.safetensors.xz", "recipe.json"]
     assert (folder / "delta.safetensors.xz").stat().st_size <= 5e6
     entry = next(e for e in zoo_entries() if e["name"] == name)
-    assert {"name": name, "mechanism": MECHANISMS[name][0]}.items() <= entry.items()
+    assert {"name": name, "mechanism": MECHANISMS[name].mechanism}.items() <= entry.items()
 
 
 @conversions
 def test_it_is_the_controls_recipe_but_for_the_mechanism(name):
     converted, control = _recipe(name), _recipe(CONTROL)
-    assert (converted["mechanism"], control["mechanism"]) == (MECHANISMS[name][0], "rope")
+    assert (converted["mechanism"], control["mechanism"]) == (MECHANISMS[name].mechanism, "rope")
     same = ("base", "first_layer", "lora_rank", "lora_alpha", "adapted", "tokens", "steps")
     assert {key: converted[key] for key in same} == {key: control[key] for key in same}
     # "corpus" did not exist when the control was trained; its default is the control's corpus
@@ -61,7 +70,7 @@ def test_it_is_the_controls_recipe_but_for_the_mechanism(name):
 @conversions
 def test_the_card_names_the_mechanism_and_compares_it_with_the_control(name):
     recipe, card = _recipe(name), (ZOO_DIR / name / "README.md").read_text()
-    assert MECHANISMS[name][1] in card and f"{recipe['tokens']:,} tokens" in card
+    assert MECHANISMS[name].card_name in card and f"{recipe['tokens']:,} tokens" in card
     assert "McNemar p vs control" in card and "other domain" in card
     final = recipe["log"][-1]
     assert final["step"] == 500 and f"{final['held_out_bits']:.4f}" in card
@@ -71,7 +80,7 @@ def test_the_card_names_the_mechanism_and_compares_it_with_the_control(name):
 @conversions
 def test_its_positions_are_a_running_sum_of_positive_increments_that_left_the_index(name):
     lens = repo_lens.load(f"zoo:{name}", device="cpu")
-    mechanism = MECHANISMS[name][0]
+    mechanism = MECHANISMS[name].mechanism
     assert lens.model.cfg.layer_mechanisms == ["rope"] * 10 + [mechanism] * LEARNED_LAYERS
     trace = lens.trace(TEXT, progress=False)
     n_tokens = len(trace.tokens)
@@ -100,4 +109,4 @@ def test_the_app_offers_it_with_its_size(name):
 
     assert f"zoo:{name}" in model_sources()
     info, base = model_info(f"zoo:{name}"), model_info("zoo:smollm2-135m")
-    assert info.parameters == base.parameters + LEARNED_LAYERS * MECHANISMS[name][2]
+    assert info.parameters == base.parameters + LEARNED_LAYERS * MECHANISMS[name].layer_parameters

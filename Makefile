@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 , := ,
 USES = $(BIN)/python -c "import $(1)" 2>/dev/null || $(MAKE) setup
 
-.PHONY: setup demo test bench zoo clean app browser reproduce docs notebooks notebooks-lab
+.PHONY: setup demo test test-fast bench zoo clean app browser reproduce docs notebooks notebooks-lab
 
 setup: $(STAMP)
 
@@ -35,9 +35,17 @@ demo: setup
 	$(BIN)/repo-lens tiny build/demo-repo --mechanism repo --force
 	$(BIN)/repo-lens trace --model build/demo-repo --text "The needle is hidden in the haystack. What is the needle?"
 
-# The tests, then every docstring example of the package (pyproject.toml: testpaths, --doctest-modules)
+# The tests, then every docstring example of the package (pyproject.toml: testpaths, --doctest-modules), in two
+# pytest-xdist workers of one torch thread each (a group such as the notebooks or SmolLM2 stays on one worker);
+# at the end, where the time went against the 20-minute budget (bench/suite_times.py)
+PYTEST_WORKERS ?= 2
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --suite-summary=full
+
+# The fast lane, after every change: every module's unit tests and doctests, without what needs a browser,
+# JupyterLab, LaTeX, SmolLM2, training or whole studies (marked `slow`, or a marker that implies it); 5-minute budget
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadgroup --suite-summary=fast
 
 # The documentation site in build/site, built strictly (any warning fails; the tests build it too).
 docs: setup

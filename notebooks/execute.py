@@ -7,9 +7,12 @@
 Each ``NN_name.py`` here (jupytext percent format: the source, edited and reviewed as Python) is
 run top to bottom in a fresh kernel of this Python, in this folder, and written to
 ``NN_name.ipynb`` with its outputs. The notebook's metadata records under ``repo_lens`` the SHA-256
-of the code cells that produced the outputs (``code_sha256``), the run's wall time and the
-repo_lens version, so :func:`problems` (and tests/notebooks/test_notebooks.py) can tell when the stored
-outputs no longer come from the source, without comparing floating-point output byte for byte.
+of the code cells that produced the outputs (``code_sha256``), the SHA-256 of the repo_lens package
+they ran against (``package_sha256``: every file of it), the run's wall time and the repo_lens version,
+so :func:`problems` (and tests/notebooks/test_notebooks.py) can tell when the stored outputs no longer
+come from the source, without comparing floating-point output byte for byte, and the tests run a
+notebook again only when its code or the package changed since its outputs were stored
+(:func:`needs_run`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import nbformat
 from nbclient import NotebookClient
 
 HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent / "repo_lens"
 SOURCES = sorted(HERE.glob("[0-9][0-9]_*.py"))
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_DEFAULT_BACKGROUND = "#E5ECF6"  # plotly's own template (grey), which repo_lens.plots.notebook_setup replaces
@@ -49,6 +53,30 @@ def code_sha256(nb: nbformat.NotebookNode) -> str:
     return hashlib.sha256(json.dumps(sources, ensure_ascii=False).encode()).hexdigest()
 
 
+def package_sha256(package: Path = PACKAGE) -> str:
+    """SHA-256 of every file of the package (its path and bytes; caches of compiled Python left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and p.suffix not in {".pyc", ".pyo"}):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def needs_run(source: Path) -> str | None:
+    """Why the notebook of ``source`` must run again to show that it still runs (None: its stored outputs
+    came from a run of this very code against this very package, so a new run would prove nothing more)."""
+    path = notebook_of(source)
+    if not path.exists():
+        return f"{path.name} is missing"
+    stored = nbformat.read(path, as_version=4).metadata.get("repo_lens", {})
+    if stored.get("code_sha256") != code_sha256(read_source(source)):
+        return f"the code of {source.name} changed since {path.name} was run"
+    if stored.get("package_sha256") != package_sha256():
+        return f"the repo_lens package changed since {path.name} was run"
+    return None
+
+
 def kernel_environment() -> dict[str, str]:
     """This process's environment for the kernel, with no Hub access and, unless set, one thread
     per process for torch (the zoo's models are tiny: on a busy machine one thread runs them many
@@ -67,7 +95,8 @@ def execute(source: Path) -> tuple[nbformat.NotebookNode, float]:
     start = time.perf_counter()
     client.execute(env=kernel_environment())
     seconds = time.perf_counter() - start
-    nb.metadata["repo_lens"] = {"code_sha256": code_sha256(nb), "seconds": round(seconds, 1),
+    nb.metadata["repo_lens"] = {"code_sha256": code_sha256(nb), "package_sha256": package_sha256(),
+                                "seconds": round(seconds, 1),
                                 "repo_lens_version": repo_lens.__version__,
                                 "executed_by": "python notebooks/execute.py"}
     return nb, seconds

@@ -135,6 +135,45 @@ def write_error(path: Path, error: BaseException) -> WriteError:
     return failure
 
 
+def atomic_write_dir(target: str | os.PathLike, fill: Callable[[Path], object]) -> Path:
+    """Write the folder ``target`` whole or not at all: ``fill`` writes its files into a hidden sibling folder,
+    which then takes ``target``'s place (an existing ``target`` is replaced, and kept when anything fails).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp()) / "entry"
+    >>> _ = atomic_write_dir(folder, lambda temp: (temp / "a.txt").write_text("whole"))
+    >>> (folder / "a.txt").read_text(), sorted(p.name for p in folder.parent.iterdir())
+    ('whole', ['entry'])
+    """
+    import shutil
+
+    target = Path(target)
+    ensure_dir(target.parent)
+    temp = target.with_name(f".{target.name}.writing-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        temp.mkdir()
+        fill(temp)
+        if target.exists() or target.is_symlink():
+            old = target.with_name(f".{target.name}.replaced-{os.getpid()}-{secrets.token_hex(4)}")
+            os.replace(target, old)
+            try:
+                os.replace(temp, target)
+            except BaseException:
+                os.replace(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(temp, target)
+    except WriteError:
+        raise
+    except OSError as error:
+        raise write_error(target, error) from error
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp, ignore_errors=True)
+    return target
+
+
 def ensure_dir(path: str | os.PathLike) -> Path:
     """Make the directory ``path`` (and its parents) if missing; a failure is a :class:`WriteError`.
 

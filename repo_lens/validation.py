@@ -8,6 +8,7 @@ rounded or coerced, as numpy refuses ``array[1.5]``.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,18 +35,68 @@ def check_index(value: Any, size: int, name: str, *, owner: str = "trace") -> in
     if size < 1:
         raise InputError(f"this {owner} has no {name}s; there is no {name} {value!r} to pick")
     valid = f"0..{size - 1} (or -{size}..-1 to count from the end)"
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        index = operator.index(value)
-    except TypeError:
-        hint = f"give the int {int(value)}, not {value!r}; " if _is_integral_float(value) else ""
-        raise InputError(
-            f"{name} {value!r} is not an integer index (got {type(value).__name__}); {hint}pass an int in {valid}"
-        ) from None
+    index = _integer(value, name, f"pass an int in {valid}")
     if not -size <= index < size:
         raise InputError(f"{name} {index} does not exist; this {owner} has {name}s {valid}")
     return index % size
+
+
+def check_indices(value: Any, size: int | None, name: str, *, owner: str = "model") -> list[int]:
+    """``value``, one index or a 1-D sequence of them (list, tuple, range, 1-D numpy array or tensor), as a
+    list of ints in the order given, each checked by :func:`check_index` (negatives count from the end).
+    A bare int selects one; a str, a mapping, a bool mask, a 2-D array, a nested sequence or an empty
+    selection is an InputError naming ``name``. ``size=None`` checks the types only (negatives kept),
+    for a caller that checks the range against several sizes.
+
+    Example:
+        >>> import numpy as np
+        >>> check_indices([0, -1], 4, "head"), check_indices(np.int64(2), 4, "head"), check_indices(np.arange(2), 4, "head")
+        ([0, 3], [2], [0, 1])
+        >>> try:
+        ...     check_indices("01", 4, "head")
+        ... except InputError as error:
+        ...     print(error)
+        heads '01' is a str, not head indices; pass an int or a list of ints in 0..3, e.g. [0, 1]
+    """
+    valid = "an int or a list of ints" + ("" if size is None else f" in 0..{size - 1}")
+    if isinstance(value, (str, bytes, Mapping)):
+        raise InputError(f"{name}s {value!r:.60} is a {type(value).__name__}, not {name} indices; pass {valid}, "
+                         "e.g. [0, 1]")
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        if value.ndim > 1:
+            raise InputError(f"{name}s has shape {value.shape}; pass one {name} index or a 1-D list of them")
+        if value.dtype == bool:
+            raise InputError(f"{name}s is a bool array (a mask); pass the indices it selects, e.g. "
+                             f"np.flatnonzero(mask), or {valid}")
+        items = [value[()]] if value.ndim == 0 else list(value)
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        items = [value]  # one index; anything but an int is refused below
+    if not items:
+        raise InputError(f"no {name}s selected; pass None for every one, or {valid}")
+    if size is not None:
+        return [check_index(item, size, name, owner=owner) for item in items]
+    return [_integer(item, name, "pass an int") for item in items]
+
+
+_BOOLS = ("bool", "torch.bool")
+
+
+def _integer(value: Any, name: str, valid: str) -> int:
+    """``value`` as an int (numpy ints too); a bool, float, str, None or an array of one element (which torch
+    would turn into its element) is an InputError saying ``valid``."""
+    try:
+        if isinstance(value, bool) or getattr(value, "ndim", 0) != 0 or str(getattr(value, "dtype", "")) in _BOOLS:
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        hint = f"give the int {int(value)}, not {value!r}; " if _is_integral_float(value) else ""
+        raise InputError(
+            f"{name} {value!r} is not an integer index (got {type(value).__name__}); {hint}{valid}"
+        ) from None
 
 
 def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
@@ -150,3 +201,30 @@ def json_nesting_depth(text: str) -> int:
     opens = np.isin(codes, (ord("["), ord("{"))) & outside
     closes = np.isin(codes, (ord("]"), ord("}"))) & outside
     return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))
+
+
+def require_lens_model(lens: Any, what: str) -> Any:
+    """``lens.model``, the repo_lens model that ``what`` runs with its hooks; anything else (an HFLens from
+    :func:`repo_lens.hf.load_hf`, which runs a Hugging Face model through nnsight) is an InputError
+    naming what ``what`` needs and the alternative.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> try:
+        ...     require_lens_model(SimpleNamespace(hf_model=None), "ablate")
+        ... except InputError as error:
+        ...     print(str(error)[:83])
+        ablate needs a model loaded by repo_lens (a Lens from repo_lens.load, whose .model
+    """
+    model = getattr(lens, "model", None)
+    if model is not None and hasattr(model, "cfg") and hasattr(model, "hooks"):
+        return model
+    if hasattr(lens, "hf_model"):
+        raise InputError(
+            f"{what} needs a model loaded by repo_lens (a Lens from repo_lens.load, whose .model it edits through "
+            f"hooks); got {type(lens).__name__}, the generic Hugging Face path (load_hf), which has no such model. "
+            "Load the checkpoint with repo_lens.load(path) if repo_lens has an adapter for it (Llama, OLMo-2, "
+            "RePo); for other architectures the generic path offers trace_hf and attention_mass_hf"
+        )
+    raise InputError(f"{what} needs a Lens from repo_lens.load (with a .model that repo_lens runs); "
+                     f"got {type(lens).__name__}")

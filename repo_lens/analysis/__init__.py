@@ -44,6 +44,7 @@ from repo_lens.analysis.position_stats import (
     pattern_fractions,
     range_stats,
 )
+from repo_lens.analysis.score_decomposition import ScoreDecomposition, score_decomposition
 from repo_lens.analysis.selection import select_heads
 
 __all__ = [
@@ -87,6 +88,8 @@ __all__ = [
     "position_increments",
     "position_variance_shares",
     "range_stats",
+    "ScoreDecomposition",
+    "score_decomposition",
     "select_heads",
     "subword_categories",
     "token_at_char",

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,8 @@ import numpy as np
 
 from repo_lens.errors import InputError
 from repo_lens.model.registry import is_learned, mechanism_traits
+from repo_lens.trace import flag_nonfinite
+from repo_lens.validation import check_index, check_indices, check_int, require_lens_model
 
 if TYPE_CHECKING:
     import torch
@@ -61,8 +64,11 @@ class PositionAttribution:
     completeness_error: np.ndarray | None = None  # [head, token], gradient only
 
     def top(self, head: int, token: int, k: int = 5) -> list[tuple[str, float]]:
-        """The ``k`` components that move head ``head``'s position of token ``token`` most, by |value|."""
-        row = self.values[self.heads.index(head), self.tokens.index(token)]
+        """The ``k`` components that move head ``head``'s position of token ``token`` most, by |value|
+        (``k``: an int >= 0; every component when ``k`` exceeds their number, none when it is 0).
+        ``head`` and ``token`` are among the attribution's own ``heads`` and ``tokens``."""
+        k = check_int(k, "k (how many components)", minimum=0)
+        row = self.values[_row_of(self.heads, head, "head"), _row_of(self.tokens, token, "token")]
         order = np.argsort(-np.abs(row), kind="stable")[:k]
         return [(self.labels[i], float(row[i])) for i in order]
 
@@ -75,21 +81,24 @@ class PositionAttribution:
                              "component": component.ravel(), "value": self.values.ravel()})
 
 
-def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: Sequence[int] | None = None,
-                         tokens: Sequence[int] | None = None, per_head: bool = True,
+def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: int | Sequence[int] | None = None,
+                         tokens: int | Sequence[int] | None = None, per_head: bool = True,
                          method: str = "ablation") -> PositionAttribution:
     """Attribute layer ``layer``'s positions of ``inputs`` (a text or token ids) to the components of its
     position module's input (see the module's description). ``heads`` and ``tokens`` select rows (all by
-    default); ``per_head`` adds one component per earlier head (``L{l}H{h}``) beside ``{l}_attn_out``."""
+    default: an index or a list of indices, negatives counting from the end, as
+    :func:`repo_lens.validation.check_indices` takes them); ``per_head`` adds one component per earlier
+    head (``L{l}H{h}``) beside ``{l}_attn_out``. NaN or infinite positions are warned about, as
+    :meth:`repo_lens.Lens.trace` warns."""
     import torch
 
     from repo_lens.protocol import prepare_ids
 
-    model = lens.model
-    _check(model, layer, method)
+    model = require_lens_model(lens, "position_attribution")
+    layer = _check(model, layer, method)
     ids, _ = prepare_ids(lens, inputs, truncate=False, allow_beyond_context=False)
-    heads = _selection(heads, model.cfg.n_heads, "heads", "head")
-    tokens = _selection(tokens, len(ids), "tokens", "token")
+    heads = _selection(heads, model.cfg.n_heads, "head")
+    tokens = _selection(tokens, len(ids), "token")
     with torch.no_grad():
         resid, parts = residual_parts(model, torch.tensor([ids], device=lens.device), layer, per_head)
     module_input = _module_function(model, layer, hasattr(model, "increments"))
@@ -112,9 +121,11 @@ def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: Sequence[
             removed = module_input((resid - sum(parts[label] for label in base))[None], torch.zeros_like(embed)[None])[0]
         error = (moved[[labels.index(label) for label in base]].sum(0) - (positions - removed))[heads][:, tokens]
     values = moved.permute(1, 2, 0)[heads][:, tokens]  # [head, token, component]
-    return PositionAttribution(layer, heads, tokens, labels, values.double().cpu().numpy(),
-                               positions[heads][:, tokens].double().cpu().numpy(), method,
-                               None if error is None else error.double().cpu().numpy())
+    found = PositionAttribution(layer, heads, tokens, labels, values.double().cpu().numpy(),
+                                positions[heads][:, tokens].double().cpu().numpy(), method,
+                                None if error is None else error.double().cpu().numpy())
+    _warn_nonfinite(layer, heads, found.positions, found.values)
+    return found
 
 
 def residual_parts(model: Any, input_ids: torch.Tensor, layer: int,
@@ -159,12 +170,15 @@ def _head_parts(block: Any, z: torch.Tensor, attn_out: torch.Tensor) -> list[tor
 
 def _module_function(model: Any, layer: int, uses_shared: bool):
     """(residual, embedding) [batch, pos, d_model] each -> the layer's positions [batch, head, pos], as its
-    module computes them (the shared increments of ``lpi`` models from the embedding)."""
+    module computes them (the shared increments of ``lpi`` models from the embedding; a module that
+    ``reads_residual`` from the residual stream itself, the others from the block's normed input)."""
     block = model.blocks[layer]
+    reads_residual = getattr(block.attn.positions, "reads_residual", False)
 
     def positions(resid: torch.Tensor, embed: torch.Tensor) -> torch.Tensor:
         shared = model.shared_increments(embed) if uses_shared else None
-        return block.attn.positions(block._norm("before_attention", resid), 0, state=None, shared=shared).float()
+        source = resid if reads_residual else block._norm("before_attention", resid)
+        return block.attn.positions(source, 0, state=None, shared=shared).float()
 
     return positions
 
@@ -184,12 +198,11 @@ def _linearised(function: Any, point: tuple[torch.Tensor, torch.Tensor],
     return torch.stack(out)
 
 
-def _check(model: Any, layer: int, method: str) -> None:
+def _check(model: Any, layer: Any, method: str) -> int:
+    """``layer`` as an index (numpy ints too, negatives from the end), after checking it has a position module."""
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    n_layers = len(model.blocks)
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n_layers:
-        raise InputError(f"layer must be a layer index in 0..{n_layers - 1}, got {layer!r}")
+    layer = check_index(layer, len(model.blocks), "layer", owner="model")
     kind = model.cfg.layer_mechanisms[layer]
     if not is_learned(kind) or mechanism_traits(kind).role == "contextual":
         learned = [l for l, k in enumerate(model.cfg.layer_mechanisms)
@@ -199,16 +212,35 @@ def _check(model: Any, layer: int, method: str) -> None:
     if not hasattr(model.blocks[layer], "_norm_at"):
         raise InputError(f"layer {layer}'s block ({type(model.blocks[layer]).__name__}) is not a Llama or OLMo-2 "
                          "block; position attribution reads those blocks' norms")
+    return layer
 
 
-def _selection(chosen: Sequence[int] | None, size: int, name: str, what: str) -> list[int]:
+def _selection(chosen: int | Sequence[int] | None, size: int, name: str) -> list[int]:
+    """Every index (None), or ``chosen`` checked by :func:`repo_lens.validation.check_indices`."""
     if chosen is None:
         return list(range(size))
-    picked = [int(one) for one in chosen]
-    wrong = [one for one in picked if not 0 <= one < size]
-    if wrong or not picked:
-        raise InputError(f"{name} must be {what} indices in 0..{size - 1}, got {list(chosen)!r}")
-    return picked
+    return check_indices(chosen, size, name, owner="model" if name == "head" else "input")
+
+
+def _row_of(chosen: list[int], value: Any, name: str) -> int:
+    """Where ``value`` (an integer) is in an attribution's ``chosen`` heads or tokens."""
+    index = check_int(value, f"{name} (one of this attribution's {name}s {chosen})")
+    if index not in chosen:
+        raise InputError(f"{name} {index} is not in this attribution; pass one of its {name}s {chosen}")
+    return chosen.index(index)
+
+
+def _warn_nonfinite(layer: int, heads: list[int], positions: np.ndarray, values: np.ndarray) -> None:
+    """Warn, as :meth:`repo_lens.Lens.trace` does, about NaN or infinite positions [head, token] of ``layer``'s
+    ``heads`` (else about NaN or infinite attributions [..., component] of finite positions)."""
+    if not np.isfinite(positions).all():
+        placed = np.zeros((layer + 1, max(heads) + 1, positions.shape[-1]))
+        placed[layer, heads] = positions  # (layer, head) pairs as the trace names them
+        flag_nonfinite(placed, {}, stacklevel=4)
+    elif not np.isfinite(values).all():
+        warnings.warn(f"{int((~np.isfinite(values)).sum())} attributions of layer {layer} are NaN or infinite while its "
+                      "positions are finite; the model's weights or input may be broken (try dtype='float32')",
+                      stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -242,11 +274,11 @@ def token_attribution(lens: Any, inputs: Any, layer: int, head: int, token: int)
 
     from repo_lens.protocol import prepare_ids
 
-    model = lens.model
-    _check(model, layer, "ablation")
+    model = require_lens_model(lens, "token_attribution")
+    layer = _check(model, layer, "ablation")
     ids, _ = prepare_ids(lens, inputs, truncate=False, allow_beyond_context=False)
-    [head] = _selection([head], model.cfg.n_heads, "head", "head")
-    [token] = _selection([token], len(ids), "token", "token")
+    head = check_index(head, model.cfg.n_heads, "head", owner="model")
+    token = check_index(token, len(ids), "token", owner="input")
     seen: dict[str, torch.Tensor] = {}
 
     def leaf(embedded: torch.Tensor, hook: Any) -> torch.Tensor:
@@ -257,10 +289,13 @@ def token_attribution(lens: Any, inputs: Any, layer: int, head: int, token: int)
         seen["positions"] = positions
 
     hooks = [("hook_embed", leaf), (f"blocks.{layer}.attn.hook_pos", keep)]
-    with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
+    # a backward pass, also when called under torch.inference_mode() or torch.no_grad()
+    with torch.inference_mode(False), torch.enable_grad(), model.hooks(fwd_hooks=hooks):
         model.forward_logits(torch.tensor([ids], device=lens.device), stop_at_layer=layer + 1)
         position = seen["positions"][0, head, token].float()
         (gradient,) = torch.autograd.grad(position, seen["embed"])
     gradient = gradient[0, :token + 1].double()
     values = (gradient * seen["embed"].detach()[0, :token + 1].double()).sum(-1)
-    return TokenAttribution(layer, head, token, float(position.detach()), gradient.cpu().numpy(), values.cpu().numpy())
+    found = TokenAttribution(layer, head, token, float(position.detach()), gradient.cpu().numpy(), values.cpu().numpy())
+    _warn_nonfinite(layer, [head], np.array([[found.position]]), found.values)
+    return found

@@ -10,12 +10,19 @@ from repo_lens.cli_args import output_dir, positive_int, positive_number, seed_v
 from repo_lens.errors import InputError
 
 
+BASE_ONLY = ("context", "batch_size", "anneal_steps", "corpus", "device", "no_autocast")  # flags of --base alone
+
+
 def run(args: argparse.Namespace) -> int:
     if args.base is not None:
         return run_reposition(args)
     if args.preset is None:
         raise InputError("say what to train: --preset NAME (a small model from scratch) or --base MODEL "
                          "(a pretrained RoPE model re-positioned with RePo, e.g. --base zoo:smollm2-135m)")
+    given = [_flag(name) for name in BASE_ONLY if getattr(args, name) not in (None, False)]
+    if given:
+        raise InputError(f"{', '.join(given)} only apply to --base (re-positioning a pretrained model); a --preset "
+                         "sets them itself, so leave them out")
     from repo_lens.train import build_task, preset, train
 
     cfg = preset(args.preset, mechanism=args.mechanism, steps=args.steps, seed=args.seed, threads=args.threads,
@@ -28,10 +35,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def run_reposition(args: argparse.Namespace) -> int:
+    """``train --base``: every flag checked, then the base loaded and checked, before the corpus is read or
+    anything is written."""
     import repo_lens
-    from repo_lens.train.reposition import RECIPE_KINDS, RepositionConfig, native_bf16, train_repositioned
+    from repo_lens.train.reposition import (DEFAULT_KIND, RECIPE_KINDS, RepositionConfig, check_out_directory,
+                                            check_recipe, native_bf16, train_repositioned)
+    from repo_lens.model.registry import is_learned
     from repo_lens.train.text_tokens import TextTokens
+    from repo_lens.zoo import parse_zoo_name
 
     if args.preset is not None:
         raise InputError("--preset and --base are two different trainings; give one of them")
@@ -40,20 +56,56 @@ def run_reposition(args: argparse.Namespace) -> int:
         raise InputError(f"--base trains RePo ('--mechanism repo'), its RoPE control ('--mechanism rope'), "
                          f"GRAPE-M with a content phase ('--mechanism grape-m') or per-layer learned increments "
                          f"('--mechanism lpi-layer'), not {mechanism!r}")
+    if mechanism != DEFAULT_KIND:
+        unused = {"position_init_std": "starts at the index, not at random weights",
+                  "anneal_steps": "needs no anneal (it starts as the base)"}
+        if not is_learned(mechanism):  # RoPE kept: the control
+            unused = {"position_init_std": "has no position module", "position_lr_scale": "has no position module",
+                      "anneal_steps": "has no position module to anneal"}
+        given = [name for name in unused if getattr(args, name) is not None]
+        if given:
+            raise InputError(f"{_flag(given[0])} does not apply to --base with --mechanism {mechanism}, which "
+                             f"{unused[given[0]]}; leave it out")
+    check_out_directory(args.out)
+    device = "cpu" if args.device is None else args.device
+    base = args.base if parse_zoo_name(args.base) is not None else str(Path(args.base).expanduser().absolute())
+    lens = repo_lens.load(args.base, device=device, dtype="float32")
     defaults = RepositionConfig()
-    cfg = RepositionConfig(base=args.base, mechanism=mechanism, steps=args.steps or defaults.steps,
+    context = args.context or min(defaults.context, lens.model.cfg.max_position_embeddings)
+    scale = 1.0 if args.position_lr_scale is None else args.position_lr_scale
+    cfg = RepositionConfig(base=base, mechanism=mechanism, steps=args.steps or defaults.steps,
                            corpus=args.corpus or defaults.corpus,
                            seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,
-                           context=args.context or defaults.context, batch_size=args.batch_size or defaults.batch_size,
+                           context=context, batch_size=args.batch_size or defaults.batch_size,
                            anneal_steps=defaults.anneal_steps if args.anneal_steps is None else args.anneal_steps,
-                           autocast=not args.no_autocast and native_bf16(args.device or "cpu"))
-    lens = repo_lens.load(args.base, device="cpu" if args.device is None else args.device, dtype="float32")
+                           position_init_std=(defaults.position_init_std if args.position_init_std is None
+                                              else args.position_init_std),
+                           position_lr=defaults.position_lr * scale,
+                           autocast=not args.no_autocast and native_bf16(next(lens.model.parameters()).device))
+    check_recipe(cfg, lens.model)
     text = TextTokens.from_corpus(cfg.corpus, lens.tokenizer)
     summary = train_repositioned(cfg, lens.model, text, args.out, progress=not args.quiet)
     last = [entry["held_out_bits"] for entry in summary["log"] if "held_out_bits" in entry]
     print(f"trained {mechanism} on {args.base} for {summary['steps']} steps ({summary['tokens']:,} tokens) in "
           f"{summary['wall_seconds']:.0f} s -> {args.out}; held-out bits per token {last[0]:.4f} -> {last[-1]:.4f}")
     return 0
+
+
+def training_device(text: str) -> str:
+    """An argparse type: a device to train on (cpu, cuda, cuda:N or auto) that exists here.
+
+    >>> training_device("cpu")
+    'cpu'
+    """
+    from repo_lens.model.loaders.device import resolve_device
+
+    try:
+        resolve_device(text)
+    except InputError as error:
+        reason = str(error).split(";")[0]
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device to train on here ({reason}); use cpu, cuda, "
+                                         "cuda:N or auto") from None
+    return text
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -73,17 +125,21 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--seed", type=seed_value, default=None)
     train.add_argument("--threads", type=whole_number(1, 256), default=None, help="CPU threads, 1..256")
     train.add_argument("--position-init-std", type=positive_number(10), default=None,
-                       help="std of the learned position modules' initial weights (default 0.02, as every weight)")
+                       help="std of the learned position modules' initial weights (default 0.02, as every weight; "
+                            "with --base: RePo's f only)")
     train.add_argument("--position-lr-scale", type=positive_number(1000), default=None,
                        help="factor on the learned position modules' learning rate (default 1)")
-    train.add_argument("--context", type=positive_int, default=None, help="--base: tokens per sequence (1024)")
+    train.add_argument("--context", type=positive_int, default=None,
+                       help="--base: tokens per sequence (1024, or the base's context where shorter)")
     train.add_argument("--batch-size", type=positive_int, default=None, help="--base: sequences per step (4)")
     train.add_argument("--anneal-steps", type=whole_number(0, 10**7), default=None,
-                       help="--base: steps over which z goes from the integer index to f(h) (200)")
+                       help="--base with --mechanism repo: steps over which z goes from the integer index to f(h) "
+                            "(200)")
     train.add_argument("--corpus", default=None,
                        help="--base: the text to train on: brown (the default), or a text file, JSON lines, Parquet, "
                             "a folder of them or a saved dataset; every tenth document is held out")
-    train.add_argument("--device", default=None, help="--base: cpu or cuda (default cpu)")
+    train.add_argument("--device", default=None, type=training_device,
+                       help="--base: cpu, cuda, cuda:N or auto (default cpu)")
     train.add_argument("--no-autocast", action="store_true",
                        help="--base: train in fp32 (default: bf16 autocast where the device computes bf16 natively)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -9,8 +9,19 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from repo_lens.errors import InputError
     from repo_lens.zoo import zoo_entries
 
+    if args.ship and args.ship_delta:
+        raise InputError("--ship and --ship-delta ship one run each; give one of them")
+    if args.evaluation is not None and not args.ship_delta:
+        raise InputError("--evaluation goes with --ship-delta (its numbers go into that model's card); "
+                         "give --ship-delta RUN_DIR NAME too, or leave --evaluation out")
+    if args.force and not args.ship_delta:
+        raise InputError("--force goes with --ship-delta (it replaces an existing zoo model); give --ship-delta "
+                         "RUN_DIR NAME too, or leave --force out")
+    if args.json and (args.ship or args.ship_delta):
+        raise InputError("--json lists the zoo; it does not go with --ship or --ship-delta")
     if args.ship:
         from repo_lens.zoo.ship import ship
 
@@ -21,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
         from repo_lens.zoo.ship_delta import ship_delta
 
         run_dir, name = args.ship_delta
-        print(f"shipped {run_dir} as zoo:{name} -> {ship_delta(run_dir, name, args.evaluation)}")
+        target = ship_delta(run_dir, name, args.evaluation, force=args.force)
+        print(f"shipped {run_dir} as zoo:{name} -> {target}")
         return 0
 
     entries = zoo_entries()
@@ -49,12 +61,20 @@ def zoo_table(entries: list[dict[str, Any]]) -> str:
     zoo:reversal-repo    reversal  repo       acc_in_domain 1.000, acc_out_of_domain 0.862
     """
     header = ["model", "task", "mechanism", "metrics"]
-    rows = [[f"zoo:{entry['name']}", entry["task"], entry["mechanism"],
-             ", ".join(f"{key} {entry['metrics'][key]:.3f}" for key in HEADLINE_METRICS if key in entry["metrics"])]
-            for entry in entries]
+    rows = [[f"zoo:{entry['name']}", str(entry.get("task") or "-"), str(entry.get("mechanism") or "-"),
+             _metrics_cell(entry)] for entry in entries]
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
     lines = [header, ["-" * width for width in widths], *rows]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip() for cells in lines)
+
+def _metrics_cell(entry: dict[str, Any]) -> str:
+    """The headline metrics of a row, or what is wrong with a broken entry."""
+    if entry.get("error"):
+        return f"cannot be read: {entry['error']}"
+    metrics = entry.get("metrics") or {}
+    return ", ".join(f"{key} {metrics[key]:.3f}" for key in HEADLINE_METRICS
+                     if isinstance(metrics.get(key), (int, float)) and not isinstance(metrics.get(key), bool))
+
 
 def add(commands: argparse._SubParsersAction) -> None:
     """``zoo``: the shipped models."""
@@ -66,4 +86,6 @@ def add(commands: argparse._SubParsersAction) -> None:
                      help="(maintainers) copy a finished `repo-lens train --base` run into the zoo")
     zoo.add_argument("--evaluation", default=None, metavar="SUMMARY_JSON",
                      help="with --ship-delta: the evaluation summary whose numbers go into the card")
+    zoo.add_argument("--force", action="store_true",
+                     help="with --ship-delta: replace a zoo model of the same name (refused otherwise)")
     zoo.set_defaults(handler=run)

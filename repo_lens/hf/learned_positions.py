@@ -12,9 +12,12 @@ POSITION_WEIGHT = re.compile(r"\.self_attn\.(gate_map|content_map|final_map|dyna
 
 
 def position_weight_names(directory: Path) -> list[str]:
-    """Names of the learned-position weights in ``directory``'s safetensors files (header only)."""
-    from safetensors import safe_open
+    """Names of the learned-position weights in ``directory``'s safetensors files (header only); a file that
+    is no readable safetensors file (empty, truncated, corrupt, not a regular file) is a CheckpointError
+    naming it."""
+    from safetensors import SafetensorError, safe_open
 
+    from repo_lens.model.loaders.files import regular_file
     from repo_lens.model.loaders.packed import readable_file
     from repo_lens.model.loaders.shards import weight_files
 
@@ -24,8 +27,13 @@ def position_weight_names(directory: Path) -> list[str]:
         return []
     names: list[str] = []
     for path in files:
-        with safe_open(str(readable_file(path)), framework="pt") as handle:
-            names += [name for name in handle.keys() if POSITION_WEIGHT.search(name)]
+        regular_file(path, "safetensors weights")
+        try:
+            with safe_open(str(readable_file(path)), framework="pt") as handle:
+                names += [name for name in handle.keys() if POSITION_WEIGHT.search(name)]
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({error}); it is empty, truncated or "
+                                  "corrupt: download or save it again") from None
     return sorted(names)
 
 

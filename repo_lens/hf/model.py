@@ -259,8 +259,13 @@ def _load_directory(directory: Path, tokenizer: Any, device: Any, dtype: Any, de
                               "use_safetensors": True}
     if device_map is not None:
         kwargs["device_map"] = device_map
+    from safetensors import SafetensorError
+
     try:
         hf_model: Any = AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)  # or a module with .config
+    except SafetensorError as error:  # a weight file whose header reads but whose tensors do not
+        raise CheckpointError(f"a safetensors file of {directory} cannot be read ({error}); it is truncated or "
+                              "corrupt: download or save it again") from None
     except (OSError, ValueError) as error:
         raise CheckpointError(f"transformers cannot load {directory} as a causal LM offline: {error}") from None
     if device_map is None:

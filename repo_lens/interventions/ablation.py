@@ -22,7 +22,7 @@ from repo_lens.interventions.metrics import InterventionGrid, Metric, check_grid
 from repo_lens.interventions.patching import Pair, grid_values
 from repo_lens.interventions.runs import Batch, as_batch, as_single, capture, run_prefix
 from repo_lens.protocol import check_batch_size
-from repo_lens.validation import check_int
+from repo_lens.validation import check_int, require_lens_model
 
 
 def reference_means(lens: Any, reference: Any, sites: list[Site],
@@ -133,6 +133,7 @@ def ablate(lens: Any, inputs: Any, *, mode: str | tuple | Mode, layers: int | It
         >>> bool(torch.equal(ablate(lens, "a needle", mode=("interpolate", 0.0)), lens.model(torch.tensor([list(b"a needle")]))))
         True
     """
+    require_lens_model(lens, "ablate")
     parsed = parse_mode(mode)
     seed = check_int(seed, "seed", minimum=0)
     batch = as_batch(lens, inputs, allow_beyond_context)
@@ -163,6 +164,7 @@ def ablated_positions(lens: Any, inputs: Any, *, mode: str | tuple, layers: int 
         >>> ablated_positions(lens, "a needle", mode="integer", layers=[2], heads=[1])[2, 1].tolist()
         [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
     """
+    require_lens_model(lens, "ablated_positions")
     parsed, seed = parse_mode(mode), check_int(seed, "seed", minimum=0)
     batch = as_single(lens, inputs, "inputs", allow_beyond_context)
     sites = select_sites(lens.model, layers)
@@ -205,6 +207,7 @@ def ablation_grid(lens: Any, inputs: Any, metric: Metric, *, mode: str | tuple, 
         >>> cells.values.shape, bool(abs(cells.values[3, 1] - one) < 1e-4)
         ((4, 4), True)
     """
+    require_lens_model(lens, "ablation_grid")
     grid, batch_size, parsed = check_grid(grid), check_batch_size(batch_size), parse_mode(mode)
     seed = check_int(seed, "seed", minimum=0)
     started = time.perf_counter()

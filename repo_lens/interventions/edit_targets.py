@@ -15,7 +15,7 @@ import torch
 
 from repo_lens.errors import InputError
 from repo_lens.model.registry import PositionEdit, learned_layers, position_edit
-from repo_lens.validation import check_index
+from repo_lens.validation import check_indices
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,7 @@ class Site:
 
 
 def _indices(value: Any, size: int, name: str) -> list[int]:
-    items = [value] if not isinstance(value, Iterable) or isinstance(value, (str, bytes)) else list(value)
-    if not items:
-        raise InputError(f"no {name}s selected; pass None for every one, or some {name} indices in 0..{size - 1}")
-    return sorted({check_index(item, size, name, owner="model") for item in items})
+    return sorted(set(check_indices(value, size, name, owner="model")))
 
 
 def select_sites(model: Any, layers: int | Iterable[int] | None) -> list[Site]:
@@ -76,7 +73,7 @@ def head_mask(model: Any, heads: int | Iterable[int] | None) -> torch.Tensor:
 
 REST = "rest"
 _REST_EXCLUDES = ("question", "query", "answer")
-_HELP = ('tokens is None (every token), a slice, a list of token indices, a span name of a built prompt '
+_HELP = ('tokens is None (every token), a slice, a token index or a list of them, a span name of a built prompt '
          '(e.g. "needle", "question"), a list of span names, "~name" (every token outside a span), or "rest" '
          '(every token outside the needles, the question and the answer)')
 
@@ -117,17 +114,25 @@ def _row_mask(tokens: Any, prompt: Any, length: int, width: int) -> np.ndarray:
         for name in names:
             mask[:length] |= _span_mask(prompt, name, length)
         return mask
-    try:
-        indices = np.asarray(tokens)
-    except (TypeError, ValueError):
-        indices = None
-    if indices is None or indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
-        raise InputError(f"tokens={tokens!r:.60}: {_HELP}")
-    if indices.min() < -length or indices.max() >= length:
-        raise InputError(f"tokens {indices.tolist()!r:.60} are out of range for a prompt of {length} tokens; "
-                         f"use indices in 0..{length - 1}")
-    mask[indices % length] = True
+    indices = token_indices(tokens)
+    if not all(-length <= index < length for index in indices):
+        raise InputError(f"tokens {indices!r:.60} are out of range for a prompt of {length} tokens; "
+                         f"use indices in 0..{length - 1} (or -{length}..-1 to count from the end)")
+    mask[[index % length for index in indices]] = True
     return mask
+
+
+def token_indices(tokens: Any) -> list[int]:
+    """``tokens`` as integer token indices (one int, or a 1-D sequence of them, checked by
+    :func:`repo_lens.validation.check_indices`), each prompt checking the range against its own length.
+
+    >>> token_indices(np.int64(2)), token_indices([0, -1])
+    ([2], [0, -1])
+    """
+    try:
+        return check_indices(tokens, None, "token")
+    except InputError as error:
+        raise InputError(f"tokens={tokens!r:.60}: {error}; {_HELP}") from None
 
 
 def token_mask(tokens: Any, prompts: list, lengths: list[int], width: int) -> torch.Tensor | None:

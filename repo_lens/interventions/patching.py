@@ -25,6 +25,7 @@ from repo_lens.interventions.runs import (Batch, Captured, Prefix, alignment, as
                                           with_unread_rows)
 from repo_lens.model.cache import KVCache
 from repo_lens.protocol import check_batch_size
+from repo_lens.validation import require_lens_model
 
 
 @dataclass
@@ -203,6 +204,7 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
         >>> result.values.shape, bool(np.isnan(result.values[:2]).all())
         ((4, 4), True)
     """
+    require_lens_model(lens, "patch")
     grid, batch_size = check_grid(grid), check_batch_size(batch_size)
     started = time.perf_counter()
     pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
@@ -264,12 +266,12 @@ def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, 
             assert prefix.logits is not None  # a computed prefix has its logits
             logits = torch.cat((prefix.logits, logits), dim=1)
         values = metric_values(metric, logits)
-    if not values.requires_grad:
-        raise InputError("attribute needs a differentiable metric (a torch expression of the logits, e.g. "
-                         "answer_logprob or logit_difference); niah_exact_match and numpy metrics have no gradient: "
-                         "use patch for them")
-    layers = [site.layer for site in pair.sites]
-    grads = torch.autograd.grad(values.sum(), [leaves[layer] for layer in layers], allow_unused=True)
+        if not values.requires_grad:
+            raise InputError("attribute needs a differentiable metric (a torch expression of the logits, e.g. "
+                             "answer_logprob or logit_difference); niah_exact_match and numpy metrics have no "
+                             "gradient: use patch for them")
+        layers = [site.layer for site in pair.sites]
+        grads = torch.autograd.grad(values.sum(), [leaves[layer] for layer in layers], allow_unused=True)
     gradients = {layer: torch.zeros_like(seen[layer]) if grad is None else grad for layer, grad in zip(layers, grads)}
     quantities = {site.layer: prefix.full(site.layer, seen[site.layer], site.edit.pairwise) for site in pair.sites}
     return float(values[0].detach()), quantities, gradients
@@ -305,10 +307,12 @@ def attribute(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: st
         >>> estimate.method, estimate.values.shape
         ('attribute', (4,))
     """
+    require_lens_model(lens, "attribute")
     grid = check_grid(grid)
     started = time.perf_counter()
-    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
-    baseline, quantities, gradients = _gradients(lens, pair, metric)
+    with torch.inference_mode(False):  # a backward pass, also when called under torch.inference_mode()
+        pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
+        baseline, quantities, gradients = _gradients(lens, pair, metric)
     values = np.full((lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1], np.nan)
     heads, tokens = pair.head_list, pair.aligned_tokens
     for site in pair.sites:

@@ -100,22 +100,26 @@ class Attention(AttentionWeights, nn.Module):
     QUERY_ROWS = True  # forward takes query_from (blocks check this before passing it)
 
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
-                shared: torch.Tensor | None = None, query_from: int = 0) -> torch.Tensor:
+                shared: torch.Tensor | None = None, query_from: int = 0,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
         """The attention output of ``h`` [batch, pos, d_model]; with ``query_from``, only of the rows from
-        there on (every token still a key: what a caller that reads only the last rows needs)."""
+        there on (every token still a key: what a caller that reads only the last rows needs). ``residual``:
+        the residual stream entering the block, which a mechanism with ``reads_residual`` reads instead of ``h``."""
         batch, pos, _ = h.shape
         mechanism = self.positions
         state = cache.position_states[self.layer] if cache is not None else None
         q, k, v = self._project(h)
         if mechanism.role != "contextual":
-            positions = self.hook_pos(editable(self.hook_pos, mechanism(h, offset, state=state, shared=shared)))
+            source = residual if residual is not None and getattr(mechanism, "reads_residual", False) else h
+            positions = self.hook_pos(editable(self.hook_pos, mechanism(source, offset, state=state, shared=shared)))
         if mechanism.role == "rotary":
             inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
             if not self._shared_in_groups(positions):
                 k = self._per_query_head(k)
             cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
             group = self.n_heads // k.shape[1]
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos[:, ::group], sin[:, ::group])
+            encode = getattr(mechanism, "encode", apply_rotary)  # PoPE kinds keep only the pair norms' phase
+            q, k = encode(q, cos, sin), encode(k, cos[:, ::group], sin[:, ::group])
         # hooks see [batch, pos, head, d_head] views of what q·k uses (rotated where the layer rotates)
         q, k = self.hook_rot_q(q.transpose(1, 2)).transpose(1, 2), self.hook_rot_k(k.transpose(1, 2)).transpose(1, 2)
         k, v = self._per_query_head(k), self._per_query_head(v)

@@ -10,7 +10,7 @@ from repo_lens.model.attention import Attention
 from repo_lens.model.cache import KVCache
 from repo_lens.model.compat.blocks import BlockNames
 from repo_lens.model.config import ModelConfig
-from repo_lens.model.layers import RMSNorm, SwiGLU
+from repo_lens.model.layers import RMSNorm, build_mlp
 
 
 class _Block(BlockNames, nn.Module):
@@ -32,7 +32,7 @@ class _Block(BlockNames, nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.attn = self.ATTENTION(cfg, layer)
-        self.mlp = SwiGLU(cfg.d_model, cfg.d_mlp, cfg.mlp_bias)
+        self.mlp = build_mlp(cfg.d_model, cfg.d_mlp, cfg.mlp_bias, cfg.extra.get("mlp", "swiglu"))
         for name in self.NORMS:
             setattr(self, name, RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=self.WEIGHT_BEFORE_CAST))
         self._norm_at = {place: name for name, place in self.NORMS.items()}
@@ -53,10 +53,12 @@ class _Block(BlockNames, nn.Module):
         attention module can)."""
         resid_pre = self.hook_resid_pre(x)
         normed = self._norm("before_attention", resid_pre)
+        # a mechanism that reads the residual stream entering the block (not the normed input) gets it too
+        reads = {"residual": resid_pre} if getattr(getattr(self.attn, "positions", None), "reads_residual", False) else {}
         if rows_from and getattr(self.attn, "QUERY_ROWS", False):
-            attn = self.attn(normed, cache, offset, shared, query_from=rows_from)
+            attn = self.attn(normed, cache, offset, shared, query_from=rows_from, **reads)
         else:
-            attn = self.attn(normed, cache, offset, shared)[:, rows_from:]
+            attn = self.attn(normed, cache, offset, shared, **reads)[:, rows_from:]
         resid_pre = resid_pre[:, rows_from:]
         attn_out = self.hook_attn_out(self._norm("after_attention", attn))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)

@@ -2,6 +2,8 @@
 
 - ``lpi``: learned position increments with one DeltaMLP shared by every layer, reading the
   token embeddings (the learned-increments post): δ = softplus(MLP(e)), position = Σ_{s≤t} δ_s.
+- ``lpi-head``: as ``lpi`` with one δ per head (the post's shared ``per_head_delta``);
+- ``lpi-table``: the post's frozen δ table, δ = deltas[token id] per head, no DeltaMLP;
 - ``lpi-layer``: one bounded DeltaMLP per layer reading that layer's attention input:
   δ = max_delta · sigmoid(MLP(h)) (the learned-increments post bounds it at 10 so it cannot explode).
 - ``grape-m``: multiplicative GRAPE with a content-dependent phase (the GRAPE paper): one
@@ -76,10 +78,59 @@ class SharedIncrementPositions(CumulativePositions):
 
     kind = "lpi"
 
+    @staticmethod
+    def shared_module(cfg: ModelConfig) -> nn.Module:
+        """The model-level module whose δ the layers of this kind share (``LensModel.increments``)."""
+        return shared_delta_mlp(cfg)
+
     def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
         if shared is None:
-            raise ValueError("lpi layers need the model's shared increments; run them through LensModel")
+            raise ValueError(f"{self.kind} layers need the model's shared increments; run them through LensModel")
+        if shared.dim() == 3:  # [batch, pos, head]: one δ per head
+            return shared.transpose(1, 2)
         return shared[:, None, :].expand(h.shape[0], self.n_heads, h.shape[1])
+
+
+class SharedHeadIncrementPositions(SharedIncrementPositions):
+    """The post's shared per-head variant (``per_head_delta``): δ_h = softplus(DeltaMLP(e))_h from the embeddings,
+    one δ per token and head, the same in every layer; each head its own running sum."""
+
+    kind = "lpi-head"
+
+    @staticmethod
+    def shared_module(cfg: ModelConfig) -> nn.Module:
+        return DeltaMLP(cfg.d_model, cfg.lpi_hidden_dim, cfg.n_heads, output_bias=SOFTPLUS_ONE)
+
+
+class DeltaTable(nn.Module):
+    """The post's frozen δ table: a fixed δ per vocabulary id and head (not trained), ones (integer positions)
+    until loaded. Stored flat, ``deltas`` [vocab·head] (a vector, which no matrix initialisation touches);
+    ``table`` is its [vocab, head] view."""
+
+    def __init__(self, vocab_size: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.deltas = nn.Parameter(torch.ones(vocab_size * n_heads), requires_grad=False)
+
+    @property
+    def table(self) -> torch.Tensor:
+        """δ [vocab, head]."""
+        return self.deltas.view(-1, self.n_heads)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """[batch, pos] token ids -> δ [batch, pos, head] (fp32)."""
+        return self.table.float()[input_ids]
+
+
+class TableIncrementPositions(SharedIncrementPositions):
+    """The post's frozen δ table: δ = deltas[token id] (per head), positions = Σ_{s≤t} δ_s, the same in every layer;
+    the table (``LensModel.increments``) holds ones, integer positions, until a checkpoint fills it."""
+
+    kind = "lpi-table"
+
+    @staticmethod
+    def shared_module(cfg: ModelConfig) -> nn.Module:
+        return DeltaTable(cfg.vocab_size, cfg.n_heads)
 
 
 class LayerIncrementPositions(CumulativePositions):

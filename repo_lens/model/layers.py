@@ -1,4 +1,4 @@
-"""Small building blocks shared by both block families: RMSNorm and the SwiGLU MLP."""
+"""Small building blocks shared by both block families: RMSNorm, the SwiGLU MLP and the plain GELU MLP."""
 
 from __future__ import annotations
 
@@ -59,3 +59,30 @@ class SwiGLU(MLPWeights, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         post = self.activation(self.hook_pre(self.gate_proj(x))) * self.hook_pre_linear(self.up_proj(x))
         return self.down_proj(self.hook_post(post))
+
+
+class GeluMLP(MLPWeights, nn.Module):
+    """down(gelu(up(x))) (exact, erf-based GELU): the learned-increments post's ``activation="gelu"`` MLP, chosen
+    by ``ModelConfig.extra["mlp"] = "gelu"``; TransformerLens' non-gated MLP hooks."""
+
+    def __init__(self, d_model: int, d_mlp: int, bias: bool = False) -> None:
+        super().__init__()
+        self.up_proj = nn.Linear(d_model, d_mlp, bias=bias)
+        self.down_proj = nn.Linear(d_mlp, d_model, bias=bias)
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp] (up_proj's output, before the activation)
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp] (what down_proj reads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.hook_post(F.gelu(self.hook_pre(self.up_proj(x)))))
+
+
+MLPS = ("swiglu", "gelu")
+
+
+def build_mlp(d_model: int, d_mlp: int, bias: bool, kind: str) -> nn.Module:
+    """The MLP ``kind`` names (``ModelConfig.extra["mlp"]``: "swiglu", the default, or "gelu")."""
+    if kind not in MLPS:
+        from repo_lens.errors import CheckpointError
+
+        raise CheckpointError(f"unknown MLP {kind!r} (ModelConfig.extra['mlp']); expected one of {list(MLPS)}")
+    return GeluMLP(d_model, d_mlp, bias) if kind == "gelu" else SwiGLU(d_model, d_mlp, bias)

@@ -191,3 +191,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate x [batch, head, pos, head_dim] (NeoX rotate-half convention); result in x's dtype."""
     rotated = x.float() * cos + rotate_half(x.float()) * sin
     return rotated.to(x.dtype)
+
+
+def apply_pope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """PoPE (Milsom et al., arXiv:2509.10534) in the half-split layout: each pair (x_i, x_{i+d/2}) becomes
+    softplus(‖pair‖)·(cos, sin) of the position's angle alone, so q·k = Σ_i m_i(q) m_i(k) cos((p_q − p_k) θ_i);
+    x [batch, head, pos, head_dim], cos/sin from :func:`rotary_cos_sin`; result in x's dtype.
+
+    >>> x = torch.tensor([[[[3.0, 0.0, 4.0, 1.0]]]])
+    >>> cos, sin = rotary_cos_sin(torch.zeros(1, 1, 1), torch.ones(2))
+    >>> [round(v, 4) for v in apply_pope(x, cos, sin).flatten().tolist()]
+    [5.0067, 1.3133, 0.0, 0.0]
+    """
+    half = x.shape[-1] // 2
+    x32 = x.float()
+    magnitude = torch.nn.functional.softplus(torch.sqrt(x32[..., :half].square() + x32[..., half:].square()))
+    return torch.cat((magnitude * cos[..., :half], magnitude * sin[..., :half]), dim=-1).to(x.dtype)

@@ -7,14 +7,15 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from repo_lens.errors import InputError
+from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.families import block_class
 from repo_lens.model.cache import KVCache
 from repo_lens.model.compat.forward import layer_range
 from repo_lens.model.compat.weights import Embed, Unembed
 from repo_lens.model.compat.interface import TransformerLensInterface
 from repo_lens.model.config import ModelConfig
-from repo_lens.model.increments import shared_delta_mlp
+from repo_lens.model.increments import DeltaTable
+from repo_lens.model.registry import mechanism_class
 from repo_lens.model.layers import RMSNorm
 
 
@@ -39,9 +40,13 @@ class LensModel(TransformerLensInterface):
         self.cfg = cfg
         self.embed = Embed(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
-        if "lpi" in cfg.layer_mechanisms:
-            self.increments = shared_delta_mlp(cfg)  # the learned-increments post's shared DeltaMLP, read from the embeddings
-            self.hook_delta = HookPoint()  # [batch, pos]
+        shared = shared_modules(cfg)
+        if shared is not None:  # the learned-increments post's shared DeltaMLP (read from the embeddings) or δ table
+            self.increments = shared
+            if _per_head(shared):
+                self.hook_head_delta = HookPoint()  # [batch, head, pos]
+            else:
+                self.hook_delta = HookPoint()  # [batch, pos]
         block = block_class(cfg.family)
         self.blocks = nn.ModuleList(block(cfg, layer) for layer in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=block.WEIGHT_BEFORE_CAST)
@@ -64,7 +69,7 @@ class LensModel(TransformerLensInterface):
         start, stop = layer_range(len(self.blocks), start_at_layer, stop_at_layer)
         if start_at_layer is None:
             x = self.hook_embed(self.embed(input_ids))
-            shared = self.hook_delta(self.shared_increments(x)) if hasattr(self, "increments") else None
+            shared = self._hooked_shared(self.shared_increments(x, input_ids)) if hasattr(self, "increments") else None
         elif hasattr(self, "increments"):
             raise InputError("this model's learned increments are computed from the token embeddings, which a run "
                              "from start_at_layer does not have: run it from the tokens")
@@ -78,10 +83,26 @@ class LensModel(TransformerLensInterface):
             return x
         return self.unembed(self.final_norm(x))
 
-    def shared_increments(self, embedded: torch.Tensor) -> torch.Tensor:
-        """The ``lpi`` layers' increments [batch, pos] from the token embeddings [batch, pos, d_model]:
-        δ = softplus(DeltaMLP(e)), the same in every layer and head (before ``hook_delta``)."""
-        return F.softplus(self.increments(embedded))[..., 0]
+    def shared_increments(self, embedded: torch.Tensor, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The shared increments of the layers that read them (before ``hook_delta``), the token at axis 1:
+        δ = softplus(DeltaMLP(e)) from the token embeddings [batch, pos, d_model], [batch, pos] for ``lpi`` (the
+        same in every head) and [batch, pos, head] for ``lpi-head``; a frozen δ table's [batch, pos, head] from
+        the token ids."""
+        if isinstance(self.increments, DeltaTable):
+            if input_ids is None:
+                raise InputError("this model's increments come from a frozen δ table indexed by token id, not from the "
+                                 "embeddings: no component of the residual stream changes them")
+            return self.increments(input_ids)
+        delta = F.softplus(self.increments(embedded))
+        return delta[..., 0] if delta.shape[-1] == 1 else delta
+
+    def _hooked_shared(self, shared: torch.Tensor) -> torch.Tensor:
+        """``shared`` through ``hook_delta`` [batch, pos], or per head through ``hook_head_delta`` [batch, head, pos]
+        (the token last, as every hook of increments); the layers get them with the token at axis 1."""
+        if not hasattr(self, "hook_head_delta"):
+            return self.hook_delta(shared)
+        per_head = shared if shared.dim() == 3 else shared[..., None]
+        return self.hook_head_delta(per_head.transpose(1, 2)).transpose(1, 2)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.cfg.n_layers)
@@ -89,3 +110,18 @@ class LensModel(TransformerLensInterface):
     @property
     def layer_kinds(self) -> list[str]:
         return list(self.cfg.layer_mechanisms)
+
+
+def _per_head(shared: nn.Module) -> bool:
+    """Whether a shared-increments module gives one δ per head (a δ table, or a DeltaMLP with one output per head)."""
+    return isinstance(shared, DeltaTable) or getattr(getattr(shared, "fc_out", None), "out_features", 1) > 1
+
+
+def shared_modules(cfg: ModelConfig) -> nn.Module | None:
+    """The model-level module whose increments the layers share (the kinds whose class has ``shared_module``),
+    or None; layers that would need two different ones are refused."""
+    kinds = [kind for kind in dict.fromkeys(cfg.layer_mechanisms) if hasattr(mechanism_class(kind), "shared_module")]
+    if len(kinds) > 1:
+        raise CheckpointError(f"layers {kinds} each need their own shared increments; a model holds one set "
+                              "(use one of these kinds)")
+    return getattr(mechanism_class(kinds[0]), "shared_module")(cfg) if kinds else None

@@ -19,6 +19,7 @@ from repo_lens.plots.style import (
     escape_tokens,
     styled,
 )
+from repo_lens.validation import check_int
 
 if TYPE_CHECKING:  # the analysis imports torch; drawing its results needs only the arrays
     from repo_lens.analysis.position_attribution import PositionAttribution, TokenAttribution
@@ -30,6 +31,7 @@ def _row(attribution: PositionAttribution, head: int, token: int) -> np.ndarray:
     if type(attribution).__name__ != "PositionAttribution":
         raise InputError(f"attribution must be a PositionAttribution (from position_attribution), "
                          f"got {type(attribution).__name__}")
+    head, token = check_int(head, "head"), check_int(token, "token")  # 1.0 or True would match head 1
     if head not in attribution.heads:
         raise InputError(f"head {head!r} was not attributed; the attribution has heads {attribution.heads}")
     if token not in attribution.tokens:
@@ -52,7 +54,7 @@ def position_attribution_bars(attribution: PositionAttribution, head: int, token
         ['L0H1', '0_attn_out']
     """
     row = _row(attribution, head, token)
-    if not isinstance(top, int) or top < 1:
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
         raise InputError(f"top must be a positive number of components, got {top!r}")
     order = list(np.argsort(-np.abs(row), kind="stable")[:top])[::-1]  # plotly draws the first bar at the bottom
     values = row[order]
@@ -120,7 +122,7 @@ def token_attribution_strip(attribution: TokenAttribution, tokens: Sequence[str]
     if isinstance(tokens, str) or len(tokens) <= attribution.token:
         raise InputError(f"tokens must be the list of the input's token strings (at least {attribution.token + 1}), "
                          f"got {len(tokens) if not isinstance(tokens, str) else 'a string'}")
-    if window is not None and (not isinstance(window, int) or window < 1):
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1):
         raise InputError(f"window must be a positive number of tokens or None, got {window!r}")
     start = 0 if window is None else max(0, attribution.token + 1 - window)
     values = attribution.values[start:attribution.token + 1]

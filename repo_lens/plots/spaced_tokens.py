@@ -264,8 +264,9 @@ def draw_rows(fig: go.Figure, rows: list[Row], placed: list[RowLabels], look: Ro
     """Each row as one text trace when every label fits, else as marks (ticks, hover markers, the labels
     that fit); the chunk strip first, under them."""
     units_per_px = (axis_range[1] - axis_range[0]) / look.plot_width
+    digits = path_digits(axis_range, units_per_px)
     if any(row.custom.shape[1] > 3 for row in rows):
-        for shape in _strip_shapes(rows, look, units_per_px):
+        for shape in _strip_shapes(rows, look, units_per_px, digits):
             fig.add_shape(**shape)
     every_label = all(labels.every_token for labels in placed)
     row_dtype = np.int8 if len(rows) < 128 else np.int32
@@ -278,7 +279,20 @@ def draw_rows(fig: go.Figure, rows: list[Row], placed: list[RowLabels], look: Ro
                 meta={"layer": row.layer}, hovertemplate=HOVER, showlegend=False,
             ))
         else:
-            _draw_marks(fig, r, row, labels, look, units_per_px, row_dtype)
+            _draw_marks(fig, r, row, labels, look, units_per_px, row_dtype, digits)
+
+
+def path_digits(axis_range: tuple[float, float], units_per_px: float) -> int:
+    """Significant digits that put an x of ``axis_range`` in an SVG path within a tenth of a pixel: 7 for
+    ordinary positions, up to 17 (float64's) where the range is narrow for its magnitude (1e30 ± a few units).
+
+    >>> path_digits((-10.0, 4100.0), 4.0), path_digits((1e30 - 1e15, 1e30 + 1e15), 2e12)
+    (7, 17)
+    """
+    magnitude = max(abs(axis_range[0]), abs(axis_range[1]))
+    if not (units_per_px > 0 and magnitude > 0):
+        return 7
+    return int(np.clip(np.ceil(np.log10(magnitude / (units_per_px / 10))) + 1, 7, 17))
 
 
 def _row_y(n: int, r: int, dtype: type, dy: float) -> np.ndarray:
@@ -287,12 +301,12 @@ def _row_y(n: int, r: int, dtype: type, dy: float) -> np.ndarray:
 
 
 def _draw_marks(fig: go.Figure, r: int, row: Row, labels: RowLabels, look: RowLook, units_per_px: float,
-                row_dtype: type) -> None:
+                row_dtype: type, digits: int = 7) -> None:
     drawn, text = np.arange(len(row.x)), row.display if row.hover is None else row.hover
     if len(row.x) > COLUMN_DEDUP_MIN_TOKENS:
         drawn, text = _one_mark_per_column(row.x, text, np.isin(np.arange(len(row.x)), row.first),
                                            look.column_px * units_per_px)
-    ticks = _ticks_path(row.x[drawn], r, look.tick_half)
+    ticks = _ticks_path(row.x[drawn], r, look.tick_half, digits)
     if ticks:  # empty when every shown position of the row is NaN or infinite
         fig.add_shape(type="path", path=ticks, xref="x", yref="y", line=dict(color=row.color, width=look.tick_width),
                       layer="above", name=f"marks of layer {row.layer}")
@@ -354,6 +368,8 @@ def x_axis_range(xs: np.ndarray, x_range: tuple[float, float] | None) -> tuple[f
         return -0.5, 0.5
     low, high = float(finite.min()), float(finite.max())
     pad = 0.03 * (high - low) if high > low else 0.5
+    # beyond 2**53 (about 9e15) a pad of 0.5 is below float64's spacing and would vanish: at least 4 steps
+    pad = max(pad, 4 * float(np.spacing(max(abs(low), abs(high)))))
     return low - pad, high + pad
 
 
@@ -452,15 +468,17 @@ def _one_mark_per_column(x: np.ndarray, display: np.ndarray, keep: np.ndarray,
     return drawn, text.astype(str)
 
 
-def _ticks_path(x: np.ndarray, row: int, half_height: float) -> str:
-    """An SVG path (in data coordinates, for a layout shape) of a vertical tick at each finite ``x`` on ``row``.
+def _ticks_path(x: np.ndarray, row: int, half_height: float, digits: int = 7) -> str:
+    """An SVG path (in data coordinates, for a layout shape) of a vertical tick at each finite ``x`` on ``row``
+    (x with ``digits`` significant digits, :func:`path_digits`).
 
     Example:
         >>> _ticks_path(np.array([0.25, np.nan, 0.5]), 2, 0.1)
         'M0.25,1.9V2.1M0.5,1.9V2.1'
     """
     bottom, top = f"{row - half_height:.6g}", f"{row + half_height:.6g}"
-    return "".join(f"M{value:.7g},{bottom}V{top}" for value in np.asarray(x, dtype=np.float64)[np.isfinite(x)].tolist())
+    return "".join(f"M{value:.{digits}g},{bottom}V{top}"
+                   for value in np.asarray(x, dtype=np.float64)[np.isfinite(x)].tolist())
 
 
 def _runs(x: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
@@ -472,7 +490,7 @@ def _runs(x: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
     return x[np.r_[0, breaks]] - width / 2, x[np.r_[breaks - 1, len(x) - 1]] + width / 2
 
 
-def _strip_shapes(rows: list[Row], look: RowLook, units_per_px: float) -> list[dict[str, Any]]:
+def _strip_shapes(rows: list[Row], look: RowLook, units_per_px: float, digits: int = 7) -> list[dict[str, Any]]:
     """One layout shape (a single SVG path, named in the legend) per chunk class: under each row, a band
     ``look.strip_px`` high over each token of that class (``custom[:, 3]``), at least as wide
     (``units_per_px`` x units per pixel), neighbouring tokens' bands merged into one segment: it looks like
@@ -486,7 +504,7 @@ def _strip_shapes(rows: list[Row], look: RowLook, units_per_px: float) -> list[d
                 continue
             starts, ends = _runs(row.x[row.custom[:, 3] == code], square)
             y = f"{r + look.strip_dy:.6g}"
-            path += [f"M{a:.7g},{y}H{b:.7g}" for a, b in zip(starts.tolist(), ends.tolist())]
+            path += [f"M{a:.{digits}g},{y}H{b:.{digits}g}" for a, b in zip(starts.tolist(), ends.tolist())]
         if path:  # a class no shown token has gets no shape, and no legend entry
             out.append(dict(type="path", path="".join(path), xref="x", yref="y", layer="above", showlegend=True,
                             line=dict(color=PATTERN_COLORS[name], width=look.strip_px), name=f"{name} chunk"))

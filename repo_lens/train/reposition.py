@@ -33,12 +33,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -98,6 +100,49 @@ class RepositionConfig:
         return dataclasses.asdict(self)
 
 
+_WHOLE = {"steps": (1, None), "context": (1, None), "batch_size": (1, None), "warmup": (0, None),
+          "anneal_steps": (0, None), "lora_rank": (1, None), "eval_every": (1, None), "eval_sequences": (1, None),
+          "checkpoint_every": (1, None), "seed": (0, 2**32 - 1)}
+_OPTIONAL_WHOLE = {"first_layer": 0, "threads": 1}  # None or a whole number ≥ this
+_POSITIVE = ("lr", "position_lr", "lora_alpha", "position_init_std", "grad_clip")
+_NOT_NEGATIVE = ("weight_decay",)
+_TEXT = ("base", "corpus", "mechanism")
+
+
+def setting_problems(settings: dict[str, Any]) -> list[str]:
+    """What is wrong with each recipe setting in ``settings`` (a :meth:`RepositionConfig.to_dict`), as
+    "NAME is VALUE, expected WHAT"; empty when every setting has its type and range.
+
+    >>> setting_problems({**RepositionConfig().to_dict(), "steps": -5, "lr": float("nan")})
+    ['steps is -5, expected a whole number ≥ 1', 'lr is nan, expected a finite number > 0']
+    """
+    problems = []
+    for key, value in settings.items():
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                  and math.isfinite(value))
+        if key in _WHOLE:
+            low, high = _WHOLE[key]
+            bounds = f"≥ {low}" if high is None else f"within [{low}, {high}]"
+            if not whole or value < low or (high is not None and value > high):
+                problems.append(f"{key} is {value!r}, expected a whole number {bounds}")
+        elif key in _OPTIONAL_WHOLE:
+            if value is not None and (not whole or value < _OPTIONAL_WHOLE[key]):
+                problems.append(f"{key} is {value!r}, expected null or a whole number ≥ {_OPTIONAL_WHOLE[key]}")
+        elif key in _POSITIVE:
+            if not number or value <= 0:
+                problems.append(f"{key} is {value!r}, expected a finite number > 0")
+        elif key in _NOT_NEGATIVE:
+            if not number or value < 0:
+                problems.append(f"{key} is {value!r}, expected a finite number ≥ 0")
+        elif key in _TEXT:
+            if not isinstance(value, str) or not value:
+                problems.append(f"{key} is {value!r}, expected a non-empty string")
+        elif key == "autocast" and not isinstance(value, bool):
+            problems.append(f"autocast is {value!r}, expected true or false")
+    return problems
+
+
 def native_bf16(device: str | torch.device = "cpu") -> bool:
     """Whether ``device`` computes bf16 natively: a GPU that supports it, or a CPU with AMX or AVX512-BF16
     (there bf16 autocast made a training step 3-4x faster; on an AVX2-only CPU it is several times slower).
@@ -119,10 +164,12 @@ def first_layer_of(cfg: RepositionConfig, n_layers: int) -> int:
     return repo_start_layer(n_layers) if cfg.first_layer is None else int(cfg.first_layer)
 
 
-def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
-    """A copy of ``base`` with ``cfg.mechanism`` from the first re-positioned layer on (RoPE below), every
-    base weight frozen, new position modules (see :func:`start_position_modules`) and zero-started adapters
-    on the attention projections of the re-positioned layers (trainable)."""
+def check_recipe(cfg: RepositionConfig, base: LensModel) -> None:
+    """Refuse settings out of type or range, a mechanism the recipe does not train, a first layer the base does
+    not have and a base that is not a RoPE model (every layer ``rope``), before anything is written."""
+    problems = setting_problems(cfg.to_dict())
+    if problems:
+        raise InputError(f"the recipe's settings are out of range: {'; '.join(problems)}")
     if cfg.mechanism not in RECIPE_KINDS:
         raise InputError(f"mechanism must be one of {', '.join(RECIPE_KINDS)} ('repo': RePo from layer ⌈L/3⌉, "
                          f"'rope': the control), got {cfg.mechanism!r}")
@@ -131,7 +178,38 @@ def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
     if not 0 <= first < n_layers:
         raise InputError(f"first_layer must be in 0..{n_layers - 1} for a {n_layers}-layer model, got {first}")
     if set(base.cfg.layer_mechanisms) != {ROPE_KIND}:
-        raise InputError(f"the base must be a RoPE model (every layer 'rope'), got {base.cfg.layer_mechanisms}")
+        raise InputError(f"the base must be a RoPE model (every layer 'rope'), got {base.cfg.layer_mechanisms}; "
+                         "the recipe puts the learned mechanism into a RoPE model, so start from one (e.g. a "
+                         "`repo-lens tiny --mechanism rope` checkpoint, zoo:bytes-rope or zoo:smollm2-135m)")
+
+
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def check_out_directory(directory: str | Path) -> None:
+    """Refuse an output folder the recipe must not write into: one that holds a model (writing the delta
+    beside it would leave the folder loading as the old model) or a finished delta without the training state
+    a rerun would resume from (training again would replace it)."""
+    directory = Path(directory)
+    held = [name for name in CHECKPOINT_FILES if (directory / name).exists()]
+    if held:
+        raise InputError(f"--out {directory} holds a model ({', '.join(held)}), so a delta written beside it "
+                         "would never load (the folder loads as that model); choose another --out (a new folder, "
+                         "or the folder of an earlier `repo-lens train --base` run to resume it)")
+    finished = [name for name in (DELTA_FILE, RECIPE_FILE) if (directory / name).exists()]
+    if finished and not (directory / STATE_DIR / "progress.json").is_file():
+        raise InputError(f"--out {directory} holds {' and '.join(finished)} but no {STATE_DIR}/progress.json to "
+                         "resume from, and training again would replace them; choose another --out, or delete "
+                         f"{directory} to train anew")
+
+
+def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
+    """A copy of ``base`` with ``cfg.mechanism`` from the first re-positioned layer on (RoPE below), every
+    base weight frozen, new position modules (see :func:`start_position_modules`) and zero-started adapters
+    on the attention projections of the re-positioned layers (trainable)."""
+    check_recipe(cfg, base)
+    n_layers = base.cfg.n_layers
+    first = first_layer_of(cfg, n_layers)
     kinds = [ROPE_KIND] * first + [cfg.mechanism] * (n_layers - first)
     model = LensModel(dataclasses.replace(base.cfg, layer_mechanisms=kinds))
     torch.manual_seed(cfg.seed)
@@ -240,10 +318,25 @@ def train_repositioned(cfg: RepositionConfig, base: LensModel, text: TextTokens,
                        progress: bool = True) -> dict[str, Any]:
     """Train the recipe into ``directory`` (resuming from its last checkpoint) and write the shipped
     difference (``delta.safetensors``: the position modules and the adapters' factors, bf16) with
-    ``recipe.json``; returns the run's summary (steps, tokens, wall seconds, the loss log)."""
+    ``recipe.json``; returns the run's summary (steps, tokens, wall seconds, the loss log).
+
+    The settings, the base, the text and the folder are checked before anything is written
+    (:func:`check_recipe`, :func:`check_out_directory`), and a saved state field by field before it is
+    resumed; what is refused raises :class:`repo_lens.errors.InputError` or ``CheckpointError``."""
+    check_recipe(cfg, base)
+    check_out_directory(directory)
+    _check_text(text, cfg)
     directory = ensure_dir(Path(directory))
     with run_lock(directory):
         return _train(cfg, base, text, directory, progress)
+
+
+def _check_text(text: TextTokens, cfg: RepositionConfig) -> None:
+    for part, stream in (("training", text.train), ("held-out", text.held_out)):
+        if len(stream) - 1 < cfg.context:
+            raise InputError(f"the corpus' {part} documents hold {len(stream)} tokens, too few for one sequence "
+                             f"of {cfg.context} tokens (context) and the next; give a larger corpus or a smaller "
+                             "--context")
 
 
 def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: Path,
@@ -326,32 +419,157 @@ def _save_state(directory: Path, cfg: RepositionConfig, model: LensModel, optimi
 
 def _resume(directory: Path, cfg: RepositionConfig, model: LensModel,
             optimizer: torch.optim.Optimizer) -> tuple[int, list, float]:
-    progress_file = directory / STATE_DIR / "progress.json"
-    if not progress_file.exists():
+    """(step, loss log, wall seconds) of the state saved in ``directory``, its tensors loaded into ``model`` and
+    ``optimizer``; (0, [], 0) when there is none. Every field is checked first (:class:`_StateCheck`)."""
+    state = directory / STATE_DIR
+    if not (state / "progress.json").exists():
         return 0, [], 0.0
-    progress = json.loads(progress_file.read_text())
-    defaults = RepositionConfig().to_dict()  # a setting a run saved before it existed had its default
-    saved = {key: progress["recipe"].get(key, defaults[key]) for key in defaults if key != "threads"}
-    wanted = {key: value for key, value in cfg.to_dict().items() if key != "threads"}
-    if saved != wanted:
-        changed = sorted(key for key in wanted if saved.get(key) != wanted[key])
-        raise InputError(f"{directory} holds a run with other settings ({', '.join(changed)} differ); resume it "
-                         "with the same settings, or choose another --out")
-    try:
-        weights = load_file(str(directory / STATE_DIR / "trainable.safetensors"))
-        current = trainable_state(model)
-        if set(weights) != set(current):
-            raise KeyError(f"{len(set(weights) ^ set(current))} tensor names differ")
-        parameters, modules = dict(model.named_parameters()), dict(model.named_modules())
-        with torch.no_grad():
-            for name, tensor in weights.items():
-                if name in parameters:
-                    parameters[name].copy_(tensor)
-                else:  # an adapter's factor, "<module>.lora_A" / "<module>.lora_B"
-                    module, factor = name.rsplit(".", 1)
-                    getattr(modules[module].parametrizations.weight[0], factor).copy_(tensor)
-        optimizer.load_state_dict(torch.load(directory / STATE_DIR / "optimizer.pt", weights_only=True))
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({type(error).__name__}: "
-                              f"{str(error)[:200]}); delete it to start over, or choose another --out") from None
-    return int(progress["step"]), list(progress["log"]), float(progress["wall_seconds"])
+    check = _StateCheck(directory, cfg)
+    step, log, wall = check.progress()
+    weights = check.trainable(trainable_state(model))
+    check.optimizer(optimizer, step)
+    parameters, modules = dict(model.named_parameters()), dict(model.named_modules())
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            if name in parameters:
+                parameters[name].copy_(tensor)
+            else:  # an adapter's factor, "<module>.lora_A" / "<module>.lora_B"
+                module, factor = name.rsplit(".", 1)
+                getattr(modules[module].parametrizations.weight[0], factor).copy_(tensor)
+    return step, log, wall
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class _StateCheck:
+    """The checks of a saved training state (``OUT/train_state``): each refusal is a CheckpointError naming the
+    file and the field, what it holds and what a state holds there, and how to start over."""
+
+    def __init__(self, directory: Path, cfg: RepositionConfig) -> None:
+        self.directory, self.state, self.cfg = directory, directory / STATE_DIR, cfg
+
+    def fail(self, file: str, problem: str) -> CheckpointError:
+        return CheckpointError(f"cannot resume from {self.state / file}: {problem}. The saved training state is "
+                               f"damaged; delete {self.directory} to start the training over, or choose another --out")
+
+    def progress(self) -> tuple[int, list, float]:
+        """(step, log, wall seconds) of ``progress.json``, after checking its settings against the recipe's."""
+        file = "progress.json"
+        try:
+            progress = json.loads((self.state / file).read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise self.fail(file, f"it is not readable JSON ({type(error).__name__}: {str(error)[:120]})") from None
+        if not isinstance(progress, dict):
+            raise self.fail(file, f"it holds a {type(progress).__name__}, not an object with step, wall_seconds, "
+                                  "recipe and log")
+        missing = [key for key in ("step", "wall_seconds", "recipe", "log") if key not in progress]
+        if missing:
+            raise self.fail(file, f"it lacks {', '.join(missing)}")
+        step, wall, recipe, log = (progress[key] for key in ("step", "wall_seconds", "recipe", "log"))
+        if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= self.cfg.steps:
+            raise self.fail(file, f"step is {step!r}, expected a whole number in 1..{self.cfg.steps} (the recipe's "
+                                  "steps)")
+        if not _finite_number(wall) or wall < 0:
+            raise self.fail(file, f"wall_seconds is {wall!r}, expected a finite number ≥ 0")
+        self._settings(file, recipe)
+        self._log(file, log, step)
+        return step, list(log), float(wall)
+
+    def _settings(self, file: str, recipe: Any) -> None:
+        if not isinstance(recipe, dict):
+            raise self.fail(file, f"recipe is a {type(recipe).__name__}, expected an object of settings")
+        defaults = RepositionConfig().to_dict()  # a setting a run saved before it existed had its default
+        saved = {key: recipe.get(key, defaults[key]) for key in defaults if key != "threads"}
+        problems = setting_problems(saved)
+        if problems:
+            raise self.fail(file, "recipe." + "; recipe.".join(problems))
+        wanted = {key: value for key, value in self.cfg.to_dict().items() if key != "threads"}
+        if saved != wanted:
+            changed = sorted(key for key in wanted if saved.get(key) != wanted[key])
+            raise InputError(f"{self.directory} holds a run with other settings ({', '.join(changed)} differ); "
+                             "resume it with the same settings, or choose another --out")
+
+    def _log(self, file: str, log: Any, step: int) -> None:
+        if not isinstance(log, list) or len(log) != step + 1:
+            held = f"a list of {len(log)} entries" if isinstance(log, list) else f"a {type(log).__name__}"
+            raise self.fail(file, f"log is {held}, expected a list of {step + 1} entries (steps 0..{step})")
+        for index, entry in enumerate(log):
+            if not isinstance(entry, dict) or entry.get("step") != index or isinstance(entry.get("step"), bool):
+                raise self.fail(file, f"log[{index}] is {str(entry)[:80]}, expected an object with step {index}")
+            wrong = [key for key, value in entry.items() if not _finite_number(value)]
+            if wrong:
+                raise self.fail(file, f"log[{index}].{wrong[0]} is {entry[wrong[0]]!r}, expected a finite number")
+
+    def trainable(self, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors of ``trainable.safetensors``, each named, shaped and typed as ``expected`` and finite."""
+        file = "trainable.safetensors"
+        try:
+            weights = load_file(str(self.state / file))
+        except (OSError, SafetensorError, ValueError, RuntimeError) as error:
+            raise self.fail(file, f"it is not a readable safetensors file ({type(error).__name__}: "
+                                  f"{str(error)[:120]})") from None
+        missing, surplus = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+        if missing or surplus:
+            raise self.fail(file, f"its tensors do not fit the recipe's model (missing {missing[:3]}, "
+                                  f"unexpected {surplus[:3]})")
+        for name, tensor in weights.items():
+            if not tensor.dtype.is_floating_point:
+                raise self.fail(file, f"tensor {name} is {tensor.dtype}, expected a floating-point tensor")
+            if tuple(tensor.shape) != tuple(expected[name].shape):
+                raise self.fail(file, f"tensor {name} has shape {list(tensor.shape)}, the model's is "
+                                      f"{list(expected[name].shape)}")
+            if not torch.isfinite(tensor).all():
+                raise self.fail(file, f"tensor {name} holds NaN or infinite values")
+        return weights
+
+    def optimizer(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """Load ``optimizer.pt`` (tensors, numbers and lists only: never unpickled as objects) into
+        ``optimizer`` once its groups' settings and every parameter's AdamW state fit."""
+        file = "optimizer.pt"
+        fresh = [{key: value for key, value in group.items() if key not in ("params", "lr", "initial_lr")}
+                 for group in optimizer.param_groups]
+        try:
+            saved = torch.load(self.state / file, weights_only=True, map_location="cpu")
+        except (OSError, RuntimeError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+                pickle.UnpicklingError) as error:
+            cause = ("damaged, or holding objects other than tensors, numbers and lists, which are never loaded"
+                     if isinstance(error, pickle.UnpicklingError) else f"{type(error).__name__}: {str(error)[:120]}")
+            raise self.fail(file, f"it is not a readable optimizer state ({cause})") from None
+        if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict) or \
+                not isinstance(saved.get("param_groups"), list):
+            raise self.fail(file, "it is not an optimizer state_dict (an object with state and param_groups)")
+        groups = saved["param_groups"]
+        if len(groups) != len(fresh) or not all(isinstance(group, dict) for group in groups):
+            raise self.fail(file, f"param_groups holds {len(groups)} entries, the recipe's optimizer {len(fresh)}")
+        for index, (group, want) in enumerate(zip(groups, fresh)):
+            for key in sorted(set(group) & set(want)):
+                have = list(group[key]) if isinstance(group[key], tuple) else group[key]
+                if have != (list(want[key]) if isinstance(want[key], tuple) else want[key]):
+                    raise self.fail(file, f"param_groups[{index}].{key} is {group[key]!r}, the recipe's is "
+                                          f"{want[key]!r}")
+        try:
+            optimizer.load_state_dict(saved)
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as error:
+            raise self.fail(file, f"it does not fit the recipe's optimizer ({type(error).__name__}: "
+                                  f"{str(error)[:120]})") from None
+        for index, param in enumerate(p for group in optimizer.param_groups for p in group["params"]):
+            entry = optimizer.state.get(param, {})
+            missing = [key for key in ("step", "exp_avg", "exp_avg_sq") if not isinstance(entry.get(key), torch.Tensor)]
+            if missing:
+                raise self.fail(file, f"state[{index}] lacks {', '.join(missing)} (AdamW's moments of every "
+                                      "trained tensor)")
+            count = entry["step"]
+            if count.numel() != 1 or not torch.isfinite(count).all() or not 1 <= float(count) <= step \
+                    or float(count) != int(float(count)):
+                raise self.fail(file, f"state[{index}].step is {count.tolist()}, expected a whole number in 1..{step} "
+                                      "(progress.json's step)")
+            for key in ("exp_avg", "exp_avg_sq"):
+                moment = entry[key]
+                if tuple(moment.shape) != tuple(param.shape):
+                    raise self.fail(file, f"state[{index}].{key} has shape {list(moment.shape)}, its tensor's is "
+                                          f"{list(param.shape)}")
+                if not torch.isfinite(moment).all() or (key == "exp_avg_sq" and (moment < 0).any()):
+                    raise self.fail(file, f"state[{index}].{key} holds NaN, infinite"
+                                          + (" or negative" if key == "exp_avg_sq" else "") + " values")

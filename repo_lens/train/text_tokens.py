@@ -1,6 +1,8 @@
 """Tokenised English for continued training: the Brown corpus' documents through a model's tokenizer,
 every tenth document held out (never trained on), each split joined into one stream (documents
-separated by the end-of-text token) and cut into fixed-length sequences.
+separated by the end-of-text token) and cut into fixed-length sequences. A Hugging Face tokenizer
+separates documents with its end-of-text token, repo_lens' byte tokenizer with its separator byte
+(256), as the toolkit's byte models were trained.
 
 Example:
     >>> text = TextTokens.from_documents(["a b c d e f g h", "i j"] * 10, lambda t: [ord(c) for c in t], eos=0)
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +22,25 @@ import torch
 from repo_lens.errors import InputError
 
 HELD_OUT_EVERY = 10  # documents 0, 10, 20, ... are held out
+
+
+def document_encoder(tokenizer: Any) -> tuple[Callable[[str], list[int]], int]:
+    """(encode a document without special tokens, the token that separates documents) of ``tokenizer``: a
+    Hugging Face tokenizer (its end-of-text token) or repo_lens' byte tokenizer (its separator, 256).
+
+    >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+    >>> encode, separator = document_encoder(ByteTokenizer())
+    >>> encode("hé"), separator
+    ([104, 195, 169], 256)
+    """
+    separator = getattr(tokenizer, "separator_id", None)
+    if not hasattr(tokenizer, "eos_token_id") and isinstance(separator, int):  # repo_lens' byte tokenizer
+        return tokenizer.encode, separator
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if not isinstance(eos, int) or isinstance(eos, bool):
+        raise InputError(f"the base's tokenizer ({type(tokenizer).__name__}) has no end-of-text token to separate "
+                         "documents with; give a base whose tokenizer defines one (eos_token_id)")
+    return (lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]), eos
 
 
 @dataclass(frozen=True)
@@ -41,29 +63,25 @@ class TextTokens:
 
     @classmethod
     def brown(cls, tokenizer) -> TextTokens:
-        """The Brown corpus (500 documents) through a Hugging Face ``tokenizer``."""
+        """The Brown corpus (500 documents) through ``tokenizer`` (a Hugging Face tokenizer or repo_lens'
+        byte tokenizer)."""
         from repo_lens.data.brown import brown_documents
 
-        eos = tokenizer.eos_token_id
-        if eos is None:
-            raise InputError("the tokenizer has no end-of-text token to separate documents with")
-        return cls.from_documents([doc.text for doc in brown_documents()],
-                                  lambda text: tokenizer(text, add_special_tokens=False)["input_ids"], eos)
+        encode, eos = document_encoder(tokenizer)
+        return cls.from_documents([doc.text for doc in brown_documents()], encode, eos)
 
     @classmethod
     def from_corpus(cls, source: str, tokenizer) -> TextTokens:
-        """``source`` through a Hugging Face ``tokenizer``: ``"brown"``, or anything
+        """``source`` through ``tokenizer`` (as :meth:`brown`): ``"brown"``, or anything
         :func:`repo_lens.data.corpus_sources.open_corpus` opens (text files, JSON lines, Parquet, a saved
         dataset); every tenth non-empty document is held out. The tokens are held in memory (8 bytes each)."""
         if source == "brown":
             return cls.brown(tokenizer)
         from repo_lens.data.corpus_sources import open_corpus
 
-        eos = tokenizer.eos_token_id
-        if eos is None:
-            raise InputError("the tokenizer has no end-of-text token to separate documents with")
+        encode, eos = document_encoder(tokenizer)
         texts = [document.text for document in open_corpus(source) if document.text and document.text.strip()]
-        return cls.from_documents(texts, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"], eos)
+        return cls.from_documents(texts, encode, eos)
 
     @staticmethod
     def _sequences(stream: np.ndarray, context: int) -> np.ndarray:

@@ -15,17 +15,30 @@ import os
 from pathlib import Path
 from typing import Any
 
-from repo_lens.errors import InputError
+from repo_lens.errors import CheckpointError, InputError
 
 ZOO_DIR = Path(__file__).parent / "models"
 ZOO_PREFIX = "zoo:"
 
 
+def zoo_dir() -> Path:
+    """The folder of the shipped models: ``ZOO_DIR``, read at each call, so that everything that reads or
+    ships zoo models follows it when it is pointed elsewhere (tests do:
+    ``monkeypatch.setattr(repo_lens.zoo, "ZOO_DIR", tmp_path)``).
+
+    >>> zoo_dir() == ZOO_DIR
+    True
+    """
+    return ZOO_DIR
+
+
 def available_models() -> list[str]:
+    """The names of the zoo's models: its folders holding a ``config.json`` or a ``recipe.json`` (hidden
+    folders, such as a ship in progress, are not models)."""
     if not ZOO_DIR.is_dir():
         return []
-    return sorted(path.name for path in ZOO_DIR.iterdir()
-                  if (path / "config.json").exists() or (path / "recipe.json").exists())
+    return sorted(path.name for path in ZOO_DIR.iterdir() if not path.name.startswith(".")
+                  and ((path / "config.json").exists() or (path / "recipe.json").exists()))
 
 
 def parse_zoo_name(source: str | os.PathLike) -> str | None:
@@ -73,21 +86,50 @@ def resolve_zoo_name(name: str) -> Path:
 
 
 def zoo_entries() -> list[dict[str, Any]]:
-    """[{name, mechanism, task, metrics}] for every shipped model (DESIGN's `repo-lens zoo --json`)."""
+    """[{name, mechanism, task, metrics}] for every shipped model (DESIGN's `repo-lens zoo --json`). A model whose
+    card cannot be read is listed with ``task`` "broken" and ``error`` saying which file and why, so that one
+    damaged folder never hides the others."""
     entries = []
     for name in available_models():
-        if (ZOO_DIR / name / "recipe.json").exists():  # a re-positioned pretrained model (repo-lens train --base)
-            recipe = json.loads((ZOO_DIR / name / "recipe.json").read_text())
-            entries.append({"name": name, "mechanism": recipe.get("mechanism"), "task": "pretrained",
-                            "metrics": recipe.get("metrics", {})})
-            continue
-        info = json.loads((ZOO_DIR / name / "config.json").read_text()).get("info", {})
-        train_config = info.get("train_config", {})
-        entries.append({"name": name, "mechanism": train_config.get("mechanism"), "task": train_config.get("task"),
-                        "metrics": info.get("metrics", {})})
+        try:
+            entries.append(_entry(name))
+        except CheckpointError as error:
+            entries.append({"name": name, "mechanism": None, "task": "broken", "metrics": {}, "error": str(error)})
     from repo_lens.zoo.external import external_entries
 
     return entries + external_entries()
+
+
+def _entry(name: str) -> dict[str, Any]:
+    folder = ZOO_DIR / name
+    recipe = folder / "recipe.json"
+    if recipe.exists() and not (folder / "config.json").exists():  # a re-positioned pretrained model
+        card = _json_object(recipe)
+        metrics = card.get("metrics", {})
+        if not isinstance(metrics, dict):
+            raise CheckpointError(f"{recipe}: metrics is a {type(metrics).__name__}, expected an object; restore "
+                                  "the file, or ship the model again")
+        return {"name": name, "mechanism": card.get("mechanism"), "task": "pretrained", "metrics": metrics}
+    info = _json_object(folder / "config.json").get("info", {})
+    train_config = info.get("train_config", {}) if isinstance(info, dict) else None
+    metrics = info.get("metrics", {}) if isinstance(info, dict) else None
+    if not isinstance(train_config, dict) or not isinstance(metrics, dict):
+        raise CheckpointError(f"{folder / 'config.json'}: info.train_config and info.metrics must be objects; "
+                              "restore the file, or ship the model again")
+    return {"name": name, "mechanism": train_config.get("mechanism"), "task": train_config.get("task"),
+            "metrics": metrics}
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise CheckpointError(f"{path} cannot be read ({type(error).__name__}: {str(error)[:120]}); restore "
+                              "the file, or ship the model again") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} holds a {type(data).__name__}, not an object; restore the file, or ship "
+                              "the model again")
+    return data
 
 
 def readable_file(path: str | os.PathLike) -> Path:
@@ -120,7 +162,7 @@ def delta_parts(path: str | os.PathLike) -> tuple[dict[str, Any], Path] | None:
 def base_installed(name: str) -> bool:
     """Whether zoo model ``name`` loads here without installing anything more: always for a model shipped whole;
     for one shipped as what training changed on an external base (``zoo:smollm2-135m-*``), when that base's
-    package and the ``gguf`` reader are installed.
+    package and the ``gguf`` reader are installed; never for one whose recipe cannot be read.
 
     >>> base_installed("bytes-rope")
     True
@@ -133,7 +175,10 @@ def base_installed(name: str) -> bool:
     base: str | None = name
     if name not in EXTERNAL_MODELS:
         directory = ZOO_DIR / name
-        base = parse_zoo_name(read_recipe(directory)["base"]) if is_delta_checkpoint(directory) else None
+        try:
+            base = parse_zoo_name(read_recipe(directory)["base"]) if is_delta_checkpoint(directory) else None
+        except CheckpointError:  # a damaged recipe: the model does not load, here or anywhere
+            return False
     if base not in EXTERNAL_MODELS:
         return True
     return external_installed(base) and importlib.util.find_spec("gguf") is not None

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from repo_lens.atomic import atomic_write, atomic_write_text, ensure_dir
+from repo_lens.atomic import atomic_write, atomic_write_dir, atomic_write_text
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.train.config import PRESETS
 from repo_lens.model.loaders.packed import pack_file, packed_twin
-from repo_lens.zoo import ZOO_DIR
+from repo_lens.zoo import zoo_dir
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                  "special_tokens_map.json")
@@ -79,7 +80,26 @@ def mix_description(options: dict[str, Any]) -> str:
             "bytes, `niah_essay_N` held-out Brown text, `niah_multikey4_N` four needles of which one is asked.")
 
 
-SHIP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# at most 100 characters: the hidden folder a ship writes first adds about 30, and file systems allow 255
+SHIP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+
+
+def check_zoo_name(name: object) -> str:
+    """``name`` when it is one plain folder name of the zoo (lower-case letters, digits, ``.``, ``_``, ``-``;
+    starting with a letter or digit, at most 100 characters: no separator, no ``..``, not empty), else an
+    InputError; a ship under it writes ``zoo/models/NAME`` and never anything above it.
+
+    >>> check_zoo_name("bytes-repo")
+    'bytes-repo'
+    """
+    if not isinstance(name, str) or not SHIP_NAME.fullmatch(name) or ".." in name:
+        raise InputError(f"zoo name {name!r} is not a plain folder name; use lower-case letters, digits, '.', "
+                         "'_' or '-', starting with a letter or digit, at most 100 characters, without '..' "
+                         "(e.g. bytes-repo)")
+    folder = zoo_dir()
+    if (folder / name).resolve().parent != folder.resolve():
+        raise InputError(f"zoo name {name!r} would write outside {folder}; use a plain folder name")
+    return name
 
 
 def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) -> str:
@@ -133,9 +153,7 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
     ``name`` is one folder name (lower-case letters, digits, ``.``, ``_``, ``-``; not starting with
     ``.``), so a ship replaces only ``zoo/models/NAME`` and never anything above it.
     """
-    if not isinstance(name, str) or not SHIP_NAME.fullmatch(name):
-        raise InputError(f"zoo name {name!r} is not a plain folder name; use lower-case letters, digits, '.', "
-                         "'_' or '-', starting with a letter or digit (e.g. bytes-repo)")
+    check_zoo_name(name)
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r} for a zoo model card; use one of {', '.join(PRESETS)}")
     run_dir = Path(run_dir)
@@ -148,21 +166,34 @@ def ship(run_dir: str | Path, name: str, preset: str) -> Path:
     config["info"]["name"] = name
     config["info"]["preset"] = preset
     history = config["info"].pop("history", None)
-    target = ZOO_DIR / name
-    if target.resolve().parent != ZOO_DIR.resolve():
-        raise InputError(f"zoo name {name!r} would write outside {ZOO_DIR}; use a plain folder name")
-    if target.exists():
-        shutil.rmtree(target)
-    ensure_dir(target)
-    for file in SHIPPED_FILES:
-        source = run_dir / file
-        if file.endswith(".safetensors") and source.exists():  # the weights ship packed (lossless, about 71 %)
-            pack_file(source, packed_twin(target / file))
-        elif file != "config.json" and source.exists():
-            atomic_write(target / file, partial(_copy_file, source))
-    atomic_write_text(target / "config.json", json.dumps(config, indent=2))
-    atomic_write_text(target / "README.md", model_card(name, {**config["info"], "history": history}, config["model"]))
-    return target
+    try:
+        card = model_card(name, {**config["info"], "history": history}, config["model"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CheckpointError(f"{run_dir / 'config.json'} lacks what the model card needs ({type(error).__name__}: "
+                              f"{error}); pass the --out directory of a finished `repo-lens train`") from None
+
+    def fill(folder: Path) -> None:
+        for file in SHIPPED_FILES:
+            source = run_dir / file
+            if file.endswith(".safetensors") and source.exists():  # the weights ship packed (lossless, about 71 %)
+                pack_file(source, packed_twin(folder / file))
+            elif file != "config.json" and source.exists():
+                atomic_write(folder / file, partial(_copy_file, source))
+        atomic_write_text(folder / "config.json", json.dumps(config, indent=2))
+        atomic_write_text(folder / "README.md", card)
+
+    return write_zoo_entry(name, fill, replace=True)
+
+
+def write_zoo_entry(name: str, fill: Callable[[Path], None], *, replace: bool) -> Path:
+    """Write zoo model ``name`` whole or not at all: ``fill`` writes its files into a hidden sibling folder,
+    which is then renamed to ``zoo/models/NAME``; an existing entry is replaced only when ``replace`` (and
+    kept when anything fails). Returns the entry's folder."""
+    folder = zoo_dir()
+    target = folder / check_zoo_name(name)
+    if not replace and (target.exists() or target.is_symlink()):
+        raise InputError(f"zoo:{name} already exists ({target}); pass --force to replace it, or choose another name")
+    return atomic_write_dir(target, fill)
 
 
 def _copy_file(source: Path, temp: Path) -> None:

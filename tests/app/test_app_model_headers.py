@@ -117,6 +117,7 @@ def _smollm2_gguf() -> Path:
     return Path(zoo.resolve_zoo_name("smollm2-135m"))
 
 
+@pytest.mark.smollm2
 def test_the_real_smollm2_gguf_against_its_architecture_by_hand(tmp_path):
     from repo_lens.app.models import _gguf_info
 

@@ -26,6 +26,8 @@ from browser_helpers import (
     settled,
 )
 
+pytestmark = pytest.mark.browser
+
 SCREENSHOTS = ROOT / "build" / "screenshots"
 TABLE = '[data-testid="stDataFrame"] canvas'
 RENDERED = f"{PLOT}, {TABLE}"  # the element that shows a view has rendered: its first plot, or its table

@@ -18,6 +18,8 @@ from browser_helpers import CHROMIUM, PLOT, ROOT, default_app_page, settled
 from repo_lens.zoo import base_installed
 from repo_lens.zoo.external import EXTERNAL_MODELS
 
+pytestmark = pytest.mark.browser
+
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 if not CHROMIUM and not os.environ.get("CI"):

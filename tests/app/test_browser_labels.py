@@ -13,6 +13,8 @@ import re
 import pytest
 from browser_helpers import CHROMIUM, PLOT, ROOT, default_app_page, settled
 
+pytestmark = pytest.mark.browser
+
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 if not CHROMIUM and not os.environ.get("CI"):

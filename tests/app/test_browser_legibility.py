@@ -18,6 +18,8 @@ import time
 import pytest
 from browser_helpers import CHROMIUM, PLOT, ROOT, default_app_page, settled
 
+pytestmark = pytest.mark.browser
+
 SCREENSHOTS = ROOT / "build" / "screenshots"
 MIN_GAP_PX = 1.0
 

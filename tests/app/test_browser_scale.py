@@ -23,6 +23,8 @@ from browser_helpers import (
     settled,
 )
 
+pytestmark = pytest.mark.browser
+
 if not CHROMIUM and not os.environ.get("CI"):
     pytest.skip("no Chromium installed (make browser installs it); the browser test runs in CI",
                 allow_module_level=True)

@@ -7,6 +7,7 @@ with a message naming what was wrong and what would be right.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -205,6 +206,7 @@ def test_a_run_folder_keeps_its_study_before_any_item_is_written(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text()) == {"study": "first", "n": 2}
 
 
+@pytest.mark.study
 def test_cli_analyze_into_another_studys_run_folder_is_refused(byte_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     (out / "items").mkdir(parents=True)
@@ -285,3 +287,56 @@ def test_float8_weights_are_refused_not_upcast(byte_model_dir, tmp_path):
 def test_finite_weights_still_load_in_float16(byte_model_dir):
     lens = repo_lens.load(byte_model_dir, device="cpu", dtype=torch.float16)
     assert all(bool(torch.isfinite(parameter).all()) for parameter in lens.model.parameters())
+
+
+# --- spaced tokens at extreme position magnitudes ----------------------------------------------------------
+
+F32_MAX = float(np.finfo(np.float32).max)
+EXTREME_POSITIONS = {  # (2 layers, 6 tokens) of float32 positions
+    "constant-1e15": np.full((2, 6), 1e15),
+    "constant-4.5e15": np.full((2, 6), 4.5e15),
+    "constant-1e16": np.full((2, 6), 1e16),
+    "constant-1e30": np.full((2, 6), 1e30),
+    "constant-3e38": np.full((2, 6), 3e38),
+    "constant--3e38": np.full((2, 6), -3e38),
+    "constant-float32-max": np.full((2, 6), F32_MAX),
+    "one-step-apart-1e30": np.r_[[1e30] * 5, np.nextafter(np.float32(1e30), np.float32(np.inf))][None].repeat(2, 0),
+    "ramp-1e30": 1e30 * (1 + 1e-6 * np.arange(12)).reshape(2, 6),
+    "ramp-3e38": np.linspace(3.0e38, 3.4e38, 12).reshape(2, 6),
+    "both-ends-of-float32": np.array([[-F32_MAX, 0, F32_MAX, 1, -1, 2]] * 2),
+    "mixed-tiny-and-huge": np.array([[1e-45, -1e-30, 3e38, 1e-38, -3e38, 5.0], [1e30, 1e-30, 0, -1e15, 4.5e15, 1e-45]]),
+    "subnormal-only": np.array([[1e-45, 2e-45, 3e-45, 4e-45, 5e-45, 6e-45]] * 2),
+    "huge-with-nan-and-inf": np.array([[1e30, NAN, 1e30, INF, 1e30, -INF]] * 2),
+    "one-layer-huge-one-small": np.array([[1e30] * 6, [0, 1, 2, 3, 4, 5]]),
+}
+
+
+@pytest.mark.parametrize("scale", ["shared", "row"])
+@pytest.mark.parametrize("name", list(EXTREME_POSITIONS))
+def test_spaced_tokens_at_extreme_position_magnitudes(name, scale):
+    """Every finite position is drawn where it is (scale="shared": x is the position itself) inside an
+    x range that is a proper interval, and each row gets labels, at any float32 magnitude."""
+    z = EXTREME_POSITIONS[name].astype(np.float32)
+    trace = Trace(tokens=list("ab cd!"), token_ids=list(b"ab cd!"), positions=z[:, None, :],
+                  layer_kinds=[mechanism_kinds()[0]] * 2)
+    fig = spaced_tokens_figure(trace, scale=scale)
+    low, high = fig.layout.meta["x_range"]
+    assert np.isfinite(low) and np.isfinite(high) and low < high
+    rows = [trace_ for trace_ in fig.data if trace_.mode in ("markers", "text") and trace_.customdata is not None]
+    assert len(rows) == 2  # one trace per layer: every label (text), or marks with hover markers
+    for layer, row in enumerate(rows):
+        x = np.asarray(row.x, dtype=np.float64)
+        finite = np.isfinite(z[layer])
+        assert np.array_equal(np.isfinite(x), finite)
+        assert ((x[finite] >= low) & (x[finite] <= high)).all()
+        if scale == "shared":
+            np.testing.assert_array_equal(x[finite], z[layer][finite].astype(np.float64))
+    for shape in fig.layout.shapes:  # the ticks, where marks are drawn: where their tokens are, on screen
+        layer = int(shape.name.rsplit(" ", 1)[-1])
+        ticks = np.array([float(value) for value in re.findall(r"M([^,]+),", shape.path)])
+        shown = np.asarray(rows[layer].x, dtype=np.float64)
+        assert ((ticks >= low) & (ticks <= high)).all(), (ticks, low, high)
+        nearest = np.abs(ticks[:, None] - shown[None, np.isfinite(shown)]).min(axis=1)
+        assert (nearest <= (high - low) * 1e-4).all()
+    labels = [trace_ for trace_ in fig.data if trace_.mode == "text"]
+    assert labels and all(len(trace_.text) for trace_ in labels)

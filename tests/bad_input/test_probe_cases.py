@@ -387,6 +387,7 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.training
 def test_cli_train_into_a_checkpoint_that_is_no_training_run_is_refused(byte_model_dir, tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(byte_model_dir, ckpt)
@@ -398,6 +399,7 @@ def test_cli_train_into_a_checkpoint_that_is_no_training_run_is_refused(byte_mod
     assert (ckpt / "model.safetensors").read_bytes() == before
 
 
+@pytest.mark.training
 def test_cli_train_resuming_a_damaged_state_names_it(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--preset", "tiny", "--out", str(run), "--steps", "1", "--quiet"]) == 0

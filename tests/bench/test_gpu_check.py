@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -53,6 +54,7 @@ def test_the_checkpoint_is_the_published_layout_at_the_published_1b_shape(tmp_pa
     torch.testing.assert_close(logits, expected_logits, atol=1e-3 * float(expected_logits.abs().max()), rtol=0)
 
 
+@pytest.mark.slow
 def test_every_step_runs_and_reports(tmp_path):
     gpu_check = _bench_module()
     assert gpu_check.main(["--small", "--lengths", "64", "600", "--repeats", "1", "--batch", "2", "--threads", "1",

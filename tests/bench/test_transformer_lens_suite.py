@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("transformer_lens_suite", ROOT / "bench" / "transformer_lens_suite.py")
 suite = importlib.util.module_from_spec(_spec)

@@ -17,6 +17,8 @@ sys.path.insert(0, str(ROOT / "docs"))
 
 from griffe_doctest import rewrite  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 needs_mkdocs = pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None and not os.environ.get("CI"),
                                   reason="mkdocs is not installed (pip install '.[docs]'; make setup installs it)")
 

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ("python", "bash")
 NOT_RUN = ("", "text", "console", "bibtex", "yaml", "json", "toml")

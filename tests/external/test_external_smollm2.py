@@ -18,6 +18,8 @@ from repo_lens.studies.items import niah_items
 from repo_lens.zoo import resolve_zoo_name, zoo_entries
 from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
+pytestmark = [pytest.mark.smollm2, pytest.mark.xdist_group("smollm2")]  # one worker reads the GGUF once
+
 INSTALL = EXTERNAL_MODELS["smollm2-135m"].install
 PUBLISHED = Path(__file__).resolve().parents[2] / "analyses" / "results" / "smollm2_niah" / "results.json"
 TOLERANCE = 1e-3

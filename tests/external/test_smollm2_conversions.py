@@ -19,6 +19,8 @@ import repo_lens
 from repo_lens.zoo import ZOO_DIR, zoo_entries
 from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
+pytestmark = [pytest.mark.smollm2, pytest.mark.xdist_group("smollm2")]  # one worker reads the GGUF once
+
 needs_smollm2 = pytest.mark.skipif(not external_installed("smollm2-135m"),
                                    reason=f"its base needs the SmolLM2 extra: {EXTERNAL_MODELS['smollm2-135m'].install}")
 

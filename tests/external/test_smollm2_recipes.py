@@ -13,8 +13,9 @@ import repo_lens
 from repo_lens.train.reposition import RepositionConfig, repositioned_model
 from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
-pytestmark = pytest.mark.skipif(not external_installed("smollm2-135m"),
-                                reason=f"the base needs the SmolLM2 extra: {EXTERNAL_MODELS['smollm2-135m'].install}")
+pytestmark = [pytest.mark.smollm2, pytest.mark.xdist_group("smollm2"),
+              pytest.mark.skipif(not external_installed("smollm2-135m"),
+                                 reason=f"the base needs the SmolLM2 extra: {EXTERNAL_MODELS['smollm2-135m'].install}")]
 
 TEXT = ("The jury said that the city of Atlanta had been well run, and that the election was conducted with care. "
         "It also found that many of the city's laws were outdated and should be revised by the next council.")

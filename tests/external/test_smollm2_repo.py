@@ -15,6 +15,8 @@ import repo_lens
 from repo_lens.zoo import ZOO_DIR, zoo_entries
 from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
+pytestmark = [pytest.mark.smollm2, pytest.mark.xdist_group("smollm2")]  # one worker reads the GGUF once
+
 needs_smollm2 = pytest.mark.skipif(not external_installed("smollm2-135m"),
                                    reason=f"its base needs the SmolLM2 extra: {EXTERNAL_MODELS['smollm2-135m'].install}")
 
@@ -105,17 +107,15 @@ def test_the_control_rotates_by_the_integers_in_every_layer():
 def test_the_position_edits_analysis_agrees_with_the_card_and_a_plain_forward(tmp_path):
     """analyses/smollm2_position_edits.py: its unedited held-out bits are the card script's on the same
     sequence (two code paths), the integer edit changes them, and the boundary AUCs are probabilities."""
-    import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    run = subprocess.run([sys.executable, str(root / "analyses" / "smollm2_position_edits.py"), "--out", str(tmp_path),
-                          "--prompts", "1", "--sequences", "1", "--edits", "integer"],
-                         capture_output=True, text=True, timeout=900, check=False)
-    assert run.returncode == 0, run.stderr[-2000:]
+    sys.path.insert(0, str(root / "analyses"))
+    from smollm2_position_edits import main  # in this process: the base's GGUF is read once per session
+
+    assert main(["--out", str(tmp_path), "--prompts", "1", "--sequences", "1", "--edits", "integer"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["layers"] == list(range(10, 30)) and set(summary["edits"]) == {"none", "integer"}
-    sys.path.insert(0, str(root / "analyses"))
     from smollm2_repo_card import held_out_bits
 
     card = held_out_bits(repo_lens.load(f"zoo:{NAME}", device="cpu", dtype="float32"), 1024, 1)

@@ -54,6 +54,7 @@ def test_no_browser_at_all_is_an_export_error_within_five_seconds(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.pdf"]
 
 
+@pytest.mark.browser
 def test_a_browser_that_dies_at_start_is_an_export_error_within_seconds(tmp_path):
     fake = tmp_path / "chromium"
     fake.write_text("#!/bin/sh\nexit 1\n")

@@ -65,6 +65,7 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     assert not (tmp_path / LOCK_NAME).exists()
 
 
+@pytest.mark.study
 def test_a_second_analyze_is_refused_with_one_error_line(tmp_path):
     holder = hold(tmp_path)
     try:

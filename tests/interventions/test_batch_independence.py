@@ -85,6 +85,7 @@ def test_prompt_seeds_follow_the_real_tokens_and_the_seed_only():
     assert prompt_seeds(ids, [3, 4, 3], seed=1)[0] != seeds[0]
 
 
+@pytest.mark.study
 def test_the_study_quick_mode_gives_the_same_numbers_at_batch_sizes_1_and_8(tmp_path):
     from repo_lens.model.loaders import save_checkpoint
     from repo_lens.studies.reproductions import STUDIES

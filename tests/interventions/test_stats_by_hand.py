@@ -97,6 +97,7 @@ def _results() -> dict:
     return json.loads(gzip.decompress(RESULTS.read_bytes()))
 
 
+@pytest.mark.study
 def test_the_recorded_intervals_and_p_values_of_a_real_study_are_reproduced():
     """results.json was written by the hand-written Wilson, bootstrap and McNemar: the same inputs give the same
     numbers (the hits are exact 0/1; the logprobs are rounded there, so their intervals are not compared)."""

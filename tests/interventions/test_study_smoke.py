@@ -27,6 +27,7 @@ def study(tmp_path_factory):
     return root, models, document
 
 
+@pytest.mark.study
 def test_every_rate_has_an_interval_and_the_families_are_all_there(study):
     root, (repo_name, rope_name, _), document = study
     repo = document["results"][repo_name]["ablations"]

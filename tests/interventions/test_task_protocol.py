@@ -104,6 +104,7 @@ def test_ablate_runs_beyond_the_context_only_when_asked(flipflop):
     assert edited.shape[-1] == len(ids) and np.ptp(edited[1]) == 0.0
 
 
+@pytest.mark.study
 def test_the_study_runs_a_task_model_through_the_retrieval_protocol(tmp_path, reversal):
     from repo_lens.studies.reproductions import STUDIES
 

@@ -138,6 +138,7 @@ def test_figures_made_after_setup_share_the_builders_template(renderer):
     assert plain["font"]["family"] == built["font"]["family"] and plain["colorway"] == list(OKABE_ITO)
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(export_unavailable() is not None, reason="needs Chromium (make browser)")
 def test_figures_carry_an_interactive_view_and_a_png(renderer):
     pio.renderers.default = "plotly_mimetype"

@@ -71,6 +71,7 @@ def offline_loads(hub_cache, repo_dir, tmp_path_factory) -> dict:
     return _run_loads(hub_cache, repo_dir, tmp_path_factory.mktemp("offline"), offline=True, cases=cases)
 
 
+@pytest.mark.slow
 def test_load_by_id_takes_main_and_records_the_commit(offline_loads, hub_cache):
     latest = offline_loads["latest"]
     expected = {"repo_id": REPO, "revision": "main", "commit": SHARDED}
@@ -116,6 +117,7 @@ def test_an_incomplete_snapshot_names_the_missing_shards(offline_loads):
         error["message"]
 
 
+@pytest.mark.slow
 def test_local_files_only_reads_the_cache_without_offline_mode(hub_cache, repo_dir, tmp_path):
     """HF_HUB_OFFLINE=0 and local_files_only=True: no network call, the same snapshot; a miss says how to fetch it."""
     loads = _run_loads(hub_cache, repo_dir, tmp_path, offline=False, cases=["local_files_only", "local_miss"])
@@ -126,6 +128,7 @@ def test_local_files_only_reads_the_cache_without_offline_mode(hub_cache, repo_d
         f"`{hub.hub_cli('download')} other-org/not-cached` with network access, or load without local_files_only=True")
 
 
+@pytest.mark.slow
 def test_cli_trace_by_hub_id(hub_cache, tmp_path):
     out = tmp_path / "trace.safetensors"
     command = [sys.executable, "-m", "repo_lens.cli", "trace", "--model", REPO, "--revision", "v1.0", "--device",

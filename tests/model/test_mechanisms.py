@@ -11,7 +11,8 @@ import reference_mechanisms as ref
 from repo_lens.lens import Lens
 from repo_lens.model import LensModel, ModelConfig
 
-NEW_KINDS = ["lpi", "lpi-layer", "grape-m", "fox", "cope", "grape-ap"]
+NEW_KINDS = ["lpi", "lpi-layer", "grape-m", "fox", "cope", "grape-ap", "lpi-head", "lpi-table", "lpi-resid",
+             "lpi-resid-head", "lpi-pope", "lpi-resid-head-pope"]
 T = 12
 
 
@@ -25,6 +26,8 @@ def make_model(kind: str, layers=("rope", None, None), seed: int = 0, std: float
         for name, param in model.named_parameters():
             if param.ndim >= 2:
                 param.normal_(std=std)
+        if hasattr(getattr(model, "increments", None), "table"):  # a frozen δ table holds ones until loaded
+            model.increments.deltas.uniform_(0.2, 2.0, generator=torch.Generator().manual_seed(seed))
     return model
 
 
@@ -75,7 +78,7 @@ def test_grape_m_phase_is_the_exclusive_running_sum_of_softplus():
     assert (cache[f"blocks.{layer}.attn.hook_pos"][0, :, 0] == 0).all()
 
 
-@pytest.mark.parametrize("kind", ["lpi", "lpi-layer", "grape-m"])
+@pytest.mark.parametrize("kind", ["lpi", "lpi-layer", "grape-m", "lpi-head", "lpi-table", "lpi-resid", "lpi-resid-head"])
 def test_unit_increments_reproduce_rope(kind):
     """δ ≡ 1 (written into the increments) is RoPE: the same weights give the same logits."""
     rope = make_model("rope", layers=("rope", "rope", "rope"))

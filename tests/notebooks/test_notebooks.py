@@ -2,16 +2,19 @@
 ``.ipynb`` committed with the outputs of a clean run of that very source (notebooks/execute.py),
 every figure responsive, in one template, with a static picture (image/png); the sources pass ruff and use only the public API; the text
 quotes no number that no output above it shows; and (slow) every notebook runs again without an
-error, giving the same kinds of output, and a figure shows as a plotly chart in a real JupyterLab."""
+error, giving the same kinds of output, when its code or the package changed since its outputs were
+stored, and a figure shows as a plotly chart in a real JupyterLab."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -146,11 +149,38 @@ def test_numbers_in_the_text_come_from_outputs_above(source):
     assert not missing, f"{source.name}: numbers in the text that no output above shows: {missing}"
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def new_runs() -> dict[Path, tuple[nbformat.NotebookNode | None, BaseException | None]]:
+    """A clean run of every notebook whose code or package changed since its outputs were stored (all of them
+    with REPO_LENS_RUN_NOTEBOOKS=1), two kernels at a time (one thread each): each its notebook or its error."""
+    forced = os.environ.get("REPO_LENS_RUN_NOTEBOOKS") == "1"
+    stale = [source for source in SOURCES if forced or runner.needs_run(source) is not None]
+
+    def run(source: Path) -> tuple[nbformat.NotebookNode | None, BaseException | None]:
+        try:
+            return runner.execute(source)[0], None
+        except Exception as error:  # reported by the notebook's own test
+            return None, error
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(stale, pool.map(run, stale)))
+
+
+@pytest.mark.jupyterlab
+@pytest.mark.xdist_group("notebooks")  # one worker runs them all, two kernels at a time (new_runs)
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
-def test_notebook_runs_again_with_the_same_kinds_of_output(source):
-    nb, _ = runner.execute(source)  # raises CellExecutionError (naming the cell) when a cell fails
+def test_notebook_runs_on_the_current_code_with_the_same_kinds_of_output(source, new_runs):
+    """A notebook whose code or package changed since its outputs were stored runs again, without an error and
+    giving the same kinds of output; one whose stored outputs came from this very code and package needs no new
+    run to show that (``runner.needs_run``, keyed on the SHA-256 of both)."""
     stored = nbformat.read(runner.notebook_of(source), as_version=4)
+    if source not in new_runs:
+        assert runner.needs_run(source) is None
+        assert stored.metadata["repo_lens"]["package_sha256"] == runner.package_sha256()
+        return
+    nb, error = new_runs[source]
+    if error is not None:
+        raise error  # CellExecutionError names the failing cell
     no_picture = export_unavailable() is not None  # no Chromium: figures come without their static image
 
     def kinds(notebook):
@@ -166,7 +196,32 @@ def test_notebook_runs_again_with_the_same_kinds_of_output(source):
     assert runner.code_sha256(nb) == stored.metadata["repo_lens"]["code_sha256"]
 
 
-@pytest.mark.slow
+def test_a_notebook_runs_again_when_its_code_or_the_package_changes(tmp_path, monkeypatch):
+    source = tmp_path / SOURCES[0].name
+    shutil.copy(SOURCES[0], source)
+    stored = nbformat.read(runner.notebook_of(SOURCES[0]), as_version=4)
+    stored.metadata["repo_lens"]["package_sha256"] = runner.package_sha256()
+    nbformat.write(stored, runner.notebook_of(source))
+    assert runner.needs_run(source) is None
+    package = tmp_path / "package"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "module.py").write_text("x = 1\n")
+    monkeypatch.setattr(runner, "PACKAGE", package)
+    before = runner.package_sha256(package)
+    (package / "sub" / "__pycache__").mkdir()
+    (package / "sub" / "__pycache__" / "module.cpython-311.pyc").write_bytes(b"compiled")
+    assert runner.package_sha256(package) == before  # compiled caches are not the package
+    (package / "sub" / "module.py").write_text("x = 2\n")
+    assert runner.package_sha256(package) != before
+    monkeypatch.setattr(runner, "package_sha256", lambda package=package: "another package")
+    assert "package changed" in runner.needs_run(source)
+    monkeypatch.undo()
+    source.write_text(source.read_text(encoding="utf-8") + "\nprint('one more cell')\n", encoding="utf-8")
+    assert "code of" in runner.needs_run(source)
+
+
+@pytest.mark.jupyterlab
+@pytest.mark.browser
 def test_a_figure_shows_as_a_plotly_chart_in_jupyterlab(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from notebook_browser import CHROMEDRIVER, CHROMIUM, first_chart

@@ -46,6 +46,7 @@ def test_the_smallest_preset_is_acl_one_column():
     assert SMALLEST == "acl-column" and paper_target(SMALLEST).width_px == round(7.7 / 2.54 * PX_PER_INCH) == 291
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_every_builder_at_the_smallest_preset_has_the_size_and_readable_text_that_never_overlaps(exported):
     builders = {name.split(" ")[0] for name, _, _ in exported}

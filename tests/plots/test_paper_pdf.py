@@ -22,6 +22,8 @@ from repo_lens.plots.pdf_export import FACES, PdfExportError, check_fonts, crisp
 from repo_lens.plots.pdf_measure import largest_empty_band, plot_rows, read_pdf, svg_text
 from repo_lens.plots.style import PATTERN_COLORS, SPAN_COLORS, lightness
 
+pytestmark = pytest.mark.latex
+
 pymupdf = pytest.importorskip("pymupdf", reason="PyMuPDF reads the PDFs (pip install pymupdf; in the dev extra)")
 REQUIRED = bool(os.environ.get("CI"))
 HAVE_EXPORT = bool(shutil.which("chromium") or shutil.which("google-chrome")) and bool(shutil.which("rsvg-convert"))

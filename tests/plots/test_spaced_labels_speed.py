@@ -16,6 +16,8 @@ from repo_lens.plots.gallery import synthetic_trace, word_tokens
 from repo_lens.plots.labels import WORD_BREAKS, label_width_px, place_labels, words_of_tokens
 from repo_lens.trace import Trace
 
+pytestmark = pytest.mark.slow
+
 
 def word_trace(n_layers: int = 16, n_heads: int = 16, n_tokens: int = 4096, seed: int = 0,
                jumps: bool = False) -> Trace:

@@ -27,6 +27,8 @@ from repo_lens.studies.distributed import (
 )
 from repo_lens.studies.shards import chosen_shard_size
 
+pytestmark = pytest.mark.study
+
 LAUNCHER = Path(__file__).with_name("distributed_launcher.py")
 MERGED = ("results.json", "results.csv", "summary.json", "run.json")
 

@@ -47,6 +47,7 @@ def test_every_zoo_model_loads_and_traces(name):
         assert trace.meta["increments"]["learned_layers"] == list(range(lens.model.cfg.n_layers))
 
 
+@pytest.mark.slow
 def test_zoo_json_command_lists_the_models():
     output = subprocess.run([sys.executable, "-m", "repo_lens.cli", "zoo", "--json"], check=True,
                             capture_output=True, text=True).stdout
@@ -91,6 +92,7 @@ def byte_task():
     return task_of("zoo:bytes-repo")
 
 
+@pytest.mark.study
 @pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
 def test_byte_models_beat_a_unigram_model_on_held_out_text(byte_task, mechanism):
     lens = repo_lens.load(f"zoo:bytes-{mechanism}", device="cpu")
@@ -132,6 +134,7 @@ def test_repo_positions_are_not_a_linear_function_of_the_index():
     assert nonlinear_heads >= 1
 
 
+@pytest.mark.study
 @pytest.mark.parametrize("mechanism", ["rope", "cope", "grape-m"])
 def test_flipflop_errors_equal_the_card(mechanism):
     from repo_lens.train.flipflop import FlipFlopTask
@@ -162,6 +165,7 @@ def mixture_task():
     return task_of("zoo:bytes1k-repo")
 
 
+@pytest.mark.study
 @pytest.mark.parametrize("mechanism", RETRIEVAL_MECHANISMS)
 def test_1k_models_retrieve_the_needle_as_their_card_says(mixture_task, mechanism):
     """Issue 17: NIAH accuracy in context (1,024 bytes) and bits per byte, re-measured on the shipped weights."""
@@ -178,6 +182,7 @@ def test_1k_models_retrieve_the_needle_as_their_card_says(mixture_task, mechanis
     assert measured["val_bpb"] < 4.5  # a unigram byte model: ~5.1 bits per byte
 
 
+@pytest.mark.study
 @pytest.mark.parametrize("mechanism", ["rope", "repo"])
 def test_teacher_forced_niah_accuracy_is_what_greedy_decoding_gets(mixture_task, mechanism):
     """The accuracy shortcut (every answer byte the argmax given the right prefix) agrees with real greedy

@@ -29,7 +29,6 @@ class TransformerLensConfigFields:
     extra: dict[str, Any]
 
     attn_only = False
-    gated_mlp = True
     use_attn_result = False
     tokenizer_appends_eos = False  # True: to_tokens strips the EOS a tokenizer appends, as TransformerLens
     use_split_qkv_input = False
@@ -38,9 +37,17 @@ class TransformerLensConfigFields:
     ungroup_grouped_query_attention = False
     final_rms = True
     n_devices = 1
-    act_fn = "silu"
     positional_embedding_type = "rotary"
     tokenizer_prepends_bos = False
+
+    @property
+    def gated_mlp(self) -> bool:
+        """False for the plain GELU MLP (``extra["mlp"] == "gelu"``), else True (SwiGLU)."""
+        return self.extra.get("mlp", "swiglu") != "gelu"
+
+    @property
+    def act_fn(self) -> str:
+        return "silu" if self.gated_mlp else "gelu"
 
     @property
     def d_vocab(self) -> int:

@@ -52,6 +52,20 @@ def layer_range(n_layers: int, start_at_layer: int | None, stop_at_layer: int | 
     return start, stop
 
 
+def _check_forward_arguments(input: Any, return_type: str | None, padding_side: str | None,
+                             kwargs: dict[str, Any]) -> None:
+    if return_type not in RETURN_TYPES:
+        raise InputError(f"return_type={return_type!r}; choose one of {RETURN_TYPES}")
+    unknown = sorted(set(kwargs) - {"cache", "rows_from"})
+    if unknown:
+        raise InputError(f"forward does not take {unknown}; it takes text or token ids, return_type, "
+                         "loss_per_token, prepend_bos, padding_side, start_at_layer, stop_at_layer, tokens, "
+                         "attention_mask, cache (a KVCache) and rows_from")
+    if isinstance(input, list) and padding_side == "left":
+        raise InputError("repo_lens models take no attention mask, so left padding would let each text attend to "
+                         "its pads; pass padding_side='right' (causal attention never sees the pads after a text)")
+
+
 class ForwardInterface:
     """``forward(input, return_type=..., loss_per_token=..., prepend_bos=..., padding_side=...)`` on top of
     the model's own ``forward_logits(input_ids, cache=..., rows_from=...)``."""
@@ -81,16 +95,7 @@ class ForwardInterface:
         """
         if isinstance(return_type, KVCache):  # the model's own positional form: model(ids, cache)
             kwargs["cache"], return_type = return_type, "logits"
-        if return_type not in RETURN_TYPES:
-            raise InputError(f"return_type={return_type!r}; choose one of {RETURN_TYPES}")
-        unknown = sorted(set(kwargs) - {"cache", "rows_from"})
-        if unknown:
-            raise InputError(f"forward does not take {unknown}; it takes text or token ids, return_type, "
-                             "loss_per_token, prepend_bos, padding_side, start_at_layer, stop_at_layer, tokens, "
-                             "attention_mask, cache (a KVCache) and rows_from")
-        if isinstance(input, list) and padding_side == "left":
-            raise InputError("repo_lens models take no attention mask, so left padding would let each text attend to "
-                             "its pads; pass padding_side='right' (causal attention never sees the pads after a text)")
+        _check_forward_arguments(input, return_type, padding_side, kwargs)
         if start_at_layer is not None or stop_at_layer is not None:
             kwargs.update(start_at_layer=start_at_layer, stop_at_layer=stop_at_layer)
         if start_at_layer is not None:
@@ -109,6 +114,10 @@ class ForwardInterface:
             if tokens is None:
                 raise InputError("a loss from start_at_layer needs the token ids it predicts: pass tokens=[batch, pos]")
             ids = tokens.to(output.device)
+        if not loss_per_token and ids.shape[-1] < 2:
+            raise InputError(f"a next-token loss needs at least two tokens (each token predicts the next); the input "
+                             f"has {ids.shape[-1]}: pass a longer input, or loss_per_token=True for the (empty) "
+                             "per-token losses")
         mask = self._loss_mask(attention_mask, ids) if attention_mask is not None else \
             self._padding_mask(input, ids, prepend_bos, padding_side)
         loss = next_token_loss(output, ids, loss_per_token, mask)

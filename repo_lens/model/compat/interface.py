@@ -21,7 +21,7 @@ from repo_lens.model.compat.weights import WeightInterface
 RESULT_HOOK = "attn.hook_result"  # cached only after set_use_attn_result(True)
 PATTERN_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")  # computed in fp32; cached in the model's dtype
 # hooks whose last axis is the token ([batch, head, pos]): positions and the increments that sum to them
-LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_query_delta")
+LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_head_delta", "hook_query_delta")
 # [batch, pos, head, d_head]: TransformerLens' own, and the rotated queries and keys
 HEAD_VECTOR_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k")
 
@@ -34,6 +34,26 @@ def _without_batch_dim(hook: Any) -> Any:
         return out.unsqueeze(0) if isinstance(out, torch.Tensor) else out
 
     return wrapped
+
+
+def _gradient_leaf(tensor: torch.Tensor, hook: Any) -> torch.Tensor | None:
+    """The embedding as a tensor that requires grad (a copy: the model may edit it in place), when it does not."""
+    if tensor.requires_grad or not tensor.is_floating_point() or not torch.is_grad_enabled():
+        return None
+    return tensor.detach().requires_grad_(True).clone()
+
+
+def _check_batch_of_one(inputs: Any) -> None:
+    """Refuse, before the run, a batch of several inputs for ``remove_batch_dim=True`` (as TransformerLens)."""
+    if isinstance(inputs, torch.Tensor):
+        batch = inputs.shape[0] if inputs.ndim > 1 else 1
+    elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, str) for item in inputs):
+        batch = len(inputs)
+    else:
+        return
+    if batch != 1:
+        raise InputError(f"remove_batch_dim=True drops the batch axis, which needs a batch of one input; got a batch "
+                         f"of {batch}: run the inputs one at a time, or leave remove_batch_dim out")
 
 
 def position_axis(name: str) -> int:
@@ -92,6 +112,10 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         (as TransformerLens caches them; half the memory of a bf16 model's fp32 patterns) unless
         ``cache_dtype`` asks for another; positions are cached in fp32 whatever the model's dtype.
         """
+        if remove_batch_dim:
+            _check_batch_of_one(model_args[0] if model_args else kwargs.get("input"))
+            if model_args and isinstance(model_args[0], torch.Tensor) and model_args[0].ndim == 1:
+                model_args = (model_args[0][None], *model_args[1:])  # one sequence of ids: a batch of one
         if kwargs.get("incl_bwd"):
             self._check_backward_run(kwargs)
         self._pattern_cache_dtype = cache_dtype
@@ -108,6 +132,10 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         if kwargs.get("return_type", "logits") != "loss":
             raise InputError("incl_bwd=True calls backward() on the output, which must be a scalar output: pass "
                              'return_type="loss" (or run the backward pass yourself with run_with_hooks)')
+        if kwargs.get("loss_per_token"):
+            raise InputError("incl_bwd=True calls backward() on the loss, which must be one number, but "
+                             "loss_per_token=True gives one per token: leave loss_per_token out (the mean loss), or "
+                             "take the per-token losses from run_with_hooks and call backward() on what you choose")
         if kwargs.get("stop_at_layer") is not None:
             raise InputError("incl_bwd=True cannot be combined with stop_at_layer: the run returns the residual stream "
                              "at that layer, not a scalar to call backward() on; leave stop_at_layer out")
@@ -160,6 +188,12 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
 
         # Gradients through a hook on the tensor each hook point hands on, not TransformerLens' module backward
         # hooks: autograd's own gradient of that tensor, bit for bit (the module hooks' extra node reorders sums).
+        # With some weights frozen (requires_grad=False) the activations before the first trainable one would
+        # carry no gradient; an activation's gradient needs no weight's, so the embedding is made a leaf that
+        # requires one, and every activation that depends on the input gets its gradient, as with none frozen.
+        leaf = [("hook_embed", _gradient_leaf)] if incl_bwd and backward_hooks and not all(
+            parameter.requires_grad for parameter in self.parameters()) else []
+
         def gradient_of(name: str, save: Any) -> Any:
             keep = wrapped(name, save)
 
@@ -169,7 +203,7 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
 
             return hook
 
-        return (cache, [(name, wrapped(name, save)) for name, save in forward_hooks]
+        return (cache, leaf + [(name, wrapped(name, save)) for name, save in forward_hooks]
                 + [(name, gradient_of(name, save)) for name, save in backward_hooks], [])
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:

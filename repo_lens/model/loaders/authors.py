@@ -1,7 +1,7 @@
 """Dispatch to the adapters for checkpoints written by the mechanisms' authors' own code: GRAPE's
 ``save_pretrained`` directories (``model_type: "gpt2"`` with their ``GPTConfig``), the FoX package's
-(``model_type: "forgetting_transformer-project_fox"``) and CoPE's training checkpoint files
-(``checkpoints/<name>.pt``)."""
+(``model_type: "forgetting_transformer-project_fox"``), CoPE's training checkpoint files
+(``checkpoints/<name>.pt``) and the learned-increments post's (``step_<N>.pt``)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ from typing import Any
 
 import torch
 
+from repo_lens.errors import CheckpointError
+from repo_lens.model.loaders.cope import FORMAT as COPE_FORMAT
 from repo_lens.model.loaders.cope import is_cope_file, load_cope
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.fox import fox_files, is_fox_config, load_fox
 from repo_lens.model.loaders.grape import grape_files, load_grape
 from repo_lens.model.loaders.grape_config import is_grape_config
+from repo_lens.model.loaders.increments_post import FORMAT as POST_FORMAT
+from repo_lens.model.loaders.increments_post import is_post_checkpoint, is_post_folder, load_post, post_file
+from repo_lens.model.loaders.increments_post.files import step_files
 from repo_lens.model.loaders.loaded import LoadedModel
+from repo_lens.model.loaders.unpickler import read_pickled
 
 
 def authors_files(directory: Path, config: dict[str, Any]) -> list[Path] | None:
@@ -38,11 +44,32 @@ def load_authors(directory: Path, config: dict[str, Any], device: Any, dtype: An
 
 
 def is_authors_file(path: Path) -> bool:
-    """True for a single-file authors' checkpoint (CoPE's ``*.pt``)."""
-    return is_cope_file(path)
+    """True for a single-file authors' checkpoint (CoPE's ``*.pt``, the learned-increments post's
+    ``step_<N>.pt``) or a folder of the post's ``step_<N>.pt`` files without a config.json."""
+    return is_cope_file(path) or is_post_folder(path)
+
+
+def authors_file(path: Path) -> Path:
+    """The file a load of the single-file source ``path`` reads (a post's folder: its latest ``step_<N>.pt``)."""
+    return post_file(path) if is_post_folder(path) else path
 
 
 def load_authors_file(path: Path, device: Any, dtype: Any) -> LoadedModel:
-    """The single-file authors' checkpoint ``path`` loaded (see :func:`is_authors_file`)."""
+    """The single-file authors' checkpoint ``path`` loaded (see :func:`is_authors_file`): read once with
+    ``torch.load(weights_only=True)``, then run as the format its content shows, CoPE's or the post's; a
+    file in neither is refused naming both."""
     target_device = resolve_device(device)
-    return load_cope(path, target_device, resolve_dtype(dtype, target_device))
+    target_dtype = resolve_dtype(dtype, target_device)
+    file = authors_file(path)
+    picked = None
+    if file != path:
+        count = len(step_files(path))
+        picked = f"{path} holds {count} checkpoint(s); loaded the latest, {file.name}" if count > 1 else None
+    loaded = read_pickled(file, "training checkpoint")
+    if is_post_checkpoint(loaded):
+        return load_post(file, loaded, target_device, target_dtype, picked)
+    if isinstance(loaded, dict) and "cfg" in loaded:
+        return load_cope(file, target_device, target_dtype, loaded)
+    found = f"a dict with keys {sorted(map(str, loaded))[:8]}" if isinstance(loaded, dict) else type(loaded).__name__
+    raise CheckpointError(f"{file} is in no checkpoint format repo_lens reads from a .pt file: it looked for "
+                          f"{COPE_FORMAT} and for {POST_FORMAT}; found {found}")

@@ -12,8 +12,10 @@ import torch
 from repo_lens.atomic import remove_leftover_temp_files
 from repo_lens.errors import CheckpointError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
-from repo_lens.model.loaders.authors import authors_files, is_authors_file, load_authors, load_authors_file
-from repo_lens.model.loaders.delta import base_path, delta_files, is_delta_checkpoint, load_delta
+from repo_lens.model.loaders.authors import (
+    authors_file, authors_files, is_authors_file, load_authors, load_authors_file,
+)
+from repo_lens.model.loaders.delta import base_chain, base_path, delta_files, is_delta_checkpoint, load_delta
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.files import read_json_file, regular_file
 from repo_lens.model.loaders.gguf import load_gguf
@@ -69,8 +71,9 @@ def checkpoint_files(source: str | os.PathLike, resolve_base: Callable[[str], Pa
     if _is_gguf(directory):
         return [directory]
     if is_authors_file(directory):
-        return [_regular(directory)]
+        return [_regular(authors_file(directory))]
     if is_delta_checkpoint(directory):  # its own files, then its base's
+        base_chain(directory, resolve_base)  # refuses a chain that never ends in a model
         return [_regular(path) for path in delta_files(directory)] + checkpoint_files(
             base_path(directory, resolve_base), resolve_base)
     config = read_config(directory)
@@ -110,9 +113,10 @@ def load_checkpoint(
     directory = Path(source).expanduser()
     if _is_gguf(directory):
         return load_gguf(directory, device=device, dtype=dtype)
-    if is_authors_file(directory):  # CoPE's checkpoints/<name>.pt
+    if is_authors_file(directory):  # CoPE's checkpoints/<name>.pt, the learned-increments post's step_<N>.pt
         return load_authors_file(directory, device, dtype)
     if is_delta_checkpoint(directory):  # what `repo-lens train --base` changed on a base model
+        base_chain(directory, resolve_base)  # refuses a chain that never ends in a model
         base = load_checkpoint(base_path(directory, resolve_base), "cpu", torch.float32, resolve_base)
         return load_delta(directory, base, device, dtype)
     config = read_config(directory)

@@ -28,6 +28,8 @@ from repo_lens.model.loaders.weights import load_weights_strict
 from repo_lens.model.loaders.word_tokenizer import WordTokenizer
 
 CODE = "github facebookresearch/RAM, projects/cope"
+FORMAT = ("a CoPE training checkpoint (a dict with 'cfg', an argparse Namespace of options, and 'model', a "
+          "state_dict, as their checkpoint.save writes it)")
 _FILE = re.compile(r"\.pt(\.(best|\d+))?$")
 
 
@@ -52,9 +54,9 @@ def _vocab_size(options: dict[str, Any], state: dict[str, torch.Tensor]) -> int:
     return int(options.get("nvocab") or embeddings.shape[0])
 
 
-def load_cope(path: Path, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """The LoadedModel of their checkpoint file ``path``."""
-    options, state, tokenizer_state = _parts(read_pickled(path, "CoPE checkpoint"), path)
+def load_cope(path: Path, device: torch.device, dtype: torch.dtype, loaded: Any = None) -> LoadedModel:
+    """The LoadedModel of their checkpoint file ``path`` (``loaded``: its content, when already unpickled)."""
+    options, state, tokenizer_state = _parts(read_pickled(path, "CoPE checkpoint") if loaded is None else loaded, path)
     cfg = cope_model_config(options, _vocab_size(options, state))
     kinds, authors = cfg.layer_mechanisms, cfg.extra["authors"]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,40 @@ def base_path(directory: Path, resolve: Callable[[str], Path] | None) -> Path:
     return resolve(base) if resolve is not None else Path(base).expanduser()
 
 
+MAX_BASE_CHAIN = 32  # deltas on deltas: far more than any recipe makes
+
+
+def base_chain(directory: Path, resolve: Callable[[str], Path] | None) -> list[Path]:
+    """``directory`` (a delta checkpoint), its base, the base's base, ... down to the first model that is not a
+    delta. A chain that comes back to a folder it passed (a delta whose base is itself, two deltas naming
+    each other) or runs on past ``MAX_BASE_CHAIN`` is a CheckpointError naming the chain.
+
+    >>> base_chain(Path("/no/such/dir"), None)
+    [PosixPath('/no/such/dir')]
+    """
+    chain, seen = [directory], {_identity(directory)}
+    while is_delta_checkpoint(chain[-1]):
+        base = base_path(chain[-1], resolve)
+        shown = " -> ".join(str(path) for path in [*chain, base])
+        if _identity(base) in seen:
+            raise CheckpointError(f"the base of {chain[-1] / RECIPE_FILE} leads back to a folder already on the way "
+                                  f"({shown}), so it never reaches a model; set its base to the model it was "
+                                  "trained on")
+        if len(chain) > MAX_BASE_CHAIN:
+            raise CheckpointError(f"the chain of bases from {directory} is longer than {MAX_BASE_CHAIN} deltas "
+                                  f"({shown}); set the base in recipe.json to the model it was trained on")
+        chain.append(base)
+        seen.add(_identity(base))
+    return chain
+
+
+def _identity(path: Path) -> Path:
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop resolves to nothing: compare the path as written
+        return path.expanduser().absolute()
+
+
 def delta_files(directory: Path) -> list[Path]:
     """The delta's own files (its base's are the base's): ``delta.safetensors`` or its packed twin."""
     return [directory / RECIPE_FILE, shipped_file(directory / DELTA_FILE)]
@@ -55,7 +90,32 @@ def read_recipe(directory: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{directory / RECIPE_FILE} lacks {', '.join(missing)}; it is not a recipe that "
                               "repo-lens train --base wrote")
+    problem = _recipe_problem(recipe)
+    if problem:
+        raise CheckpointError(f"{directory / RECIPE_FILE}: {problem}; restore it from the checkpoint's source")
     return recipe
+
+
+def _recipe_problem(recipe: dict[str, Any]) -> str | None:
+    """What is wrong with the fields the loader reads, or None."""
+    def whole(value: Any, low: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+    if not isinstance(recipe["base"], str) or not recipe["base"].strip():
+        return f"base is {recipe['base']!r}, expected the base model's path or 'zoo:NAME'"
+    if not isinstance(recipe["mechanism"], str) or not recipe["mechanism"]:
+        return f"mechanism is {recipe['mechanism']!r}, expected a mechanism name such as 'repo'"
+    if not whole(recipe["first_layer"], 0):
+        return f"first_layer is {recipe['first_layer']!r}, expected a whole number ≥ 0"
+    if not whole(recipe["lora_rank"], 1):
+        return f"lora_rank is {recipe['lora_rank']!r}, expected a whole number ≥ 1"
+    alpha = recipe["lora_alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        return f"lora_alpha is {alpha!r}, expected a finite number"
+    adapted = recipe["adapted"]
+    if not isinstance(adapted, list) or not all(isinstance(name, str) and name for name in adapted):
+        return f"adapted is {adapted!r}, expected a list of projection names such as 'q_proj'"
+    return None
 
 
 def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = "auto",
@@ -75,7 +135,14 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     except (OSError, SafetensorError) as error:
         raise CheckpointError(f"{shipped} cannot be read ({error}); restore it from the "
                               "checkpoint's source") from None
+    for name, tensor in delta.items():
+        if not tensor.dtype.is_floating_point or not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{shipped}: tensor {name} holds NaN or infinite values (or is not floating point), "
+                                  "so the model would compute nothing; restore it from the checkpoint's source")
     n_layers, first = base.model.cfg.n_layers, int(recipe["first_layer"])
+    if first >= n_layers:
+        raise CheckpointError(f"{directory / RECIPE_FILE}: first_layer is {first}, but its base {recipe['base']} has "
+                              f"{n_layers} layers; the delta was trained on another base")
     kinds = [ROPE_KIND] * first + [recipe["mechanism"]] * (n_layers - first)
     model = LensModel(dataclasses.replace(base.model.cfg, layer_mechanisms=kinds))
     factors = {name: tensor for name, tensor in delta.items() if name.endswith((".lora_A", ".lora_B"))}
@@ -87,8 +154,13 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
         wrong = sorted((set(factors) ^ expected) | (set(positions) ^ needed))
         raise CheckpointError(f"{shipped} does not fit its recipe ({len(wrong)} tensors missing or "
                               f"unexpected, e.g. {wrong[:3]}); it was written by another recipe or is damaged")
-    weights = add_factors_to_weights(base.model.state_dict(), factors,
-                                     float(recipe["lora_alpha"]) / int(recipe["lora_rank"]))
+    try:
+        weights = add_factors_to_weights(base.model.state_dict(), factors,
+                                         float(recipe["lora_alpha"]) / int(recipe["lora_rank"]))
+    except (RuntimeError, KeyError) as error:
+        raise CheckpointError(f"the adapters in {shipped} do not fit their base {recipe['base']} "
+                              f"({type(error).__name__}: {str(error)[:200]}); it was trained on another base or "
+                              "is damaged") from None
     weights.update({name: tensor.float() for name, tensor in positions.items()})
     try:
         model.load_state_dict(weights, strict=True)

@@ -11,14 +11,23 @@ count them and refuse instead. The tokenizer is the one embedded in the GGUF, co
 Needs the ``gguf`` package (``pip install gguf``). The dequantised model is the quantised
 one's exact weights in fp32: logits equal transformers' load of the same file, not those of
 the original bf16 release.
+
+Reading a GGUF is slow in pure Python (the gguf reader walks every vocabulary string, and
+transformers reads the file three times: config, tensors, tokenizer). A process keeps what it read
+of the last GGUF it loaded, when its dequantised tensors take at most ``PARSED_CACHE_BYTES`` (2 GB:
+SmolLM2-135M's take 0.54 GB), keyed by the file's path, size and modification time, so loading it
+again, or a conversion shipped on top of it, reads nothing twice. Every load gets its own copy of
+the tensors and the tokenizer. :func:`forget_parsed_gguf` frees it.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -169,17 +178,16 @@ def load_gguf(
         ('gguf-llama', False)
     """
     path = _check_file(Path(source).expanduser())
-    hf_config = gguf_hf_config(path)
-    model_config = model_config_from_hf(hf_config.to_dict())
+    parsed = _parsed_gguf(path)
+    model_config = model_config_from_hf(parsed.hf_config.to_dict())
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
-    reader = _reader(path)
-    tensors = read_gguf_tensors(path, hf_config, reader)
+    # the model's parameters may share storage with the tensors it is given: give it a copy of the kept ones
+    tensors = {name: tensor.clone() for name, tensor in parsed.tensors.items()}
     model = build_strict(model_config, tensors, rename=hf_to_lens_name, dtype=target_dtype, device=target_device)
     del tensors
-    tokenizer = load_gguf_tokenizer(path)
-    metadata = gguf_metadata(path, reader)
-    del reader
+    tokenizer = copy.deepcopy(parsed.tokenizer)
+    metadata = parsed.metadata
     meta = {
         "source": str(path.resolve()),
         "format": f"gguf-{model_config.family}",
@@ -197,6 +205,48 @@ def load_gguf(
         },
     }
     return LoadedModel(model=model, tokenizer=tokenizer, meta=meta)
+
+
+PARSED_CACHE_BYTES = 2 * 1024**3
+
+
+@dataclass(frozen=True)
+class _ParsedGGUF:
+    key: tuple[str, int, int]  # resolved path, size, modification time (ns)
+    hf_config: Any
+    tensors: dict[str, torch.Tensor]
+    tokenizer: Any
+    metadata: dict[str, Any]
+
+
+_PARSED: list[_ParsedGGUF] = []  # the last GGUF read, when small enough (PARSED_CACHE_BYTES)
+
+
+def _parsed_gguf(path: Path) -> _ParsedGGUF:
+    """The config, fp32 tensors, tokenizer and metadata of ``path``: read now, or kept from this process's last
+    read of the same unchanged file."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if _PARSED and _PARSED[0].key == key:
+        return _PARSED[0]
+    hf_config = gguf_hf_config(path)
+    reader = _reader(path)
+    tensors = read_gguf_tensors(path, hf_config, reader)
+    parsed = _ParsedGGUF(key=key, hf_config=hf_config, tensors=tensors, tokenizer=load_gguf_tokenizer(path),
+                         metadata=gguf_metadata(path, reader))
+    del reader
+    _PARSED.clear()
+    if sum(tensor.numel() * tensor.element_size() for tensor in tensors.values()) <= PARSED_CACHE_BYTES:
+        _PARSED.append(parsed)
+    return parsed
+
+
+def forget_parsed_gguf() -> None:
+    """Free what this process kept of the last GGUF it read (the next load reads the file again).
+
+    >>> forget_parsed_gguf()
+    """
+    _PARSED.clear()
 
 
 def _owning_distribution(path: Path) -> str | None:

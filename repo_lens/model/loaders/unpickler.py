@@ -57,11 +57,19 @@ def read_pickled(path: Path, what: str) -> Any:
             warnings.simplefilter("ignore")  # torch warns about pickle protocols it reads anyway
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        if _GLOBAL.search(str(error)) is None and "Unsupported operand" in str(error):  # bytes that are no pickle
+            raise _unreadable(path, what, error) from None
         raise _refused(path, what, error) from None
     except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile, OSError) as error:
-        raise CheckpointError(f"{path} ({what}) is not a readable torch checkpoint ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0][:200] if str(error) else 'no detail'}); expected a file "
-                              "written by torch.save") from None
+        raise _unreadable(path, what, error) from None
+
+
+def _unreadable(path: Path, what: str, error: Exception) -> CheckpointError:
+    """The error for a file torch.load cannot read at all (truncated, empty, not written by torch.save)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    detail = next((line for line in lines if "Unsupported operand" in line), lines[0] if lines else "no detail")
+    return CheckpointError(f"{path} ({what}) is not a readable torch checkpoint ({type(error).__name__}: "
+                           f"{detail[:200]}); expected a file written by torch.save")
 
 
 def _refused(path: Path, what: str, error: Exception) -> CheckpointError:

@@ -143,7 +143,11 @@ def _check_finite(state: dict[str, torch.Tensor], renamed: dict[str, str], dtype
 
 
 def _describe(lens_names: list[str], rename) -> list[str]:
-    """Missing parameters in the checkpoint's own spelling, so the user can grep for them."""
+    """Missing parameters in the checkpoint's own spelling, so the user can grep for them (a ``rename`` with an
+    ``inverse`` spells them itself)."""
+    inverse = getattr(rename, "inverse", None)
+    if inverse is not None:
+        return [inverse(name) for name in lens_names]
     if rename is not hf_to_lens_name:
         return lens_names
     return [lens_to_hf_name(name) for name in lens_names]

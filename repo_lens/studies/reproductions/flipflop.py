@@ -14,14 +14,17 @@ PAPER_TABLE2 = {"RoPE, d 256, 4 layers x 4 heads": (1.8, 20.3), "CoPE, d 256, 4 
 
 
 def flipflop_study(out: Path, models: list[str], quick: bool = False, figures: bool = True,
-                   progress: bool = True) -> dict[str, Any]:
+                   progress: bool = True, sequences: int | None = None) -> dict[str, Any]:
     """Errors at the training length (the task's own test sets) and at 2× and 4× that length, which
     puts the latest write further away than training ever did (our 128-token training length makes
-    the same-length sparse test easy; the paper's sequences are 512 tokens)."""
+    the same-length sparse test easy; the paper's sequences are 512 tokens). ``sequences``: test
+    sequences at the training length (default 1,000, the cards' test sets, or 300 with ``quick``; the
+    first of the same sets either way), at most 400 at 2× and 4×."""
     from repo_lens.loading import load
     from repo_lens.train.flipflop import FlipFlopTask
+    from repo_lens.validation import check_int
 
-    count = 300 if quick else 1000  # at the training length (the cards' test sets); 400 at 2× and 4×
+    count = check_int(sequences, "sequences", minimum=1) if sequences is not None else 300 if quick else 1000
     results: dict[str, Any] = {}
     for model in tqdm(models, desc="flip-flop", disable=not progress):
         lens = load(model, device="cpu")
@@ -29,9 +32,9 @@ def flipflop_study(out: Path, models: list[str], quick: bool = False, figures: b
         rows = {}
         for factor in (1, 2, 4):
             task = FlipFlopTask(batch_size=16, length=factor * trained)
-            sequences = count if factor == 1 else min(count, 400)
-            rows[str(factor * trained)] = {"error_in_distribution": task.error(lens.model, task.train_ignore, sequences),
-                                           "error_ood_sparse": task.error(lens.model, task.ood_ignore, sequences)}
+            tested = count if factor == 1 else min(count, 400)
+            rows[str(factor * trained)] = {"error_in_distribution": task.error(lens.model, task.train_ignore, tested),
+                                           "error_ood_sparse": task.error(lens.model, task.ood_ignore, tested)}
         results[model] = {"trained_length": trained, "by_length": rows}
     lengths = list(next(iter(results.values()))["by_length"])
     header = " | ".join(f"{length} tokens: in-dist / OOD sparse" for length in lengths)

@@ -60,5 +60,10 @@ class MemoryLimitError(RepoLensError, MemoryError):
     much the call needed and the remedies; the model is unchanged and can be used again."""
 
 
+class TrainingDivergedError(RepoLensError, FloatingPointError):
+    """The training loss became NaN or infinite; the message names the step and the remedy. The run folder keeps
+    the state saved before that step, so the same command with a lower learning rate resumes from there."""
+
+
 class RunInUseError(RepoLensError, RuntimeError):
     """Another process is writing into the same run directory; the message names it (pid, host, command)."""

@@ -1,5 +1,29 @@
 """Input checks shared by the analyzers: every failure is an :class:`InputError` that says
-what was wrong and how to fix it."""
+what was wrong and how to fix it.
+
+>>> as_positions([[[0, 1, 2]]]).dtype  # ints are accepted and cast
+dtype('float64')
+>>> def refused(check, *args, **kwargs):
+...     try:
+...         check(*args, **kwargs)
+...     except InputError as error:
+...         print(error)
+>>> refused(as_positions, [[0.0, 1.0]])
+positions has rank 2 (shape (1, 2)), expected rank 3; positions must have shape (n_layers, n_heads, T); ...
+>>> refused(as_positions, [[[True, False]]])
+positions is a bool array; positions are real numbers (e.g. trace.positions)
+>>> refused(as_float_array, [0.5, float("inf"), float("nan")], "z")  # the first bad index is named
+z contains inf at index (1,); drop or mask those tokens first
+>>> as_float_array([1.0, float("nan")], "z", allow_nan=True)
+array([ 1., nan])
+>>> refused(as_char_spans, [[0, 1.5]])  # never truncated to ints
+token_char_spans must hold ints (character indices); got dtype float64
+>>> refused(as_list, "abc", "texts", '["a"]'), as_list(("a", "b"), "texts", '["a"]')
+texts is a single str; pass a list, e.g. ["a"]
+(None, ['a', 'b'])
+>>> refused(check_same_length, "positions", 3, "tokens", 4)
+positions covers 3 tokens but tokens covers 4; pass arrays computed from the same tokens
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""The arguments that name a model and where it runs, shared by the subcommands that load one."""
+"""The arguments that name a model and where it runs, shared by the subcommands that load one.
+
+>>> command = argparse.ArgumentParser(prog="repo-lens trace", exit_on_error=False)
+>>> add_model_arguments(command)
+>>> add_device_map_arguments(command)
+>>> command.parse_args(["--model", "zoo:repo-tiny", "--device-map", "balanced", "--gpus-per-rank", "2"])
+Namespace(model='zoo:repo-tiny', revision=None, device_map='balanced', gpus_per_rank=2)
+>>> try:
+...     command.parse_args(["--model", "zoo:repo-tiny", "--gpus-per-rank", "0"])
+... except argparse.ArgumentError as error:
+...     print(error)
+argument --gpus-per-rank: must be ≥ 1, got 0
+"""
 
 from __future__ import annotations
 

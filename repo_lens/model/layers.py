@@ -1,4 +1,20 @@
-"""Small building blocks shared by both block families: RMSNorm, the SwiGLU MLP and the plain GELU MLP."""
+"""Small building blocks shared by both block families: RMSNorm, the SwiGLU MLP and the plain GELU MLP.
+
+>>> norm = RMSNorm(2, eps=0.0, weight_before_cast=True)  # x / √mean(x²): √((9 + 16) / 2) = 3.5355
+>>> norm(torch.tensor([[3.0, 4.0]])).detach()
+tensor([[0.8485, 1.1314]])
+>>> mlp = build_mlp(1, 1, False, "swiglu")
+>>> for linear in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+...     _ = nn.init.ones_(linear.weight)
+>>> mlp(torch.tensor([[2.0]])).detach()  # silu(2) * 2 = 2 · sigmoid(2) · 2
+tensor([[3.5232]])
+>>> type(build_mlp(4, 8, False, "gelu")).__name__
+'GeluMLP'
+>>> build_mlp(4, 8, False, "relu")
+Traceback (most recent call last):
+    ...
+repo_lens.errors.CheckpointError: unknown MLP 'relu' (ModelConfig.extra['mlp']); expected one of ['swiglu', 'gelu']
+"""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from repo_lens.model.config import ModelConfig
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
-from repo_lens.errors import CheckpointError, InputError
+from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
 from repo_lens.model.loaders.native import save_checkpoint
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
@@ -179,7 +179,9 @@ def _train_step(cfg: TrainConfig, task, model: LensModel, optimizer, step: int) 
     else:
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
     if not math.isfinite(loss.item()):
-        raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
+        raise TrainingDivergedError(f"the training loss became {loss.item()} at step {step}; lower the learning "
+                                    "rate (lr=; on the command line --position-lr-scale for the position module) "
+                                    "or try another --seed")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

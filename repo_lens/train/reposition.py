@@ -45,7 +45,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
-from repo_lens.errors import CheckpointError, InputError
+from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
 from repo_lens.model.config import repo_start_layer
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE
@@ -366,7 +366,10 @@ def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: 
             logits = model(batch[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
         if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
+            raise TrainingDivergedError(f"the training loss became {loss.item()} at step {step}; the state saved "
+                                        "before it is kept: lower the learning rate (lr=; on the command line "
+                                        "--position-lr-scale for the position module), try another --seed, or "
+                                        "turn bf16 autocast off (--no-autocast)")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)

@@ -162,6 +162,12 @@ def ship_delta(run_dir: str | Path, name: str, evaluation: str | Path | None = N
     check_delta(run)
     summary = read_evaluation(Path(evaluation)) if evaluation is not None else None
     metrics = headline_metrics(summary, zoo_source(name)) if summary is not None else {}
+    if summary is not None and not metrics:
+        sources = sorted({str(entry.get("source")) for entry in summary["bits"].values()})
+        raise InputError(f"--evaluation {evaluation} evaluates no model loaded from {zoo_source(name)} (its models come "
+                         f"from {', '.join(sources)}), so the card would show none of the shipped model's numbers; "
+                         f"ship it without --evaluation, evaluate {zoo_source(name)}, then ship it again with "
+                         "--evaluation and --force")
     card = model_card(name, recipe, summary)
     target = zoo_dir() / name
     if not force and (target.exists() or target.is_symlink()):

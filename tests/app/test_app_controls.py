@@ -22,6 +22,7 @@ from app_helpers import (  # noqa: F401  (fixtures)
     figures,
     messages,
 )
+from repo_lens.app.attribution_view import METHODS
 from repo_lens.app.documents import FREE_TEXT
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -231,8 +232,11 @@ def test_a_highlighted_token_opens_why_this_position_with_its_attribution(app, a
     np.testing.assert_allclose(strip["data"][0]["z"][0], token_attribution(lens, ids, 1, 0, 10).values, atol=1e-6)
 
     layer.set_value(2)
-    next(radio for radio in at.radio if radio.key.startswith("why_method_")).set_value("gradient × component").run()
+    method = next(radio for radio in at.radio if radio.key.startswith("why_method_"))
+    assert method.options == list(METHODS) and method.value == "path ablation (exact)"
+    method.set_value("gradient × component").run()
     assert_clean(at)
-    gradient = position_attribution(lens, ids, 2, heads=[0], tokens=[10], method="gradient")
+    assert METHODS["gradient × component"] == "gradient"  # the method position_attribution runs for that choice
+    gradient = position_attribution(lens, ids, 2, heads=[0], tokens=[10], method=METHODS["gradient × component"])
     assert figures(at)[1]["data"][0]["y"][::-1] == [label for label, _ in gradient.top(0, 10, k=10)]
     assert any(f"{float(gradient.completeness_error[0, 0]):+.3f}" in caption.value for caption in at.caption)

@@ -361,3 +361,20 @@ def test_nonfinite_positions_are_flagged_and_plots_still_render(app, tmp_path):
     assert "2 non-finite positions not shown" in figures(opened("Scatter"))[0]["layout"]["title"]["text"]
     at = opened("Heatmaps")
     assert any("Range statistics" in text and "inf" in text.lower() for text in messages(at, "error"))
+
+
+def test_fits_says_before_tracing_whether_an_input_can_be_traced(app_env):
+    """page.fits, outside a running app: True for an input within the context, and beyond it only when truncation
+    is on (the 1,450-byte text above against the 1,024-token context)."""
+    from repo_lens.app.page import fits
+    from repo_lens.app.sidebar import MODE_MODEL, Selection
+
+    source = str(app_env / "tiny-repo")
+
+    def fit(text: str, truncate: bool) -> bool:
+        selection = Selection(mode=MODE_MODEL, sources=[source], text=text, truncate=truncate)
+        return fits("tiny-repo", source, 0.0, selection)
+
+    long_text = "The haystack goes on and on. " * 50
+    assert fit("The haystack.", truncate=False) and fit("x" * 1024, truncate=False)
+    assert fit(long_text, truncate=True) and not fit(long_text, truncate=False)

@@ -103,3 +103,36 @@ def test_a_pt_file_that_is_not_their_checkpoint_is_refused(tmp_path):
     torch.save({"w": torch.zeros(2)}, path)
     with pytest.raises(CheckpointError, match="in no checkpoint format .* CoPE training checkpoint .* learned-increments post"):
         repo_lens.load(path, device="cpu")
+
+
+def test_their_decoder_is_built_of_their_layers(tmp_path):
+    """--post-norm: norm(x + f(x)) in every layer and no final norm; --emb-tie: the output projection is the
+    embedding; --cope-sep-key: the gates compare the queries with keys of their own projection."""
+    model = repo_lens.load(write_cope_checkpoint(tmp_path / "tied", "cope-postnorm-tied")[0], device="cpu").model
+    assert isinstance(model, repo_lens.model.authors.cope_model.CopeModel)
+    assert isinstance(model.final_norm, torch.nn.Identity) and model.unembed.weight is model.embed.weight
+    assert all(isinstance(block, repo_lens.model.authors.cope_block.CopeBlock) and block.post_norm
+               for block in model.blocks)
+    _, cache = model.run_with_cache(torch.tensor([IDS]))
+    norm = model.blocks[0].ff_norm  # post-norm: what a layer outputs is LayerNorm'd last, so zero-mean in every row
+    unit = (cache["blocks.0.hook_resid_post"] - norm.bias) / norm.weight
+    torch.testing.assert_close(unit.mean(-1), torch.zeros(1, len(IDS)), atol=1e-4, rtol=0)
+    model = repo_lens.load(write_cope_checkpoint(tmp_path / "sep", "cope-sep-key")[0], device="cpu").model
+    attention = model.blocks[1].attn
+    assert isinstance(attention, repo_lens.model.authors.cope_attention.CopeAttention)
+    assert (attention.kind, attention.gates_from) == ("cope", "separate keys") and hasattr(attention, "k_cope_proj")
+    assert not model.blocks[1].post_norm and isinstance(model.final_norm, torch.nn.LayerNorm)
+
+
+def test_their_checkpoint_names_are_told_apart_from_other_files(tmp_path):
+    """Their checkpoint code names its files <name>.pt, <name>.pt.best and <name>.pt.<epoch> (<name>.pt.cfg holds
+    the options alone)."""
+    from repo_lens.model.loaders.authors import authors_file, is_authors_file
+    from repo_lens.model.loaders.cope import is_cope_file
+
+    names = {"run.pt": True, "run.pt.best": True, "run.pt.12": True, "run.pt.cfg": False, "run.pth": False,
+             "pytorch_model.bin": False, "run.pt.bestx": False}
+    assert {name: is_cope_file(tmp_path / name) for name in names} == names
+    (tmp_path / "folder.pt").mkdir()
+    assert not is_cope_file(tmp_path / "folder.pt") and not is_authors_file(tmp_path / "folder.pt")
+    assert is_authors_file(tmp_path / "run.pt.best") and authors_file(tmp_path / "run.pt") == tmp_path / "run.pt"

@@ -148,3 +148,43 @@ def test_checkpoint_files_lists_what_the_load_opens(tmp_path):
     directory = tmp_path / run_name("fox", "M", False)
     write_grape_checkpoint(directory, "fox", "M", False)
     assert [path.name for path in repo_lens.checkpoint_files(directory)] == ["config.json", "pytorch_model.bin"]
+
+
+def test_grape_ap_runs_in_their_attention_inside_their_block(tmp_path):
+    """GRAPE-AP's potentials read the layer input, so its layers are AuthorsAttention in AuthorsBlock: p of its own
+    projection (p_tie_mode none, p_head_dim 8), ALiBi's slopes as the heads' m_h; run alone it refuses."""
+    directory = tmp_path / run_name("grape-ap-v1", "M", False)
+    write_grape_checkpoint(directory, "grape-ap-v1", "M", False)
+    block = _load(directory).model.blocks[1]
+    assert isinstance(block, repo_lens.model.authors.block.AuthorsBlock) and block.WEIGHT_BEFORE_CAST
+    attention = block.attn
+    assert isinstance(attention, repo_lens.model.authors.attention.AuthorsAttention)
+    assert isinstance(attention, repo_lens.model.compat.attention.AttentionWeights)
+    assert tuple(attention.W_Q.shape) == (4, 64, 16)  # TransformerLens' [head, d_model, d_head]
+    potentials = attention.positions
+    assert isinstance(potentials, repo_lens.model.authors.path_potentials.PathPotentials)
+    assert (potentials.tied, potentials.d_p, potentials.slopes) == ("none", 8, (2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8))
+    assert tuple(potentials.c_p.weight.shape) == (4 * 8, 64)
+    with pytest.raises(TypeError, match="reads the layer input"):
+        potentials(torch.zeros(1, 4, 3, 16), torch.zeros(1, 4, 3, 3), torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_pickled_weights_are_read_from_one_file_or_the_shards_of_an_index(tmp_path):
+    from repo_lens.model.loaders.grape import grape_files
+    from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
+
+    directory = tmp_path / run_name("rope", "M", False)
+    weights = write_grape_checkpoint(directory, "rope", "M", False)
+    assert grape_files(directory) == [directory / "config.json", directory / "pytorch_model.bin"]
+    names = sorted(weights)
+    halves = {"one.bin": names[: len(names) // 2], "two.bin": names[len(names) // 2:]}
+    for shard, part in halves.items():
+        torch.save({name: weights[name] for name in part}, directory / shard)
+    index = {"weight_map": {name: shard for shard, part in halves.items() for name in part}}
+    (directory / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    assert bin_files(directory) == [directory / "one.bin", directory / "two.bin"]  # the index wins over the file
+    read = read_bin_weights(directory)
+    assert sorted(read) == names and all(torch.equal(read[name], weights[name]) for name in names)
+    torch.save({names[0]: weights[names[0]]}, directory / "two.bin")
+    with pytest.raises(CheckpointError, match=f"{names[0]} is in two weight files"):
+        read_bin_weights(directory)

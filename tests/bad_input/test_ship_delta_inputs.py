@@ -307,6 +307,8 @@ EVALUATION_CASES: dict[str, tuple[object, str]] = {  # the summary's JSON (bytes
     "retrieval-no-all": ({"bits": {"a": GOOD_ENTRY}, "retrieval": {"niah": {"a": {}}}}, "retrieval.niah.a.all"),
     "retrieval-nan": ({"bits": {"a": GOOD_ENTRY}, "retrieval": {"niah": {"a": {"all": {
         "value": math.nan, "low": 0, "high": 1, "n": 5}}}}}, "retrieval.niah.a.all"),
+    "another-model": ({"bits": {"a": {**GOOD_ENTRY, "source": "zoo:other"}}}, "evaluates no model loaded from "
+                                                                               "zoo:new-entry"),
 }
 
 

@@ -443,3 +443,18 @@ def test_a_resume_with_other_settings_names_them(finished, places, tmp_path, cap
     code, err = run_cli(train_argv(places, run, "--steps", "3", "--batch-size", "2"), capsys)
     assert_refused(code, err, "batch_size, steps differ")
     assert snapshot(run) == before
+
+
+# --- a loss that diverges ---------------------------------------------------------------------------------------------
+
+def test_a_loss_that_becomes_nan_stops_with_the_step_and_the_remedy(places, tmp_path, capsys, monkeypatch):
+    """Not an internal error: the command exits 2 naming the step, and what was saved before it stays."""
+    real = torch.nn.functional.cross_entropy
+
+    def diverging(*args, **kwargs):
+        return real(*args, **kwargs) * float("nan")
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", diverging)
+    code, err = run_cli(train_argv(places, tmp_path / "run"), capsys)
+    assert_refused(code, err, "the training loss became nan at step 0", "lower the learning rate")
+    assert not (tmp_path / "run" / "delta.safetensors").exists()

@@ -156,3 +156,26 @@ def test_positions_are_differentiable(lens):
     gradient = lens.model.blocks[2].attn.positions.gate_map.weight.grad
     assert gradient is not None and gradient.abs().sum() > 0
     lens.model.zero_grad()
+
+
+def test_olmo2_blocks_normalise_what_their_attention_and_mlp_add(lens):
+    """An Olmo2Block adds norm(attn(h)) and norm(mlp(h)) (its RMSNorms sit after the sublayers, where a LlamaBlock's
+    sit before them): each increment, divided by its norm's weight, has a root mean square of 1 in every row."""
+    blocks = repo_lens.model.blocks
+    assert blocks.BLOCKS == {"olmo2": blocks.Olmo2Block, "llama": blocks.LlamaBlock}
+    block = lens.model.blocks[1]
+    assert isinstance(block, blocks.Olmo2Block) and not hasattr(block, "input_layernorm")
+    norms = (block.post_attention_layernorm, block.post_feedforward_layernorm)
+    eps = [norm.eps for norm in norms]
+    try:
+        for norm in norms:
+            norm.eps = 0.0  # the tiny model's sublayer outputs are small enough for eps to show
+        _, cache = lens.model.run_with_cache(IDS)
+    finally:
+        for norm, value in zip(norms, eps):
+            norm.eps = value
+    for hook, norm in zip(("hook_attn_out", "hook_mlp_out"), norms):
+        rms = (cache[f"blocks.1.{hook}"] / norm.weight).pow(2).mean(-1).sqrt()
+        torch.testing.assert_close(rms, torch.ones_like(rms), atol=1e-4, rtol=0)
+    resid_rms = cache["blocks.1.hook_resid_pre"].pow(2).mean(-1).sqrt()
+    assert not torch.allclose(resid_rms, torch.ones_like(resid_rms), atol=1e-2)

@@ -9,6 +9,7 @@ import torch
 
 import reference_mechanisms as ref
 from repo_lens.lens import Lens
+from repo_lens.model.increments import SOFTPLUS_ONE, ContentPhasePositions, LayerIncrementPositions
 from repo_lens.model import LensModel, ModelConfig
 
 NEW_KINDS = ["lpi", "lpi-layer", "grape-m", "fox", "cope", "grape-ap", "lpi-head", "lpi-table", "lpi-resid",
@@ -203,3 +204,24 @@ def test_trace_increments_survive_save_and_load(tmp_path):
     again = Trace.load(path)
     np.testing.assert_array_equal(again.extras["increments"], trace.extras["increments"])
     assert again.meta["increments"] == trace.meta["increments"]
+
+
+def test_increments_started_at_integers_give_rope_positions_and_the_cache_carries_the_running_sum():
+    """start_at_integers makes δ = 1 for every input (lpi-layer: max_delta · sigmoid(logit(1 / max_delta)); GRAPE-M:
+    softplus(softplus⁻¹(1))): positions 1..T (an inclusive sum), phases 0..T-1 (an exclusive one). Split over a
+    KV cache's state, the running sum goes on from the cached tokens."""
+    assert abs(float(torch.nn.functional.softplus(torch.tensor(SOFTPLUS_ONE))) - 1.0) < 1e-6
+    model = make_model("lpi-layer", layers=("lpi-layer", "grape-m"), lpi_max_delta=10.0, std=1.0)
+    layer, grape = model.blocks[0].attn.positions, model.blocks[1].attn.positions
+    assert isinstance(layer, LayerIncrementPositions) and isinstance(grape, ContentPhasePositions)
+    h = torch.randn(2, T, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for positions in (layer, grape):
+            state: dict = {}
+            pieces = torch.cat([positions(h[:, :5], state=state), positions(h[:, 5:], state=state)], dim=-1)
+            full = positions(h)
+            torch.testing.assert_close(pieces, full)
+            assert not torch.allclose(full[..., 1:] - full[..., :-1], torch.ones(2, 4, T - 1))  # not integers yet
+            positions.start_at_integers()
+        torch.testing.assert_close(layer(h), torch.arange(1.0, T + 1).expand(2, 4, T))
+        torch.testing.assert_close(grape(h), torch.arange(0.0, T).expand(2, 4, T))

@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -149,38 +148,18 @@ def test_numbers_in_the_text_come_from_outputs_above(source):
     assert not missing, f"{source.name}: numbers in the text that no output above shows: {missing}"
 
 
-@pytest.fixture(scope="module")
-def new_runs() -> dict[Path, tuple[nbformat.NotebookNode | None, BaseException | None]]:
-    """A clean run of every notebook whose code or package changed since its outputs were stored (all of them
-    with REPO_LENS_RUN_NOTEBOOKS=1), two kernels at a time (one thread each): each its notebook or its error."""
-    forced = os.environ.get("REPO_LENS_RUN_NOTEBOOKS") == "1"
-    stale = [source for source in SOURCES if forced or runner.needs_run(source) is not None]
-
-    def run(source: Path) -> tuple[nbformat.NotebookNode | None, BaseException | None]:
-        try:
-            return runner.execute(source)[0], None
-        except Exception as error:  # reported by the notebook's own test
-            return None, error
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(stale, pool.map(run, stale)))
-
-
 @pytest.mark.jupyterlab
-@pytest.mark.xdist_group("notebooks")  # one worker runs them all, two kernels at a time (new_runs)
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
-def test_notebook_runs_on_the_current_code_with_the_same_kinds_of_output(source, new_runs):
-    """A notebook whose code or package changed since its outputs were stored runs again, without an error and
-    giving the same kinds of output; one whose stored outputs came from this very code and package needs no new
-    run to show that (``runner.needs_run``, keyed on the SHA-256 of both)."""
+def test_notebook_runs_on_the_current_code_with_the_same_kinds_of_output(source):
+    """A notebook whose code or package changed since its outputs were stored runs again (make test's two
+    workers run two at a time), without an error and giving the same kinds of output; one whose stored outputs
+    came from this very code and package needs no new run to show that (``runner.needs_run``, keyed on the
+    SHA-256 of both; REPO_LENS_RUN_NOTEBOOKS=1 runs it all the same)."""
     stored = nbformat.read(runner.notebook_of(source), as_version=4)
-    if source not in new_runs:
-        assert runner.needs_run(source) is None
+    if runner.needs_run(source) is None and os.environ.get("REPO_LENS_RUN_NOTEBOOKS") != "1":
         assert stored.metadata["repo_lens"]["package_sha256"] == runner.package_sha256()
         return
-    nb, error = new_runs[source]
-    if error is not None:
-        raise error  # CellExecutionError names the failing cell
+    nb, _ = runner.execute(source)  # raises CellExecutionError (naming the cell) when a cell fails
     no_picture = export_unavailable() is not None  # no Chromium: figures come without their static image
 
     def kinds(notebook):

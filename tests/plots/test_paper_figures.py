@@ -90,6 +90,27 @@ def test_spaced_tokens_are_labelled_again_for_the_paper_width_with_marks_for_the
     assert paper.layout.height > next(f for n, f, _ in exported if n == "attention_mass_figure").layout.height
 
 
+def test_paper_layout_labels_spaced_tokens_again_at_the_paper_width_and_type_size():
+    """Without a browser: the rows read back from the screen figure and drawn again at 291 px, with fewer labels
+    (at the paper's small type size, none past the plot's edges) in every row."""
+    from repo_lens.plots.spaced_tokens_paper import paper_layout
+
+    figure = spaced_tokens_figure(synthetic_trace(4, 4, 120), head=0)
+    screen = list(figure.layout.meta["labelled"])
+    target = paper_target(SMALLEST)
+    paper_layout(figure, target)
+    meta = figure.layout.meta
+    assert (meta["width"], meta["paper"]) == (291, SMALLEST) and len(meta["labelled"]) == len(screen) == 4
+    assert all(0 < paper <= on_screen for paper, on_screen in zip(meta["labelled"], screen))
+    assert sum(meta["labelled"]) < sum(screen)
+    low, high = figure.layout.xaxis.range
+    labels = [trace for trace in figure.data if isinstance(trace.meta, dict) and "labels_of_layer" in trace.meta]
+    assert [len(trace.x) for trace in labels] == meta["labelled"]
+    for trace in labels:
+        assert trace.textfont.size == pytest.approx(target.small_px)
+        assert low <= min(trace.x) and max(trace.x) <= high
+
+
 def pdf_objects(data: bytes) -> dict[int, bytes]:
     """The PDF's objects by number, their dictionaries as written (Chromium writes no object streams)."""
     assert b"/ObjStm" not in data, "objects in compressed streams: read them with a PDF library"

@@ -261,6 +261,19 @@ def test_options_are_checked_from_python_too(lens, tmp_path):
     assert Option("n", 1, "", int, low=0).parse("3") == 3
 
 
+def test_the_registry_starts_with_the_builtin_studies_and_niah_sweeps_lengths_depths_and_seeds(lens):
+    from repo_lens.studies.builtin import BUILTIN_STUDIES, NIAH
+
+    assert [study.name for study in BUILTIN_STUDIES] == ["niah", "positions", "boundaries"]
+    assert all(registry.registered()[study.name] is study for study in BUILTIN_STUDIES)
+    options = {"lengths": [16, 32], "depths": [0.0, 1.0], "seeds": [7], "beyond_context": False}
+    assert NIAH.items(lens, options) == [{"length": length, "depth": depth, "seed": 7}
+                                         for length in (16, 32) for depth in (0.0, 1.0)]  # lengths outermost
+    with pytest.raises(InputError, match=f"--lengths 65 is longer than the model's context of {CONTEXT}"):
+        NIAH.items(lens, {**options, "lengths": [64, 65]})
+    assert len(NIAH.items(lens, {**options, "lengths": [64, 65], "beyond_context": True})) == 4
+
+
 
 def test_a_damaged_parquet_shard_is_named_on_resume(small_model, corpus, tmp_path, capsys):
     out = tmp_path / "run"

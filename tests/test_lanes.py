@@ -143,6 +143,7 @@ def fast_lane_collected_anew() -> tuple[set[Path], set[str]]:
     return files, doctests
 
 
+@pytest.mark.slow  # a check on the suite itself, run with the whole suite (make test, CI)
 def test_every_package_module_has_a_test_in_the_fast_lane(request):
     lane = fast_lane_of_this_session(request.session) or fast_lane_collected_anew()
     assert len(lane[0]) > 50 and len(lane[1]) > 50, "the fast lane collected too little to judge"

@@ -4,10 +4,11 @@ page showing them all, docs/gallery.md.
 
 The figures are drawn from a 250-byte trace of zoo:bytes1k-repo (4 layers × 4 heads, RePo in layers 2
 and 3), as a new user would make it; the spaced-token figure is drawn a second time from a synthetic
-trace of the published model's shape (16 layers × 16 heads). The attention-mass figures use
-illustrative numbers (they need a needle-in-a-haystack run, not a trace).
+trace of the published model's shape (16 layers × 16 heads). The attention-mass, band, attention-split,
+character-spacing and drift figures use illustrative inputs (they need a model run, not a trace).
 
     python docs/gallery.py [--dpi 150]        # needs Chromium (make browser); about 3 minutes
+    python docs/gallery.py --only band_usage_figure char_spacing_figure   # export these rows only (the page: all)
 """
 
 from __future__ import annotations
@@ -55,18 +56,26 @@ def small_png(data: bytes, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (the PDFs are vector)")
+    parser.add_argument("--only", nargs="+", metavar="BUILDER", default=None,
+                        help="export only these builders' rows (e.g. band_usage_figure); the page lists every row")
     args = parser.parse_args(argv)
+    drawn = figures()
+    unknown = sorted(set(args.only or ()) - {name.split(" ")[0] for name in drawn})
+    if unknown:
+        parser.error(f"--only {' '.join(unknown)}: not a builder of the gallery; pick from "
+                     f"{', '.join(sorted({name.split(' ')[0] for name in drawn}))}")
     OUT.mkdir(parents=True, exist_ok=True)
     start_export_server()
     started = time.perf_counter()
     rows = []
-    for name, figure in figures().items():
+    for name, figure in drawn.items():
         cells = []
         for label, layout in WIDTHS.items():
             stem = f"{slug(name)}-{layout}"
-            export(figure, OUT / f"{stem}.pdf", layout=layout)
-            png = export(figure, OUT / f"{stem}.png", layout=layout, dpi=args.dpi)
-            small_png(png.read_bytes(), png)
+            if args.only is None or name.split(" ")[0] in args.only:
+                export(figure, OUT / f"{stem}.pdf", layout=layout)
+                png = export(figure, OUT / f"{stem}.png", layout=layout, dpi=args.dpi)
+                small_png(png.read_bytes(), png)
             cells.append(f"[![{name}, {label}](gallery/{stem}.png)](gallery/{stem}.pdf)")
         rows.append(f"| `{name.split(' ')[0]}`{name[len(name.split(' ')[0]):]} | {cells[0]} | {cells[1]} |")
         print(f"{name}: {time.perf_counter() - started:.0f} s")
@@ -85,7 +94,8 @@ labels and legends, 6.5-point labels in the plot, DejaVu Sans. Click a picture f
 (fonts embedded); the pictures are {dpi}-dpi PNGs of the same files. Made by `python docs/gallery.py`
 from a 250-byte trace of `{MODEL}` (4 layers × 4 heads); the last row is the spaced-token figure of
 a trace of the published model's shape (16 layers × 16 heads, synthetic positions). The
-attention-mass figures show illustrative numbers.
+attention-mass, band-usage, attention-split, character-spacing and category-drift figures show
+illustrative numbers of the shape their analyses return (they need a model run, not a trace).
 
 Other widths: the presets `neurips` and `iclr` (5.5 in), `acl-column` (7.7 cm) and `acl-text` (16 cm),
 or any width with a unit (`layout="3.3in"`, `"240pt"`, `"8.5cm"`); `font="serif"` (Times) or `"cm"`

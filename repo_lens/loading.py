@@ -15,15 +15,16 @@ from typing import Any
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.lens import Lens
 from repo_lens.model.loaders import checkpoint_files as _checkpoint_files
-from repo_lens.model.loaders import load_checkpoint
+from repo_lens.model.loaders import LoadedModel, load_checkpoint
 from repo_lens.model.loaders.device_map import load_dispatched
 from repo_lens.model.loaders.hub import HubSnapshot, download_snapshot, is_hub_id
+from repo_lens.model.loaders.increments_post.graft import Graft, graft_onto, read_graft
 from repo_lens.zoo import parse_zoo_name, resolve_source
 
 
 def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, device_map: Any = None,
          max_memory: dict | None = None, *, revision: str | None = None, token: str | bool | None = None,
-         local_files_only: bool | None = None) -> Lens:
+         local_files_only: bool | None = None, graft: str | os.PathLike | None = None) -> Lens:
     """Load ``source`` into a :class:`Lens`: ``"zoo:NAME"`` (a shipped or installed zoo model), a
     checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens' own
     format), a Llama-family ``.gguf`` file, or a Hugging Face Hub id ``"org/name"``.
@@ -39,6 +40,12 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
     "balanced", or a dict) spreads a big model over several GPUs with accelerate, whole blocks per
     device, within ``max_memory`` ([Running big checkpoints on GPUs][big-checkpoints]).
 
+    ``graft`` (the path of a ``delta_mlp.pt`` from the learned-increments post's graft, "Learned position
+    increments", Brendan Long) puts that file's DeltaMLP onto ``source``, the Llama-family RoPE model it was
+    trained on: every layer then rotates by the exclusive running sum of δ = softplus(DeltaMLP(embedding))
+    (kind ``lpi-graft``). The file holds only the DeltaMLP; ``lens.meta["authors"]["notes"]`` says what the
+    post trained beside it.
+
     Example:
         >>> lens = load("zoo:bytes-repo", device="cpu")
         >>> lens.meta["name"], lens.trace("hi").positions.shape
@@ -50,6 +57,7 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         >>> lens.meta["hub"]  # doctest: +SKIP
         {'repo_id': 'SakanaAI/RePo-OLMo2-1B-stage2-L5', 'revision': 'main', 'commit': '...'}
     """
+    grafted = _read_graft(graft, device_map)  # a bad graft file fails before the base loads
     path, hub = _resolve(source, revision, token, local_files_only)
     if max_memory is not None and not isinstance(max_memory, dict):
         raise InputError(f"max_memory must be a dict such as {{0: '20GiB', 'cpu': '64GiB'}}, not "
@@ -58,10 +66,25 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         loaded = load_dispatched(path, device_map=device_map, dtype=dtype, max_memory=max_memory)
     else:
         loaded = load_checkpoint(path, device=device, dtype=dtype, resolve_base=resolve_source)
-    meta = dict(loaded.meta)
     if hub is not None:
-        meta.update(name=hub.repo_id, hub=hub.meta())
-    return Lens(loaded.model, loaded.tokenizer, meta)
+        loaded = LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "name": hub.repo_id, "hub": hub.meta()})
+    if grafted is not None:
+        loaded = graft_onto(loaded, grafted)
+    return Lens(loaded.model, loaded.tokenizer, dict(loaded.meta))
+
+
+def _read_graft(graft: Any, device_map: Any) -> Graft | None:
+    """The checked graft file ``graft`` names (None: no graft)."""
+    if graft is None:
+        return None
+    if not isinstance(graft, (str, os.PathLike)) or isinstance(os.fspath(graft), bytes) or not os.fspath(graft) \
+            or "\x00" in os.fspath(graft):
+        raise InputError(f"graft must be the path of the learned-increments post's delta_mlp.pt (a str or "
+                         f"os.PathLike), not {graft!r:.80}")
+    if device_map is not None:
+        raise InputError("graft puts a DeltaMLP onto a base loaded on one device; leave out device_map (load the base "
+                         "with device=...)")
+    return read_graft(Path(graft).expanduser())
 
 
 def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,

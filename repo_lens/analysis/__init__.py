@@ -2,13 +2,36 @@
 dataclasses. ``positions`` is always (n_layers, n_heads, T)."""
 
 from repo_lens.analysis.attention_mass import AttentionMass, attention_mass, attention_mass_batch
-from repo_lens.analysis.boundaries import BoundaryLabels, boundary_auc, cjk_boundary_labels, jieba_words
+from repo_lens.analysis.boundaries import (
+    CJK_UNIFIED,
+    BoundaryLabels,
+    GapWindow,
+    WindowAUC,
+    boundary_auc,
+    boundary_windows,
+    cjk_boundary_labels,
+    cjk_gap_windows,
+    is_cjk_unified,
+    jieba_words,
+    window_boundary_auc,
+)
 from repo_lens.analysis.categories import (
     BYTE_CATEGORIES,
+    POST_BYTE_CATEGORIES,
     SUBWORD_CATEGORIES,
+    VOCABULARY_CATEGORIES,
     byte_categories,
     is_cjk_char,
     subword_categories,
+    vocabulary_categories,
+    vocabulary_category,
+)
+from repo_lens.analysis.drift import (
+    POST_EXPECTED_ORDER,
+    CategoryDrift,
+    OrderTest,
+    category_order_test,
+    relative_drift,
 )
 from repo_lens.analysis.encoding import CONTENT_CLASSES, VarianceShares, content_classes, position_variance_shares
 from repo_lens.analysis.entities import (
@@ -22,7 +45,11 @@ from repo_lens.analysis.entities import (
     token_at_char,
 )
 from repo_lens.analysis.increments import (
+    ByteCategoryTable,
     CategoryIncrements,
+    byte_category_table,
+    char_increments,
+    char_positions,
     increments_by_category,
     position_increments,
     trace_increments,
@@ -46,6 +73,13 @@ from repo_lens.analysis.position_stats import (
 )
 from repo_lens.analysis.score_decomposition import ScoreDecomposition, score_decomposition
 from repo_lens.analysis.selection import select_heads
+from repo_lens.analysis.vocabulary import (
+    VocabularyTable,
+    document_separator,
+    lower_median,
+    vocabulary_increments,
+    vocabulary_table,
+)
 
 __all__ = [
     "AttentionMass",
@@ -94,4 +128,29 @@ __all__ = [
     "subword_categories",
     "token_at_char",
     "trace_increments",
+    "CJK_UNIFIED",
+    "POST_BYTE_CATEGORIES",
+    "POST_EXPECTED_ORDER",
+    "VOCABULARY_CATEGORIES",
+    "ByteCategoryTable",
+    "CategoryDrift",
+    "GapWindow",
+    "OrderTest",
+    "VocabularyTable",
+    "WindowAUC",
+    "boundary_windows",
+    "byte_category_table",
+    "category_order_test",
+    "char_increments",
+    "char_positions",
+    "cjk_gap_windows",
+    "document_separator",
+    "is_cjk_unified",
+    "lower_median",
+    "relative_drift",
+    "vocabulary_categories",
+    "vocabulary_category",
+    "vocabulary_increments",
+    "vocabulary_table",
+    "window_boundary_auc",
 ]

@@ -10,7 +10,8 @@ Only the query rows of the attention pattern are ever computed. In one forward p
 each chosen layer's ``hook_rot_q`` and ``hook_rot_k`` (the queries and keys q·k uses: rotated,
 one key per query head, so this holds for every rotary mechanism and GQA alike) and the hooks its
 mechanism's ``query_rows_bias`` reads (``row_bias_hooks``; a mechanism that biases the logits
-gives the bias of the query rows only). As soon as a layer has all of them, in whatever order
+gives the bias of the query rows only). In a model with a decay (``ModelConfig.decay``) the layer's
+rows add the decay's bias A_i − A_j, from the layer's ``hook_decay``. As soon as a layer has all of them, in whatever order
 the hooks fired, softmax(q·kᵀ/√d_head + bias + causal mask) of its query rows is computed in fp32
 for at most ``_ELEMENT_BUDGET`` scores at a time and reduced to per-span sums at once. Memory is
 O(heads · rows · T) in bounded chunks, never T × T. The forward pass stops once every chosen
@@ -39,6 +40,7 @@ from repo_lens.analysis.mass_rows import (
 )
 from repo_lens.capture import forward_lock, is_out_of_memory, memory_limit_error
 from repo_lens.errors import InputError
+from repo_lens.model.decay import layer_decay_rows
 from repo_lens.model.registry import mechanism_traits
 from repo_lens.protocol import LensProtocol, length_batches
 
@@ -56,6 +58,8 @@ _QUERY_HOOK, _KEY_HOOK = "hook_rot_q", "hook_rot_k"
 Prompt = tuple[np.ndarray, dict[str, tuple[int, int]], tuple[int, int]]  # checked (ids, spans, query rows)
 # A mechanism's query_rows_bias: (hooked tensors of one sequence, rows, scores, row_index, key_index) -> bias
 RowBias = Callable[..., torch.Tensor]
+# What biases a layer's rows: an object with query_rows_bias and row_bias_hooks (a mechanism, or a model's decay)
+RowBiasSource = Any
 
 
 class _StopForward(Exception):
@@ -71,18 +75,22 @@ def _model_of(lens_or_model: LensProtocol | LensModel) -> LensModel:
     return cast("LensModel", model)
 
 
-def _row_bias_of(mechanism: Any, kind: str) -> RowBias | None:
-    """The mechanism's ``query_rows_bias`` if its logits are more than q·k/√d, else None. A biasing
-    mechanism without one is refused rather than given wrong numbers."""
+def _row_bias_of(attention: Any, kind: str) -> RowBiasSource | None:
+    """What biases the layer's rows (``query_rows_bias`` and ``row_bias_hooks``): the model's decay where it has
+    one, else the mechanism if its logits are more than q·k/√d, else None. A biasing mechanism without
+    ``query_rows_bias`` is refused rather than given wrong numbers."""
+    decay = layer_decay_rows(attention)
+    if decay is not None:
+        return decay
+    mechanism = attention.positions
     if not mechanism_traits(kind).biases_logits:
         return None
-    row_bias = getattr(mechanism, "query_rows_bias", None)
-    if row_bias is None:
+    if getattr(mechanism, "query_rows_bias", None) is None:
         raise InputError(
             f"attention_mass recomputes attention row by row and cannot bias the rows of layers of kind {kind!r} "
             "(its mechanism has no query_rows_bias); restrict `layers` to the other layers"
         )
-    return row_bias
+    return mechanism
 
 
 class _RowReducer:
@@ -126,10 +134,10 @@ class _MassPass:
     ``row_bias_hooks``), whatever order the hooks fire in; the pass stops once every layer is.
     """
 
-    def __init__(self, model: LensModel, prompts: list[Prompt], row_biases: dict[int, RowBias | None]) -> None:
+    def __init__(self, model: LensModel, prompts: list[Prompt], row_biases: dict[int, RowBiasSource | None]) -> None:
         self.row_biases = row_biases
-        self.bias_hooks = {layer: tuple(model.blocks[layer].attn.positions.row_bias_hooks) if row_bias else ()
-                           for layer, row_bias in row_biases.items()}
+        self.bias_hooks = {layer: tuple(source.row_bias_hooks) if source is not None else ()
+                           for layer, source in row_biases.items()}
         self.needed = {layer: {_QUERY_HOOK, _KEY_HOOK, *names} for layer, names in self.bias_hooks.items()}
         self.groups = [key_groups(spans, query) for _, spans, query in prompts]
         self.reducers = [_RowReducer(groups, d_head=int(model.cfg.d_head)) for groups in self.groups]
@@ -164,10 +172,10 @@ class _MassPass:
 
     def _bias(self, layer: int, filed: dict[str, torch.Tensor], row: int) -> Callable[..., torch.Tensor] | None:
         """The query-row bias of sequence ``row`` in ``layer`` (None where the logits are q·k/√d alone)."""
-        row_bias = self.row_biases[layer]
-        if row_bias is None:
+        source = self.row_biases[layer]
+        if source is None:
             return None
-        return partial(row_bias, {name: filed[name][row].float() for name in self.bias_hooks[layer]})
+        return partial(source.query_rows_bias, {name: filed[name][row].float() for name in self.bias_hooks[layer]})
 
     def masses(self, kinds: Sequence[str]) -> list[AttentionMass]:
         """The AttentionMass of each prompt, from the sums of every layer (in layer order)."""
@@ -180,11 +188,11 @@ class _MassPass:
                 for row, groups in enumerate(self.groups)]
 
 
-def _row_biases(model: LensModel, layers: Sequence[int] | None) -> dict[int, RowBias | None]:
-    """The chosen layers (in order), each with its query-row bias (None: the logits are q·k/√d)."""
+def _row_biases(model: LensModel, layers: Sequence[int] | None) -> dict[int, RowBiasSource | None]:
+    """The chosen layers (in order), each with what biases its query rows (None: the logits are q·k/√d)."""
     kinds = list(model.cfg.layer_mechanisms)
     chosen = validate_layers(layers, int(model.cfg.n_layers))
-    return {layer: _row_bias_of(model.blocks[layer].attn.positions, kinds[layer]) for layer in chosen}
+    return {layer: _row_bias_of(model.blocks[layer].attn, kinds[layer]) for layer in chosen}
 
 
 def _checked_prompt(model: LensModel, ids: Any, spans: Any, query: Any, allow_beyond_context: bool) -> Prompt:
@@ -270,7 +278,7 @@ def attention_mass_batch(
 
 
 def _masses_in_one_pass(model: LensModel, prompts: list[Prompt],
-                        row_biases: dict[int, RowBias | None]) -> list[AttentionMass]:
+                        row_biases: dict[int, RowBiasSource | None]) -> list[AttentionMass]:
     """The AttentionMass of each checked (ids, spans, query) prompt, in one right-padded forward pass
     over the layers ``row_biases`` names."""
     one_pass = _MassPass(model, prompts, row_biases)

@@ -1,4 +1,19 @@
-"""Token categories for increments-by-category tables (the learned-increments post): bytes and subword tokens."""
+"""Token categories for increments-by-category tables ("Learned position increments", Brendan Long): bytes and
+subword tokens.
+
+Two kinds of categories live here, on purpose side by side:
+
+- **The post's scripts, exactly.** :data:`POST_BYTE_CATEGORIES` are the byte sets of the post's
+  ``byte_boundary_analysis.py`` (its per-byte table: a-z, A-Z, digits, the CJK lead bytes 0xE4-0xE9,
+  every continuation byte 0x80-0xBF, space, ``. ! ?``, ``, ; : -``, newline, EOS = 256; bytes in no set are
+  not reported). :func:`vocabulary_categories` applies the rules of the delta-graft script
+  ``analyze_deltas.py`` (its word lists and its order of tests) to a subword vocabulary. Use these to
+  compare with the post's numbers.
+- **Our partitions.** :func:`byte_categories` and :func:`subword_categories` give *every* token a category
+  (all ASCII punctuation, a CJK lead byte decided by decoding its whole sequence, numbers, whitespace,
+  special tokens), for in-context tables of any text. They are what the app and the increment tables use;
+  they are not the scripts' sets, so their numbers differ from the post's where the sets differ.
+"""
 
 from __future__ import annotations
 
@@ -141,3 +156,75 @@ def subword_categories(tokens: Sequence[str], special: Collection[str] = ()) -> 
     special = set(special)
     labels = [_subword_category(token, special) for token in tokens]
     return np.asarray(labels, dtype=f"<U{max(map(len, SUBWORD_CATEGORIES))}")
+
+
+# The learned-increments post's per-byte categories, as its script defines them (names and byte ids):
+# experiments/selective_pe/byte_boundary_analysis.py, BYTE_CATEGORIES, in
+# github.com/brendanlong/learned-position-increments-experiment.
+POST_BYTE_CATEGORIES: dict[str, tuple[int, ...]] = {
+    "English within-word (a-z)": tuple(range(ord("a"), ord("z") + 1)),
+    "Capital letters (A-Z)": tuple(range(ord("A"), ord("Z") + 1)),
+    "Digits (0-9)": tuple(range(ord("0"), ord("9") + 1)),
+    "Chinese char start (lead 0xE4-0xE9)": tuple(range(0xE4, 0xEA)),
+    "Chinese char interior (cont 0x80-0xBF)": tuple(range(0x80, 0xC0)),
+    "Space": (0x20,),
+    "Sentence punct (. ! ?)": (ord("."), ord("!"), ord("?")),
+    "Other punct (, ; : -)": (ord(","), ord(";"), ord(":"), ord("-")),
+    "Newline": (0x0A,),
+    "EOS": (SEPARATOR_ID,),
+}
+
+# The delta-graft script's token categories and word lists: experiments/delta_graft/analyze_deltas.py,
+# categorize(), in the same repository. Tests run in this order; a token matching none is "other".
+VOCABULARY_CATEGORIES: tuple[str, ...] = (
+    "sentence_punct", "other_punct", "function_word", "subword_continuation", "word_start", "other",
+)
+GRAFT_SENTENCE_PUNCT = frozenset({".", "!", "?", '."', '!"', '?"', ".)", "...", ".'"})
+GRAFT_OTHER_PUNCT = frozenset({",", ";", ":", "\u2014", "-", "(", ")", '"', "'", "\u2019", "\u201d", "\u201c"})
+GRAFT_FUNCTION_WORDS = frozenset({
+    "the", "a", "an", "of", "to", "and", "in", "is", "it", "that",
+    "for", "on", "as", "with", "was", "at", "by", "be", "this", "or",
+})
+
+
+def vocabulary_category(token: str) -> str:
+    """The delta-graft script's category of one token string (as ``convert_ids_to_tokens`` gives it).
+
+    Byte-level BPE markers are read first ('Ġ' a space, 'Ċ' a newline); then, on the token stripped of
+    surrounding whitespace: ``sentence_punct`` (``. ! ? ." !" ?" .) ... .'``), ``other_punct`` (``, ; : — - ( )``
+    and straight or curly quotes), ``function_word`` (one of 20 words, any case), ``subword_continuation``
+    (letters only, no leading space), ``word_start`` (letters only after a leading space), else ``other``
+    (numbers, mixed tokens, special tokens such as ``<|endoftext|>``, a lone newline).
+
+    Example:
+        >>> [vocabulary_category(t) for t in ["Ġthe", "ing", "ĠYork", ".", "Ġ,", "Ċ", "<|endoftext|>"]]
+        ['function_word', 'subword_continuation', 'word_start', 'sentence_punct', 'other_punct', 'other', 'other']
+    """
+    spaced = token.replace("Ġ", " ").replace("Ċ", "\n")
+    core = spaced.strip()
+    if core in GRAFT_SENTENCE_PUNCT:
+        return "sentence_punct"
+    if core in GRAFT_OTHER_PUNCT:
+        return "other_punct"
+    if core.lower() in GRAFT_FUNCTION_WORDS:
+        return "function_word"
+    if core.isalpha():
+        return "word_start" if spaced.startswith(" ") else "subword_continuation"
+    return "other"
+
+
+def vocabulary_categories(tokens: Sequence[str]) -> np.ndarray:
+    """:func:`vocabulary_category` of every token: a (V,) str array (the delta-graft script's categories).
+
+    Example:
+        >>> vocabulary_categories(["Ġand", "Ġcat", "s", "?"]).tolist()
+        ['function_word', 'word_start', 'subword_continuation', 'sentence_punct']
+    """
+    tokens = as_list(tokens, "tokens", 'tokenizer.convert_ids_to_tokens(range(vocab_size))')
+    if not tokens:
+        raise InputError("tokens is empty; pass one token string per vocabulary id")
+    for index, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise InputError(f"token {index} is {type(token).__name__}, not str; pass the tokenizer's token strings "
+                             "(convert_ids_to_tokens), not ids")
+    return np.asarray([vocabulary_category(token) for token in tokens], dtype=f"<U{max(map(len, VOCABULARY_CATEGORIES))}")

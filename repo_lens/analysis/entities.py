@@ -1,12 +1,15 @@
-"""The learned-increments post's entity-grouping test: is the space inside "New York" smaller than inside "York New"?
+"""The entity-grouping test of "Learned position increments" (Brendan Long): is the space inside "New York"
+smaller than inside "York New"?
 
-The post ran prompts with a two-word entity in real or reversed order and compared the
-learned increment at the space token (between the two words) with a two-sided Wilcoxon
-signed-rank test. Its five carrier sentences are given verbatim ("A B", "the A B",
-"I visited A B", "near A B", "they went to A B"). The post names only "New York" and
-"Marie Curie" as entities (and "Zorblax Quimby" as a fake one), so :data:`ENTITY_PAIRS` is our
-own faithful set of well-known two-word names of places, people and things, and
-:data:`FAKE_ENTITY_PAIRS` a set of invented controls for the post's negative result.
+The post's script (``entity_grouping_analysis.py``) builds, for each of its 79 two-word entities (countries,
+cities, people, institutions, places: :data:`ENTITY_PAIRS`) and each of its five carriers ("A B", "the A B",
+"I visited A B", "near A B", "they went to A B": :data:`CARRIER_SENTENCES`), the byte string
+EOS + carrier, reads δ at the space between the two words, averages it over the carriers, and compares
+real with reversed order per entity: a two-sided Wilcoxon signed-rank test on the 79 paired means
+(p = 1 where every difference is within 1e-8 of 0, as at a byte-identity layer). Here that is
+``entity_grouping_test(real, reversed_, carrier_axis=1)`` on (79, 5, L) arrays. Without ``carrier_axis``
+every prompt is one pair (n = entities × carriers), a finer but different test.
+:data:`FAKE_ENTITY_PAIRS` are our invented names for the post's negative remark ("Zorblax Quimby").
 """
 
 from __future__ import annotations
@@ -24,12 +27,28 @@ from repo_lens.errors import InputError
 
 CARRIER_SENTENCES: tuple[str, ...] = ("{a} {b}", "the {a} {b}", "I visited {a} {b}", "near {a} {b}", "they went to {a} {b}")
 
+ZERO_DIFFERENCE = 1e-8  # the script's np.allclose(diff, 0): differences this small count as none
+
+# The post's 79 two-word entities, in its order: ENTITIES in experiments/selective_pe/entity_grouping_analysis.py,
+# github.com/brendanlong/learned-position-increments-experiment.
 ENTITY_PAIRS: tuple[tuple[str, str], ...] = (
-    ("New", "York"), ("Marie", "Curie"), ("Hong", "Kong"), ("San", "Francisco"), ("Los", "Angeles"),
-    ("Buenos", "Aires"), ("Sri", "Lanka"), ("Costa", "Rica"), ("New", "Zealand"), ("Las", "Vegas"),
-    ("United", "States"), ("Albert", "Einstein"), ("Isaac", "Newton"), ("Charles", "Darwin"),
-    ("Abraham", "Lincoln"), ("Winston", "Churchill"), ("Wall", "Street"), ("Silicon", "Valley"),
-    ("Mount", "Everest"), ("Harry", "Potter"),
+    ("United", "States"), ("United", "Kingdom"), ("South", "Korea"), ("North", "Korea"), ("South", "Africa"),
+    ("Saudi", "Arabia"), ("Sri", "Lanka"), ("Costa", "Rica"), ("New", "Zealand"), ("Sierra", "Leone"),
+    ("El", "Salvador"), ("Czech", "Republic"), ("Burkina", "Faso"), ("Dominican", "Republic"), ("San", "Marino"),
+    ("Great", "Britain"), ("Ivory", "Coast"), ("Cape", "Verde"), ("Hong", "Kong"), ("Puerto", "Rico"),
+    ("New", "York"), ("Los", "Angeles"), ("San", "Francisco"), ("Las", "Vegas"), ("New", "Orleans"),
+    ("San", "Diego"), ("Santa", "Monica"), ("Buenos", "Aires"), ("Mexico", "City"), ("New", "Delhi"),
+    ("Tel", "Aviv"), ("Saint", "Petersburg"), ("Cape", "Town"), ("Kansas", "City"), ("Albert", "Einstein"),
+    ("Isaac", "Newton"), ("Marie", "Curie"), ("Charles", "Darwin"), ("William", "Shakespeare"),
+    ("Abraham", "Lincoln"), ("George", "Washington"), ("Winston", "Churchill"), ("Nelson", "Mandela"),
+    ("Steve", "Jobs"), ("Bill", "Gates"), ("Mark", "Twain"), ("Julius", "Caesar"), ("Thomas", "Edison"),
+    ("Martin", "Luther"), ("World", "War"), ("Cold", "War"), ("Wall", "Street"), ("Silicon", "Valley"),
+    ("White", "House"), ("Supreme", "Court"), ("United", "Nations"), ("World", "Bank"), ("Red", "Cross"),
+    ("Roman", "Empire"), ("Middle", "Ages"), ("Big", "Bang"), ("Black", "Sea"), ("Red", "Sea"),
+    ("Mount", "Everest"), ("Niagara", "Falls"), ("Pacific", "Ocean"), ("Atlantic", "Ocean"), ("Indian", "Ocean"),
+    ("Great", "Wall"), ("Solar", "System"), ("Milky", "Way"), ("North", "America"), ("South", "America"),
+    ("Star", "Wars"), ("Harry", "Potter"), ("New", "Testament"), ("Old", "Testament"), ("Holy", "Land"),
+    ("Far", "East"),
 )
 
 FAKE_ENTITY_PAIRS: tuple[tuple[str, str], ...] = (
@@ -47,6 +66,11 @@ class EntityPrompt(NamedTuple):
     second: str
     carrier: int
     reversed: bool
+
+    @property
+    def space_byte(self) -> int:
+        """Index of the space in ``text.encode("utf-8")``: where a byte model's increment is read."""
+        return len(self.text[: self.boundary].encode("utf-8"))
 
 
 def entity_prompts(
@@ -116,23 +140,29 @@ class EntityGroupingResult:
     differences: np.ndarray  # real - reversed, per prompt
     share_smaller: np.ndarray  # share of prompts whose real-order increment is smaller
     statistic: np.ndarray  # Wilcoxon W
-    p_value: np.ndarray  # two-sided Wilcoxon signed-rank p (1.0 where all differences are 0)
+    p_value: np.ndarray  # two-sided Wilcoxon signed-rank p (1.0 where all differences are within 1e-8 of 0)
     n: int
 
 
-def entity_grouping_test(real: np.ndarray, reversed_: np.ndarray) -> EntityGroupingResult:
-    """Paired comparison of boundary increments for real vs reversed entity order (the learned-increments post).
+def entity_grouping_test(real: np.ndarray, reversed_: np.ndarray, carrier_axis: int | None = None) -> EntityGroupingResult:
+    """Paired comparison of boundary increments for real vs reversed entity order ("Learned position
+    increments", Brendan Long).
 
     ``real`` and ``reversed_`` are (n, ...) increments at the word boundary, row i of each from
-    the same entity and carrier (e.g. (n, L, H)). The test is scipy's two-sided Wilcoxon
-    signed-rank test on real - reversed (zero differences dropped, scipy's default); where every
-    difference is zero p is 1.0, as in the post's layer 0.
+    the same entity (and carrier), e.g. (n, L). ``carrier_axis``: average over this axis first (the
+    carriers), so that each entity is one pair — the post's script does this: pass (79, 5, L) arrays with
+    ``carrier_axis=1`` (prompts from :func:`entity_prompts` reshape to that, entities first). The test is
+    scipy's two-sided Wilcoxon signed-rank test on real − reversed (zero differences dropped, scipy's
+    default); where every difference is within 1e-8 of zero (the script's ``np.allclose(diff, 0)``, e.g. a
+    byte-identity layer, whose δ at a space cannot depend on the words) p is 1.0.
 
     Example:
         >>> import numpy as np
         >>> r = entity_grouping_test(np.array([1.0, 1.2, 0.9, 1.1, 1.0, 0.8]), np.array([1.5, 1.6, 1.4, 1.2, 1.3, 1.1]))
         >>> float(r.share_smaller), round(float(r.p_value), 4)
         (1.0, 0.0312)
+        >>> entity_grouping_test(np.ones((3, 5, 2)), np.ones((3, 5, 2)), carrier_axis=1).p_value.tolist()
+        [1.0, 1.0]
     """
     a = as_float_array(real, "real", shape_hint="pass shape (n_prompts, ...)")
     b = as_float_array(reversed_, "reversed_", shape_hint="pass shape (n_prompts, ...)")
@@ -141,13 +171,20 @@ def entity_grouping_test(real: np.ndarray, reversed_: np.ndarray) -> EntityGroup
             f"real has shape {a.shape} but reversed_ has {b.shape}; pass paired increments "
             "(row i of both from the same entity and carrier)"
         )
+    if carrier_axis is not None:
+        if isinstance(carrier_axis, bool) or not isinstance(carrier_axis, (int, np.integer)) \
+                or not 1 <= carrier_axis < a.ndim:
+            raise InputError(f"carrier_axis must be an axis after the first (1..{a.ndim - 1}) of arrays shaped "
+                             f"{a.shape}, or None; got {carrier_axis!r}")
+        a, b = a.mean(axis=int(carrier_axis)), b.mean(axis=int(carrier_axis))
     if a.shape[0] < 2:
         raise InputError(f"need at least 2 paired prompts for a Wilcoxon test; got {a.shape[0]}")
     diff = a - b
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-zero columns: scipy divides by zero
         test = wilcoxon(diff, axis=0)
-    p_value = np.where(np.all(diff == 0, axis=0), 1.0, np.asarray(test.pvalue, dtype=float))
+    no_difference = np.all(np.abs(diff) <= ZERO_DIFFERENCE, axis=0)
+    p_value = np.where(no_difference, 1.0, np.asarray(test.pvalue, dtype=float))
     return EntityGroupingResult(
         mean_real=a.mean(axis=0),
         mean_reversed=b.mean(axis=0),

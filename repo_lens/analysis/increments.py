@@ -1,14 +1,23 @@
-"""Per-token position increments and their statistics by token category (the learned-increments post)."""
+"""Per-token position increments and their statistics by token category ("Learned position increments",
+Brendan Long).
+
+:func:`increments_by_category` (mean, median, count over our partitions :func:`byte_categories` /
+:func:`subword_categories`) serves any text and tokenizer. :func:`byte_category_table` is the post's own
+per-byte table (min, max, mean over the script's byte sets), and :func:`char_increments` /
+:func:`char_positions` the data of its spacing plot, each computed as the post's scripts compute them.
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from repo_lens.analysis._checks import as_float_array, check_same_length, refuse_bool
-from repo_lens.analysis.categories import BYTE_CATEGORIES, SUBWORD_CATEGORIES
+from repo_lens.analysis.categories import BYTE_CATEGORIES, POST_BYTE_CATEGORIES, SUBWORD_CATEGORIES
 from repo_lens.errors import InputError
 from repo_lens.model.registry import mechanism_traits
 
@@ -172,3 +181,111 @@ def increments_by_category(increments: np.ndarray, categories: np.ndarray) -> Ca
         overall_median=np.asarray(all_medians, dtype=float),
         overall_count=np.asarray(all_counts, dtype=np.int64),
     )
+
+
+@dataclass(frozen=True)
+class ByteCategoryTable:
+    """Increments of the tokens in each byte category: ``min``/``max``/``mean``/``count`` have shape
+    (*lead, C), the last axis following ``labels`` (lead: the increments' leading shape, e.g. (L,))."""
+
+    labels: tuple[str, ...]
+    min: np.ndarray
+    max: np.ndarray
+    mean: np.ndarray
+    count: np.ndarray
+
+    def rows(self, index: int | tuple[int, ...] = ()) -> dict[str, dict[str, float]]:
+        """{category: {"min", "max", "mean", "count"}} at one leading index (e.g. a layer)."""
+        return {label: {"min": float(self.min[index][i]), "max": float(self.max[index][i]),
+                        "mean": float(self.mean[index][i]), "count": int(self.count[index][i])}
+                for i, label in enumerate(self.labels)}
+
+
+def byte_category_table(increments: np.ndarray, token_ids: Sequence[int] | np.ndarray,
+                        categories: Mapping[str, Sequence[int]] = POST_BYTE_CATEGORIES) -> ByteCategoryTable:
+    """Min, max and mean increment of the tokens whose id lies in each category (the learned-increments post's
+    per-byte table, "Learned position increments", Brendan Long).
+
+    The post's script runs the embedding-level DeltaMLP over all 257 byte ids and prints, per category of
+    :data:`POST_BYTE_CATEGORIES`, the min, max and mean δ: that is ``byte_category_table(delta, range(257))``
+    with ``delta`` of shape (257,) or (L, 257) (δ of every byte per layer). Passing the increments of
+    held-out text with its byte ids instead gives the same table over every byte *in context*.
+    ``increments``: (..., T), finite; ``token_ids``: (T,) ints. Ids in no category are left out; a
+    category with no token has NaN min/max/mean and count 0.
+
+    Example:
+        >>> import numpy as np
+        >>> table = byte_category_table(np.array([0.7, 0.9, 1.2, 2.0]), [ord("a"), ord("z"), ord("Q"), 256])
+        >>> table.rows()["English within-word (a-z)"], table.rows()["EOS"]["mean"]
+        ({'min': 0.7, 'max': 0.9, 'mean': 0.8, 'count': 2}, 2.0)
+    """
+    inc = as_float_array(increments, "increments", shape_hint="pass increments of shape (..., T)")
+    ids = np.asarray(token_ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise InputError(f"token_ids must be a 1-D array of ints, one per token; got {ids.dtype} of shape {ids.shape}")
+    check_same_length("increments", inc.shape[-1], "token_ids", ids.shape[0])
+    if not isinstance(categories, Mapping) or not categories:
+        raise InputError("categories must be a non-empty {name: byte ids} mapping, e.g. POST_BYTE_CATEGORIES")
+    lows, highs, means, counts = [], [], [], []
+    for name, members in categories.items():
+        chosen = inc[..., np.isin(ids, np.asarray(list(members), dtype=np.int64))]
+        empty = chosen.shape[-1] == 0
+        lows.append(np.full(inc.shape[:-1], np.nan) if empty else chosen.min(axis=-1))
+        highs.append(np.full(inc.shape[:-1], np.nan) if empty else chosen.max(axis=-1))
+        means.append(np.full(inc.shape[:-1], np.nan) if empty else chosen.mean(axis=-1))
+        counts.append(np.full(inc.shape[:-1], chosen.shape[-1], dtype=np.int64))
+    return ByteCategoryTable(labels=tuple(categories), min=np.stack(lows, axis=-1), max=np.stack(highs, axis=-1),
+                             mean=np.stack(means, axis=-1), count=np.stack(counts, axis=-1))
+
+
+def char_increments(byte_increments: np.ndarray, text: str,
+                    scale: Literal["per-row", "shared"] = "per-row") -> np.ndarray:
+    """Each character's increment, the sum of its UTF-8 bytes' increments, normalised as the post's spacing
+    plot does ("Learned position increments", Brendan Long, ``plot_increments.py``).
+
+    ``byte_increments``: (..., n_bytes) δ of the bytes of ``text`` (leading axes are rows, e.g. layers),
+    aligned to ``text.encode("utf-8")`` — the script prepends the EOS byte when it runs the model and drops
+    that column before this step. ``scale="per-row"`` divides each row by its own mean (every row averages
+    1: spacing relative to RoPE's +1); ``"shared"`` divides every row by one mean over all rows, keeping
+    the layers' relative magnitudes. Returns (..., n_chars). Place the characters with
+    :func:`char_positions`.
+
+    Example:
+        >>> import numpy as np
+        >>> char_increments(np.array([1.0, 0.5, 0.5, 2.0]), "aé!")   # é is two bytes
+        array([0.75, 0.75, 1.5 ])
+        >>> char_increments(np.array([[1.0, 1.0], [3.0, 3.0]]), "ab", scale="shared")
+        array([[0.5, 0.5],
+               [1.5, 1.5]])
+    """
+    if not isinstance(text, str) or not text:
+        raise InputError("text must be a non-empty str; pass the text whose bytes the increments belong to")
+    try:
+        widths = [len(char.encode("utf-8")) for char in text]
+    except UnicodeEncodeError as error:
+        raise InputError(f"text cannot be encoded as UTF-8 ({error.reason} at character {error.start}); "
+                         "pass the text the byte model read") from None
+    inc = as_float_array(byte_increments, "byte_increments", shape_hint="pass increments of shape (..., n_bytes)")
+    check_same_length("byte_increments", inc.shape[-1], "text's UTF-8 bytes", sum(widths))
+    if scale not in ("per-row", "shared"):
+        raise InputError(f"scale must be 'per-row' or 'shared', got {scale!r}")
+    starts = np.concatenate([[0], np.cumsum(widths)[:-1]])
+    per_char = np.add.reduceat(inc, starts, axis=-1)
+    norm = per_char.mean() if scale == "shared" else per_char.mean(axis=-1, keepdims=True)
+    if np.any(np.asarray(norm) == 0):
+        raise InputError("the mean increment of a row is 0, so it cannot be normalised; pass the positive δ "
+                         "of a learned-increments layer")
+    return per_char / norm
+
+
+def char_positions(increments: np.ndarray) -> np.ndarray:
+    """Where the post's spacing plot places each character: the running sum of the (normalised) character
+    increments, shifted so the first character sits at 0 — the gap before a character is its own increment.
+
+    Example:
+        >>> import numpy as np
+        >>> char_positions(np.array([0.75, 0.75, 1.5]))
+        array([0.  , 0.75, 2.25])
+    """
+    inc = as_float_array(increments, "increments", shape_hint="pass character increments of shape (..., n_chars)")
+    return np.cumsum(inc, axis=-1) - inc[..., :1]

@@ -30,6 +30,11 @@ bias at the reference positions: r_j − r_i for ALiBi and FoX (so "integer" is 
 1), and for biases that depend on the query, "integer" or "constant" as
 :func:`repo_lens.interventions.ablate` sets them. Bands exist only where the layer rotates.
 
+In a model with a decay (``ModelConfig.decay``: a bias A_i − A_j added to every rotary layer's scores, read
+from the layer's ``hook_decay``) the score includes the decay's bias, which belongs to ``position``; the bands
+add up to the score minus it. The reference pattern keeps the decay as it is (it is no position a reference
+sets, and :func:`repo_lens.interventions.ablate` leaves it too).
+
 One forward pass runs up to the layer and stops once it has the layer's rotated queries and keys
 (``hook_rot_q``, ``hook_rot_k``), its positions and whatever its mechanism's bias reads; then only the
 query rows asked for are scored, a few rows at a time, against every key before them. No T × T (or
@@ -286,7 +291,7 @@ class _Rows:
         device = view.keys.device
         every_head = view.keys.shape[0]
         # a bias is computed for every head (the mechanisms work on all of them); otherwise for the chosen ones
-        biased = view.row_bias is not None
+        biased = view.row_bias is not None or view.kept_bias is not None
         self.work = torch.arange(every_head, device=device) if biased else torch.tensor(heads, device=device)
         self.pick = torch.tensor(heads, device=device) if biased else torch.arange(len(heads), device=device)
         self.key_index = torch.arange(view.keys.shape[1], device=device)
@@ -345,6 +350,8 @@ def _decompose(view: LayerView, rows: list[int], heads: list[int], keys: list[in
         allowed = chosen.allowed(block)
         qk = chosen.qk(block)
         score = qk if view.row_bias is None else qk + chosen.bias(view.row_bias, block, qk, allowed)
+        if view.kept_bias is not None:  # the model's decay: part of the position share
+            score = score + chosen.bias(view.kept_bias, block, qk, allowed)
         content = qk if unrotated_q is None or unrotated_k is None else torch.matmul(
             unrotated_q[:, block], unrotated_k.transpose(-1, -2)).mul_(view.scale)
         position = score - content
@@ -385,6 +392,8 @@ def _reference_pattern(view: LayerView, chosen: _Rows, reference_q: torch.Tensor
             scores = chosen.qk(block)
             if view.reference_bias is not None:
                 scores = scores + chosen.bias(view.reference_bias, block, scores, allowed)
+        if view.kept_bias is not None:  # the model's decay, which no reference changes
+            scores = scores + chosen.bias(view.kept_bias, block, scores, allowed)
         chosen.put(out, block, {"pattern_reference": _masked_softmax(scores, allowed)}, allowed)
     return out
 

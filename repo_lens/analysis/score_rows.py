@@ -3,7 +3,8 @@ of the rows asked for and every key before them, how the layer rotated them, and
 
 ``native_view`` runs a repo_lens model (its own attention, or the GRAPE, FoX and CoPE authors' attention)
 up to the layer with hooks on ``hook_rot_q``, ``hook_rot_k``, ``hook_pos`` and whatever the layer's
-mechanism reads for its bias (``row_bias_hooks``), and stops the forward pass once it has them.
+mechanism reads for its bias (``row_bias_hooks``; in a model with a decay, the layer's ``hook_decay``),
+and stops the forward pass once it has them.
 ``hf_view`` reads a Hugging Face model's layer through nnsight: its ``apply_rotary_pos_emb`` call
 (queries and keys before and after the rotation, cos and sin) and its eager attention weights of the rows,
 and checks that the rotation and the pattern are what repo_lens recomputes from them.
@@ -21,6 +22,7 @@ import torch
 
 from repo_lens.capture import forward_lock, is_out_of_memory, memory_limit_error
 from repo_lens.errors import InputError
+from repo_lens.model.decay import layer_decay_rows
 from repo_lens.model.registry import mechanism_traits, position_edit
 from repo_lens.protocol import LensProtocol
 from repo_lens.validation import require_lens_model
@@ -77,6 +79,7 @@ class LayerView:
     row_bias: RowBias | None  # the mechanism's query-row bias (None: the score is q·k · scale)
     reference_bias: RowBias | None  # the query-row bias at the reference positions (None: no bias, or no reference)
     rotary_role: bool  # the mechanism's positions are what the layer rotates by
+    kept_bias: RowBias | None = None  # a bias no reference changes: the model's decay (None: none)
 
 
 def lens_dtype(parameter: torch.Tensor) -> torch.dtype:
@@ -187,7 +190,9 @@ def native_view(lens: LensProtocol, ids: list[int], layer: int, rows: list[int],
     reference_bias = None
     if row_bias is not None and reference is not None:
         reference_bias = _native_reference_bias(model, layer, kind, mechanism, row_bias, hooked, reference)
-    needed = {_QUERY_HOOK, _KEY_HOOK, *bias_hooks} | ({_POSITION_HOOK} if at_hook_pos else set())
+    decay = layer_decay_rows(attn)
+    decay_hooks = tuple(decay.row_bias_hooks) if decay is not None else ()
+    needed = {_QUERY_HOOK, _KEY_HOOK, *bias_hooks, *decay_hooks} | ({_POSITION_HOOK} if at_hook_pos else set())
     filed = _read_layer_hooks(model, lens.device, ids, layer, rows, n_keys, needed)
     n_heads = int(model.cfg.n_heads)
     keys = _one_key_per_query_head(filed[_KEY_HOOK].to(dtype), n_heads)
@@ -197,9 +202,10 @@ def native_view(lens: LensProtocol, ids: list[int], layer: int, rows: list[int],
                       else torch.arange(n_keys, device=keys.device, dtype=torch.float32).expand(n_heads, -1))
     hooked.update({name: filed[name].to(dtype) for name in bias_hooks})
     bias = None if row_bias is None else partial(row_bias, hooked)
+    kept = None if decay is None else partial(decay.query_rows_bias, {name: filed[name].to(dtype) for name in decay_hooks})
     return LayerView(kind=kind, q_rows=filed[_QUERY_HOOK].to(dtype), keys=keys, scale=1.0 / math.sqrt(attn.d_head),
                       rotation=rotation, rotated_at=rotated_at, row_bias=bias, reference_bias=reference_bias,
-                      rotary_role=traits.role == "rotary")
+                      rotary_role=traits.role == "rotary", kept_bias=kept)
 
 
 def _native_row_bias(mechanism: Any, biases_logits: bool, layer: int, kind: str

@@ -93,10 +93,20 @@ def _checked_checkpoint(text: str, real: Path, roots: list[Path]) -> Path:
     if not real.is_dir():
         raise InputError(f"there is no directory at {text}; pick a checkpoint directory under {_roots_text(roots)}")
     config = real / "config.json"
-    if not (config.exists() or config.is_symlink()):
-        raise InputError(f"{text} is not a checkpoint directory (it has no config.json)")
+    if not (config.exists() or config.is_symlink() or _is_training_run(real)):
+        raise InputError(f"{text} is not a checkpoint directory (it has no config.json, nor the step_<N>.pt files "
+                         "of a learned-increments training run)")
     confine_checkpoint(real, roots)
     return real
+
+
+def _is_training_run(directory: Path) -> bool:
+    """A folder without config.json that a load still reads: the learned-increments post's step_<N>.pt files
+    (listed by name only; nothing is opened)."""
+    try:
+        return bool(checkpoint_files(directory))
+    except CheckpointError:
+        return False
 
 
 def confine_checkpoint(directory: Path, roots: list[Path]) -> None:

@@ -37,6 +37,7 @@ from repo_lens.app import cache, config, results, state
 from repo_lens.app.documents import Preset
 from repo_lens.app.attribution_view import why_this_position
 from repo_lens.app.intervention_view import interventions_view
+from repo_lens.app.score_view import why_this_attention
 from repo_lens.app.names import export_name, slug
 from repo_lens.app.sidebar import Selection
 from repo_lens.app.ui import Item, clamp_head, csv_button, first_learned_layer, guard, head_picker, per_item, show_figure
@@ -127,6 +128,7 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
                     on_select=lambda: _pick_token(state.chart_key(chart)))
         if highlight is not None:
             why_this_position(item, highlight[0], h)
+            why_this_attention(item, highlight[0], h)
 
     per_item(items, render)
 

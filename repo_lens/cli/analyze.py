@@ -87,15 +87,16 @@ def run(args: argparse.Namespace) -> int:
     options = _study_options(args, study)
     corpus = _analyze_corpus(args, study)  # a bad corpus fails before the model loads
     ranks = ranks_from_env()  # torchrun / accelerate launch: this rank's share, on its own device(s)
-    lens = repo_lens.load(args.model, revision=args.revision,
+    lens = repo_lens.load(args.model, revision=args.revision, graft=args.graft,
                           **load_placement(args.device, args.device_map, ranks, args.gpus_per_rank))
     settings = {"model": args.model, **({"revision": args.revision} if args.revision else {}),
+                **({"graft": args.graft} if args.graft else {}),
                 **({"study_modules": args.study_module} if args.study_module else {})}
     result = analyze(lens, study, corpus, out=args.out, options=options, window=args.window, stride=args.stride,
                      overlap=args.overlap, beyond_context=args.beyond_context, limit=args.limit,
                      sample=args.sample if args.sample is not None else args.samples, seed=args.seed,
                      shard_size=args.shard_size, batch_size=args.batch_size, progress=not args.quiet,
-                     settings=settings)
+                     settings=settings, figures=not args.no_figures)
     if not ranks.is_main:  # rank 0 writes the summary and reports
         return 0
     print(result.status(), file=sys.stderr)
@@ -155,6 +156,8 @@ def add(commands: argparse._SubParsersAction) -> None:
     analyze.add_argument("--batch-size", type=positive_int, default=1,
                          help="windows or prompts per forward pass (right-padded; the same results; not part of the "
                               "run's settings, so a run may resume with another)")
+    analyze.add_argument("--no-figures", action="store_true",
+                         help="skip the study's PDF/SVG figures, for studies that draw some (they need Chromium)")
     analyze.add_argument("--quiet", action="store_true")
     analyze.set_defaults(handler=run)
 

@@ -4,7 +4,9 @@
 >>> add_model_arguments(command)
 >>> add_device_map_arguments(command)
 >>> command.parse_args(["--model", "zoo:repo-tiny", "--device-map", "balanced", "--gpus-per-rank", "2"])
-Namespace(model='zoo:repo-tiny', revision=None, device_map='balanced', gpus_per_rank=2)
+Namespace(model='zoo:repo-tiny', revision=None, graft=None, device_map='balanced', gpus_per_rank=2)
+>>> command.parse_args(["--model", "zoo:smollm2-135m", "--graft", "checkpoints/delta_mlp.pt"]).graft
+'checkpoints/delta_mlp.pt'
 >>> try:
 ...     command.parse_args(["--model", "zoo:repo-tiny", "--gpus-per-rank", "0"])
 ... except argparse.ArgumentError as error:
@@ -25,6 +27,20 @@ def add_model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--revision", default=None,
                          help="with a Hub id: branch, tag or commit hash (default: main); a gated or private "
                               "repository reads the token in HF_TOKEN or the saved Hugging Face login")
+    command.add_argument("--graft", default=None, type=graft_file, metavar="PATH",
+                         help="the learned-increments post's graft (its delta_mlp.pt) to put onto --model, the "
+                              "Llama-family RoPE model it was trained on (docs/guide/authors-checkpoints.md)")
+
+
+def graft_file(text: str) -> str:
+    """An argparse type: the path of a graft file, not empty and without NUL characters.
+
+    >>> graft_file("delta_mlp.pt")
+    'delta_mlp.pt'
+    """
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"must be the path of the post's delta_mlp.pt, got {text!r:.80}")
+    return text
 
 
 def add_device_map_arguments(command: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from repo_lens.studies.report import layer_summary
 
     text = _read_text(args)
-    lens = repo_lens.load(args.model, device=args.device, dtype=args.dtype, revision=args.revision)
+    lens = repo_lens.load(args.model, device=args.device, dtype=args.dtype, revision=args.revision, graft=args.graft)
     trace = lens.trace(text, truncate=args.truncate, allow_beyond_context=args.beyond_context)
     print(f"model: {trace.meta.get('name')}  ({trace.meta.get('format')}, {trace.meta.get('dtype')}, "
           f"{trace.meta.get('device')})")
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in trace.meta.get("warnings", []):
         print(f"warning: {warning}")
     print(layer_summary(trace, per_head=args.per_head))
-    if args.save:
-        print(f"trace saved to {trace.save(args.save)}")
+    if args.save_path:
+        print(f"trace saved to {trace.save(args.save_path)}")
     return 0
 
 
@@ -53,6 +53,7 @@ def add(commands: argparse._SubParsersAction) -> None:
     too_long.add_argument("--beyond-context", action="store_true",
                           help="trace every token of a text longer than the model's context (extrapolation)")
     trace.add_argument("--per-head", action="store_true", help="one row per layer and head")
-    trace.add_argument("--save", type=output_file, help="write the trace to this .safetensors file")
+    # not dest "save": nnsight mounts a .save method on every object, which argparse would take for a default
+    trace.add_argument("--save", dest="save_path", type=output_file, help="write the trace to this .safetensors file")
     trace.set_defaults(handler=run,
                        context_flags={"truncate": "--truncate", "allow_beyond_context": "--beyond-context"})

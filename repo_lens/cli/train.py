@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repo_lens.cli_args import output_dir, positive_int, positive_number, seed_value, whole_number
 from repo_lens.errors import InputError
+
+if TYPE_CHECKING:
+    from repo_lens.train.config import TrainConfig
 
 
 BASE_ONLY = ("context", "batch_size", "anneal_steps", "corpus", "device", "no_autocast")  # flags of --base alone
@@ -26,10 +30,14 @@ def run(args: argparse.Namespace) -> int:
     from repo_lens.train import build_task, preset, train
 
     cfg = preset(args.preset, mechanism=args.mechanism, steps=args.steps, seed=args.seed, threads=args.threads,
-                 position_init_std=args.position_init_std, position_lr_scale=args.position_lr_scale)
+                 position_init_std=args.position_init_std, position_lr_scale=args.position_lr_scale,
+                 decay=args.decay)
+    _check_decay(cfg)
     result = train(cfg, build_task(cfg), args.out, progress=not args.quiet,
                    info={"name": Path(args.out).name})
-    print(f"trained {cfg.task}/{cfg.mechanism} for {result.steps} steps in {result.wall_seconds:.0f} s -> {args.out}")
+    decay = "" if cfg.decay == "none" else f" with decay {cfg.decay}"
+    print(f"trained {cfg.task}/{cfg.mechanism}{decay} for {result.steps} steps in {result.wall_seconds:.0f} s "
+          f"-> {args.out}")
     for key, value in result.metrics.items():
         print(f"  {key}: {value:.4f}")
     return 0
@@ -39,23 +47,40 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _check_decay(cfg: TrainConfig) -> None:
+    """A decay adds its bias on top of rotary layers: a mechanism that biases the scores itself is refused."""
+    from repo_lens.model.registry import mechanism_traits
+    from repo_lens.train.loop import layer_mechanisms
+
+    if cfg.decay == "none":
+        return
+    biased = sorted({kind for kind in layer_mechanisms(cfg) if mechanism_traits(kind).role != "rotary"})
+    if biased:
+        raise InputError(f"--decay {cfg.decay} adds its bias on top of rotary layers, and --mechanism {biased[0]} biases "
+                         "the scores itself; pick a rotary mechanism (e.g. rope, repo, lpi) or leave --decay out")
+
+
 def run_reposition(args: argparse.Namespace) -> int:
     """``train --base``: every flag checked, then the base loaded and checked, before the corpus is read or
     anything is written."""
     import repo_lens
-    from repo_lens.train.reposition import (DEFAULT_KIND, RECIPE_KINDS, RepositionConfig, check_out_directory,
-                                            check_recipe, native_bf16, train_repositioned)
+    from repo_lens.train.reposition import (DEFAULT_KIND, RECIPE_KINDS, check_out_directory, check_recipe,
+                                            native_bf16, recipe_config, train_repositioned)
     from repo_lens.model.registry import is_learned
     from repo_lens.train.text_tokens import TextTokens
     from repo_lens.zoo import parse_zoo_name
 
     if args.preset is not None:
         raise InputError("--preset and --base are two different trainings; give one of them")
+    if args.decay not in (None, "none"):
+        raise InputError("--decay trains a model from scratch with a decay (--preset); --base continues a pretrained "
+                         "model, which has none: leave --decay out")
     mechanism = args.mechanism or RECIPE_KINDS[0]
     if mechanism not in RECIPE_KINDS:
         raise InputError(f"--base trains RePo ('--mechanism repo'), its RoPE control ('--mechanism rope'), "
-                         f"GRAPE-M with a content phase ('--mechanism grape-m') or per-layer learned increments "
-                         f"('--mechanism lpi-layer'), not {mechanism!r}")
+                         f"GRAPE-M with a content phase ('--mechanism grape-m'), per-layer learned increments "
+                         f"('--mechanism lpi-layer') or the learned-increments post's graft ('--mechanism lpi-graft'), "
+                         f"not {mechanism!r}")
     if mechanism != DEFAULT_KIND:
         unused = {"position_init_std": "starts at the index, not at random weights",
                   "anneal_steps": "needs no anneal (it starts as the base)"}
@@ -70,18 +95,18 @@ def run_reposition(args: argparse.Namespace) -> int:
     device = "cpu" if args.device is None else args.device
     base = args.base if parse_zoo_name(args.base) is not None else str(Path(args.base).expanduser().absolute())
     lens = repo_lens.load(args.base, device=device, dtype="float32")
-    defaults = RepositionConfig()
+    defaults = recipe_config(mechanism)  # the post's graft has its own (LoRA rank 16, alpha 32, lr 2e-4)
     context = args.context or min(defaults.context, lens.model.cfg.max_position_embeddings)
     scale = 1.0 if args.position_lr_scale is None else args.position_lr_scale
-    cfg = RepositionConfig(base=base, mechanism=mechanism, steps=args.steps or defaults.steps,
-                           corpus=args.corpus or defaults.corpus,
-                           seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,
-                           context=context, batch_size=args.batch_size or defaults.batch_size,
-                           anneal_steps=defaults.anneal_steps if args.anneal_steps is None else args.anneal_steps,
-                           position_init_std=(defaults.position_init_std if args.position_init_std is None
-                                              else args.position_init_std),
-                           position_lr=defaults.position_lr * scale,
-                           autocast=not args.no_autocast and native_bf16(next(lens.model.parameters()).device))
+    cfg = recipe_config(mechanism, base=base, steps=args.steps or defaults.steps,
+                        corpus=args.corpus or defaults.corpus,
+                        seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,
+                        context=context, batch_size=args.batch_size or defaults.batch_size,
+                        anneal_steps=defaults.anneal_steps if args.anneal_steps is None else args.anneal_steps,
+                        position_init_std=(defaults.position_init_std if args.position_init_std is None
+                                           else args.position_init_std),
+                        position_lr=defaults.position_lr * scale,
+                        autocast=not args.no_autocast and native_bf16(next(lens.model.parameters()).device))
     check_recipe(cfg, lens.model)
     text = TextTokens.from_corpus(cfg.corpus, lens.tokenizer)
     summary = train_repositioned(cfg, lens.model, text, args.out, progress=not args.quiet)
@@ -110,7 +135,7 @@ def training_device(text: str) -> str:
 
 def add(commands: argparse._SubParsersAction) -> None:
     """``train``: a small model from a preset, or a pretrained model re-positioned with RePo (resumable)."""
-    from repo_lens.model.registry import mechanism_kinds
+    from repo_lens.model.registry import NO_DECAY, decay_names, mechanism_kinds
 
     train = commands.add_parser("train", help="train a small model, or re-position a pretrained one with RePo "
                                               "(resumes if OUT has a train_state)")
@@ -120,6 +145,10 @@ def add(commands: argparse._SubParsersAction) -> None:
                             "zoo:smollm2-135m, a checkpoint directory or a .gguf file); --mechanism rope trains "
                             "the control the same way")
     train.add_argument("--mechanism", default=None, choices=mechanism_kinds())
+    train.add_argument("--decay", default=None, choices=[NO_DECAY, *decay_names()],
+                       help="--preset: a decay added to every layer's scores on top of the rotation (the learned-"
+                            "increments post's): alibi (fixed slopes) or forget (a learned forget gate from the "
+                            "token embeddings); default none")
     train.add_argument("--out", required=True, type=output_dir, help="output directory (a repo_lens checkpoint)")
     train.add_argument("--steps", type=positive_int, default=None)
     train.add_argument("--seed", type=seed_value, default=None)

@@ -12,10 +12,11 @@ from transformer_lens.hook_points import HookPoint
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.compat.attention import AttentionWeights
+from repo_lens.model.decay import LEVELS_STATE, DecayRows, decay_bias, decay_levels, missing_decay
 from repo_lens.model.hooking import editable, project_heads, wants
 from repo_lens.model.layers import RMSNorm
 from repo_lens.model.pattern import causal_mask, hooked_attention
-from repo_lens.model.registry import build_position_mechanism
+from repo_lens.model.registry import NO_DECAY, build_position_mechanism
 from repo_lens.model.rotary import RopeSettings, apply_rotary, rope_frequencies, rotary_cos_sin
 
 __all__ = ["Attention", "causal_mask"]
@@ -32,7 +33,10 @@ class Attention(AttentionWeights, nn.Module):
     rotation; GQA keys and values per key head), ``hook_rot_q`` / ``hook_rot_k`` the queries and
     keys that enter q·k (after the norm and the rotation; GQA keys per key head where the heads of a
     group share their positions, as in RoPE layers, else per query head). Each hook sees a view, so
-    a hook that is not attached costs nothing and leaves the output bit-identical."""
+    a hook that is not attached costs nothing and leaves the output bit-identical.
+
+    In a model with a decay (``ModelConfig.decay``, :mod:`repo_lens.model.decay`), the layer sums the model's
+    log α into its levels A (``hook_decay``) and adds A_i − A_j to its scores."""
 
     positions: Any  # the layer's position mechanism (the registry's nn.Module: role, logit_bias, … by kind)
     inv_freq: torch.Tensor  # a buffer
@@ -68,6 +72,10 @@ class Attention(AttentionWeights, nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output; only when hooked)
+        self.decay_name = cfg.decay
+        self.decay_rows = DecayRows() if cfg.decay != NO_DECAY else None
+        if self.decay_rows is not None:
+            self.hook_decay = HookPoint()  # [batch, head, pos]
 
     def _project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [batch, head, pos, d_head], k and v [batch, kv_head, pos, d_head] of the block input ``h``,
@@ -101,25 +109,21 @@ class Attention(AttentionWeights, nn.Module):
 
     def forward(self, h: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
                 shared: torch.Tensor | None = None, query_from: int = 0,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+                residual: torch.Tensor | None = None, *, decay: torch.Tensor | None = None) -> torch.Tensor:
         """The attention output of ``h`` [batch, pos, d_model]; with ``query_from``, only of the rows from
         there on (every token still a key: what a caller that reads only the last rows needs). ``residual``:
-        the residual stream entering the block, which a mechanism with ``reads_residual`` reads instead of ``h``."""
+        the residual stream entering the block, which a mechanism with ``reads_residual`` reads instead of ``h``.
+        ``decay``: the model's log α [batch, head, pos] of these tokens, in a model with a decay."""
         batch, pos, _ = h.shape
         mechanism = self.positions
         state = cache.position_states[self.layer] if cache is not None else None
         q, k, v = self._project(h)
+        positions = None
         if mechanism.role != "contextual":
             source = residual if residual is not None and getattr(mechanism, "reads_residual", False) else h
             positions = self.hook_pos(editable(self.hook_pos, mechanism(source, offset, state=state, shared=shared)))
-        if mechanism.role == "rotary":
-            inv_freq = self.rope.inv_freq_at(offset + pos, self.inv_freq)  # dynamic NTK: from the token count
-            if not self._shared_in_groups(positions):
-                k = self._per_query_head(k)
-            cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
-            group = self.n_heads // k.shape[1]
-            encode = getattr(mechanism, "encode", apply_rotary)  # PoPE kinds keep only the pair norms' phase
-            q, k = encode(q, cos, sin), encode(k, cos[:, ::group], sin[:, ::group])
+        if positions is not None and mechanism.role == "rotary":
+            q, k = self._rotate(q, k, positions, offset + pos)
         # hooks see [batch, pos, head, d_head] views of what q·k uses (rotated where the layer rotates)
         q, k = self.hook_rot_q(q.transpose(1, 2)).transpose(1, 2), self.hook_rot_k(k.transpose(1, 2)).transpose(1, 2)
         k, v = self._per_query_head(k), self._per_query_head(v)
@@ -128,30 +132,68 @@ class Attention(AttentionWeights, nn.Module):
         if query_from and mechanism.role == "rotary":  # the queries' own positions are already applied
             q, pos, query_from = q[:, :, query_from:], pos - query_from, 0
         n_keys = k.shape[2]
-        plain = mechanism.role == "rotary"
+        levels = self._decay_levels(decay, state) if self.decay_rows is not None else None
+        plain = mechanism.role == "rotary" and levels is None
         allowed = None if plain and n_keys == pos else causal_mask(pos, n_keys, h.device)
-        bias = None
-        if mechanism.role == "additive":
-            key_positions = positions
-            if state is not None:
-                past = state.get("key_positions")
-                key_positions = positions if past is None else torch.cat((past, positions), dim=-1)
-                state["key_positions"] = key_positions.detach()
-            bias = mechanism.logit_bias(positions, key_positions)
-        elif mechanism.role == "contextual":
-            assert allowed is not None  # only a rotary layer's square pattern goes without a mask
-            scores = self._scores(q, k).masked_fill(~allowed, float("-inf"))
-            bias, positions = mechanism(q, scores, allowed)
-            self.hook_pos(editable(self.hook_pos, positions))
+        bias: torch.Tensor | None
+        if levels is not None:  # a decay: A_i − A_j of the query rows (the last pos of the new tokens) over every key
+            bias = decay_bias(levels[0][..., levels[0].shape[-1] - pos:], levels[1])
+        else:
+            bias = self._mechanism_bias(q, k, positions, allowed, state)
         if bias is None:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
         else:
-            assert allowed is not None  # a bias comes from an additive or contextual layer, which has a mask
+            assert allowed is not None  # a bias (a decay, an additive or contextual layer) comes with a mask
             bias = bias.masked_fill(~allowed, float("-inf"))
             z = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bias).to(v.dtype)
         z = hooked_attention(q, k, v, z, allowed, bias, self.hook_attn_scores, self.hook_pattern)
         z = self.hook_z(z.transpose(1, 2))[:, query_from:]
         return project_heads(self.o_proj, z, self.hook_result)
+
+    def _rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                n_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k rotated (or PoPE-encoded) at ``positions`` [batch, head, pos]; GQA keys repeated per query head
+        first where the heads of a group have different positions."""
+        inv_freq = self.rope.inv_freq_at(n_tokens, self.inv_freq)  # dynamic NTK: from the token count
+        if not self._shared_in_groups(positions):
+            k = self._per_query_head(k)
+        cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
+        group = self.n_heads // k.shape[1]
+        encode = getattr(self.positions, "encode", apply_rotary)  # PoPE kinds keep only the pair norms' phase
+        return encode(q, cos, sin), encode(k, cos[:, ::group], sin[:, ::group])
+
+    def _mechanism_bias(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None,
+                        allowed: torch.Tensor | None, state: dict | None) -> torch.Tensor | None:
+        """The bias an additive or contextual mechanism adds to q·k/√d (None for a rotary one); a contextual
+        mechanism's positions pass through ``hook_pos`` here."""
+        mechanism = self.positions
+        if mechanism.role == "additive":
+            assert positions is not None  # an additive mechanism's forward gave them
+            key_positions = positions
+            if state is not None:
+                past = state.get("key_positions")
+                key_positions = positions if past is None else torch.cat((past, positions), dim=-1)
+                state["key_positions"] = key_positions.detach()
+            return mechanism.logit_bias(positions, key_positions)
+        if mechanism.role == "contextual":
+            assert allowed is not None  # only a rotary layer's square pattern goes without a mask
+            scores = self._scores(q, k).masked_fill(~allowed, float("-inf"))
+            bias, contextual_positions = mechanism(q, scores, allowed)
+            self.hook_pos(editable(self.hook_pos, contextual_positions))
+            return bias
+        return None
+
+    def _decay_levels(self, log_forget: torch.Tensor | None, state: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the new tokens' decay levels A [batch, head, pos] through ``hook_decay``, every key's levels): a KV
+        cache keeps the keys' levels, so later tokens continue from the last of them."""
+        if log_forget is None:
+            raise missing_decay(self.layer, self.decay_name)
+        past = None if state is None else state.get(LEVELS_STATE)
+        levels = self.hook_decay(editable(self.hook_decay, decay_levels(log_forget, past)))
+        keys = levels if past is None else torch.cat((past, levels), dim=-1)
+        if state is not None:
+            state[LEVELS_STATE] = keys.detach()
+        return levels, keys
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5

@@ -47,14 +47,17 @@ class _Block(BlockNames, nn.Module):
         return x if name is None else getattr(self, name)(x)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
-                shared: torch.Tensor | None = None, rows_from: int = 0) -> torch.Tensor:
+                shared: torch.Tensor | None = None, rows_from: int = 0, *,
+                decay: torch.Tensor | None = None) -> torch.Tensor:
         """The block's output for ``x`` [batch, pos, d_model]; with ``rows_from``, only rows ``rows_from``..
         (every row still attended to; the MLP and the queries run for those rows only where the
-        attention module can)."""
+        attention module can). ``decay``: the model's log α of these tokens, in a model with a decay."""
         resid_pre = self.hook_resid_pre(x)
         normed = self._norm("before_attention", resid_pre)
         # a mechanism that reads the residual stream entering the block (not the normed input) gets it too
         reads = {"residual": resid_pre} if getattr(getattr(self.attn, "positions", None), "reads_residual", False) else {}
+        if decay is not None:
+            reads["decay"] = decay
         if rows_from and getattr(self.attn, "QUERY_ROWS", False):
             attn = self.attn(normed, cache, offset, shared, query_from=rows_from, **reads)
         else:

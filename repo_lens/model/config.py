@@ -56,6 +56,11 @@ class ModelConfig(TransformerLensConfigFields):
     # CoPE's p_max (position embeddings e[0..p_max]); FoX / GRAPE-AP gate bias at initialisation
     cope_max_position: int = 64
     forget_bias_init: float = 3.0
+    # a decay added to every layer's scores on top of the rotation, computed once from the token embeddings (the
+    # learned-increments post's decay): "none", or a decay of the registry ("alibi", "forget"); the forget gate's
+    # hidden width (None = d_model // 4)
+    decay: str = "none"
+    decay_hidden: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,6 +87,17 @@ class ModelConfig(TransformerLensConfigFields):
                 f"{self.n_layers} layers; give one mechanism per layer"
             )
         self.layer_mechanisms = list(self.layer_mechanisms)
+        self._check_decay()
+
+    def _check_decay(self) -> None:
+        """``decay`` a name (which decays exist, the registry says when the model is built: ``build_decay``);
+        ``decay_hidden`` None or a positive integer."""
+        if not isinstance(self.decay, str):
+            raise CheckpointError(f"decay={self.decay!r}; expected the name of a decay, or 'none'")
+        hidden = self.decay_hidden
+        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
+            raise CheckpointError(f"decay_hidden={hidden!r}; expected a positive integer (the forget gate's hidden "
+                                  "width) or None for d_model // 4")
 
     @property
     def d_head(self) -> int:
@@ -94,6 +110,10 @@ class ModelConfig(TransformerLensConfigFields):
     @property
     def lpi_hidden_dim(self) -> int:
         return self.lpi_hidden if self.lpi_hidden is not None else self.d_model // 4
+
+    @property
+    def decay_hidden_dim(self) -> int:
+        return self.decay_hidden if self.decay_hidden is not None else self.d_model // 4
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

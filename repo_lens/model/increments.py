@@ -184,3 +184,14 @@ class ContentPhasePositions(CumulativePositions):
 def shared_delta_mlp(cfg: ModelConfig) -> DeltaMLP:
     """The model-level DeltaMLP of ``lpi`` models: δ = softplus(·) with δ = 1 at initialisation."""
     return DeltaMLP(cfg.d_model, cfg.lpi_hidden_dim, 1, output_bias=SOFTPLUS_ONE)
+
+
+def is_position_weight(name: str) -> bool:
+    """Whether the LensModel weight ``name`` belongs to a position mechanism: a layer's own
+    (``blocks.{l}.attn.positions.``) or the increments the layers share (``increments.``).
+
+    >>> [is_position_weight(name) for name in ("blocks.2.attn.positions.delta_mlp.fc_in.weight",
+    ...                                        "increments.fc_out.bias", "blocks.2.attn.q_proj.weight")]
+    [True, True, False]
+    """
+    return ".attn.positions." in name or name.startswith("increments.")

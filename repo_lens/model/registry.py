@@ -7,6 +7,10 @@ its module (an ``nn.Module`` with ``kind`` and ``role``), one entry in ``mechani
 this file (the fields of :class:`MechanismTraits` but ``kind``, which is the entry's key), and its
 tests; :func:`register` adds one at run time.
 
+The same file's ``"decays"`` section declares the decays (:class:`DecayTraits`): a recency bias a model
+computes once from its token embeddings and adds to the scores of every layer, on top of the rotation
+(``ModelConfig.decay``; "none" for none).
+
 The table is plain data, so traces, figures and the app can ask it without importing torch; a
 mechanism's module is imported when a layer of that kind is first built (:func:`mechanism_class`).
 
@@ -108,8 +112,37 @@ class PositionEdit:
     sum: str = "none"
 
 
+@dataclass(frozen=True)
+class DecayTraits:
+    """What a decay is (``ModelConfig.decay``): a bias A_i − A_j added to every layer's q·k/√d, with
+    A_t = Σ_{s≤t} log α_s per head, log α ≤ 0 computed once from the token embeddings.
+
+    name: the value of ``ModelConfig.decay`` and of ``repo-lens train --decay``.
+    label: the human-readable name.
+    learned: whether log α comes from the model's weights (else it is fixed, e.g. ALiBi's slopes).
+    bias: the equation, in words.
+    module: dotted path of its ``nn.Module`` class (``LensModel.decay``), whose ``log_forget(embedded)``
+        gives log α [batch, head, pos].
+    hook: the model's hook that holds log α (write it to change the decay; zeros: no decay).
+    quantity: what that hook holds, in words.
+    settings: trace-meta key -> ``ModelConfig`` attribute, recorded in ``meta["mechanism"]`` beside ``decay``.
+    """
+
+    name: str
+    label: str
+    learned: bool
+    bias: str
+    module: str
+    hook: str
+    quantity: str
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+
 _REGISTRY: dict[str, MechanismTraits] = {}
 _CLASSES: dict[str, type] = {}
+_DECAYS: dict[str, DecayTraits] = {}
+DECAYS_SECTION = "decays"  # the section of mechanisms.json that declares the decays (not a kind)
+NO_DECAY = "none"  # ModelConfig.decay of a model without a decay
 
 ROPE_KIND = "rope"  # integer positions: the kind of every layer of a plain RoPE model
 NOPE_KIND = "nope"  # a constant position: the kind of RoPE-free layers
@@ -131,6 +164,8 @@ def register(traits: MechanismTraits) -> MechanismTraits:
 
 def _register_builtins() -> None:
     table = json.loads(BUILTINS_FILE.read_text(encoding="utf-8"))
+    for name, entry in table.pop(DECAYS_SECTION, {}).items():
+        _DECAYS[name] = DecayTraits(name=name, **entry)
     for kind, entry in table.items():
         register(MechanismTraits(kind=kind, **entry))
 
@@ -223,16 +258,23 @@ def default_layer_kinds(kind: str, n_layers: int, first_layer: int | None = None
 
 
 def recorded_settings(cfg: ModelConfig) -> dict[str, object]:
-    """The settings of the mechanisms ``cfg``'s layers use, as a trace records them (``traits.settings``).
+    """The settings of the mechanisms ``cfg``'s layers use, as a trace records them (``traits.settings``),
+    and the model's decay with its settings where it has one.
 
     >>> cfg = ModelConfig(family="olmo2", vocab_size=8, d_model=32, n_layers=2, n_heads=4, d_mlp=8,
     ...                   layer_mechanisms=["rope", "repo"])
     >>> recorded_settings(cfg)
     {'repo_dim': 4}
+    >>> recorded_settings(ModelConfig(**{**cfg.to_dict(), "decay": "forget"}))
+    {'repo_dim': 4, 'decay': 'forget', 'decay_hidden': 8}
     """
     settings: dict[str, object] = {}
     for kind in dict.fromkeys(cfg.layer_mechanisms):
         for key, attribute in mechanism_traits(kind).settings.items():
+            settings[key] = getattr(cfg, attribute)
+    if cfg.decay != NO_DECAY:
+        settings["decay"] = cfg.decay
+        for key, attribute in decay_traits(cfg.decay).settings.items():
             settings[key] = getattr(cfg, attribute)
     return settings
 
@@ -260,6 +302,40 @@ def build_position_mechanism(kind: str, cfg: ModelConfig) -> nn.Module:
     'additive'
     """
     return mechanism_class(kind)(cfg)
+
+
+def decay_names() -> list[str]:
+    """Every declared decay (``ModelConfig.decay`` takes one of them, or "none").
+
+    >>> decay_names()
+    ['alibi', 'forget']
+    """
+    return list(_DECAYS)
+
+
+def decay_traits(name: str) -> DecayTraits:
+    """The traits of decay ``name``; an unknown one is a CheckpointError naming the known ones.
+
+    >>> decay_traits("forget").hook
+    'hook_log_forget'
+    """
+    if name not in _DECAYS:
+        raise CheckpointError(f"unknown decay {name!r}; expected {NO_DECAY!r} or one of {decay_names()}")
+    return _DECAYS[name]
+
+
+def build_decay(cfg: ModelConfig) -> nn.Module | None:
+    """The model-level module of ``cfg.decay`` (``LensModel.decay``), None for "none".
+
+    >>> cfg = ModelConfig(family="llama", vocab_size=8, d_model=16, n_layers=1, n_heads=2, d_mlp=8,
+    ...                   layer_mechanisms=["rope"], decay="forget")
+    >>> type(build_decay(cfg)).__name__, build_decay(ModelConfig(**{**cfg.to_dict(), "decay": "none"}))
+    ('ForgetDecay', None)
+    """
+    if cfg.decay == NO_DECAY:
+        return None
+    module_name, class_name = decay_traits(cfg.decay).module.rsplit(".", 1)
+    return getattr(importlib.import_module(module_name), class_name)(cfg)
 
 
 class _MechanismClasses(Mapping):

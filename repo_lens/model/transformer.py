@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -14,8 +16,10 @@ from repo_lens.model.compat.forward import layer_range
 from repo_lens.model.compat.weights import Embed, Unembed
 from repo_lens.model.compat.interface import TransformerLensInterface
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.decay import Decay
 from repo_lens.model.increments import DeltaTable
-from repo_lens.model.registry import mechanism_class
+from repo_lens.model.hooking import editable
+from repo_lens.model.registry import build_decay, mechanism_class
 from repo_lens.model.layers import RMSNorm
 
 
@@ -24,7 +28,9 @@ class LensModel(TransformerLensInterface):
     (``run_with_cache`` returning an ``ActivationCache``, ``run_with_hooks``, ``to_tokens``, ``generate``,
     ``W_Q`` …: :class:`repo_lens.model.compat.interface.TransformerLensInterface`). Its hooks take
     TransformerLens' names and shapes where they hold the same thing (``hook_q`` is q_proj's output,
-    ``hook_rot_q`` the rotated queries); the documentation's hook-points table lists every one.
+    ``hook_rot_q`` the rotated queries); the documentation's hook-points table lists every one. With a decay
+    (``cfg.decay``, :mod:`repo_lens.model.decay`) it computes log α once from the embeddings (``hook_log_forget``)
+    and every layer adds the decay's bias to its scores.
 
     Example:
         >>> cfg = ModelConfig(family="olmo2", vocab_size=50, d_model=32, n_layers=3, n_heads=4,
@@ -34,6 +40,8 @@ class LensModel(TransformerLensInterface):
         >>> logits.shape, cache["blocks.1.attn.hook_pos"].shape
         (torch.Size([1, 3, 50]), torch.Size([1, 4, 3]))
     """
+
+    decay: Decay  # the model's decay (repo_lens.model.decay), set only where cfg.decay is not "none"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -47,6 +55,10 @@ class LensModel(TransformerLensInterface):
                 self.hook_head_delta = HookPoint()  # [batch, head, pos]
             else:
                 self.hook_delta = HookPoint()  # [batch, pos]
+        decay = build_decay(cfg)
+        if decay is not None:  # a decay (the learned-increments post's): log α of each head from the embeddings
+            self.decay = cast(Decay, decay)
+            self.hook_log_forget = HookPoint()  # [batch, head, pos]
         block = block_class(cfg.family)
         self.blocks = nn.ModuleList(block(cfg, layer) for layer in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=block.WEIGHT_BEFORE_CAST)
@@ -67,18 +79,23 @@ class LensModel(TransformerLensInterface):
         the output is the residual stream entering that block."""
         offset = cache.seq_len if cache is not None else 0
         start, stop = layer_range(len(self.blocks), start_at_layer, stop_at_layer)
+        decay: dict[str, torch.Tensor] = {}
         if start_at_layer is None:
             x = self.hook_embed(self.embed(input_ids))
             shared = self._hooked_shared(self.shared_increments(x, input_ids)) if hasattr(self, "increments") else None
-        elif hasattr(self, "increments"):
-            raise InputError("this model's learned increments are computed from the token embeddings, which a run "
-                             "from start_at_layer does not have: run it from the tokens")
+            if hasattr(self, "decay"):
+                decay["decay"] = self.hook_log_forget(editable(self.hook_log_forget, self.decay.log_forget(x)))
+        elif hasattr(self, "increments") or hasattr(self, "decay"):
+            what = "learned increments are" if hasattr(self, "increments") else f"decay ({self.cfg.decay!r}) is"
+            raise InputError(f"this model's {what} computed from the token embeddings, which a run from "
+                             "start_at_layer does not have: run it from the tokens")
         else:
             x, shared = input_ids, None
         last = len(self.blocks) - 1
         for layer in range(start, stop):
             block = self.blocks[layer]
-            x = block(x, cache, offset, shared, rows_from=rows_from) if layer == last and rows_from else block(x, cache, offset, shared)
+            rows = {"rows_from": rows_from} if layer == last and rows_from else {}
+            x = block(x, cache, offset, shared, **rows, **decay)
         if stop_at_layer is not None:
             return x
         return self.unembed(self.final_norm(x))

@@ -20,6 +20,7 @@ from repo_lens.plots.attribution import (
     position_attribution_bars,
     token_attribution_strip,
 )
+from repo_lens.plots.bands import attention_split_figure, band_usage_figure
 from repo_lens.plots.boundaries import boundary_auc_figure
 from repo_lens.plots.encoding import variance_shares_figure
 from repo_lens.plots.export import (
@@ -36,6 +37,7 @@ from repo_lens.plots.heatmaps import (
     pattern_strip_figure,
     range_heatmap,
 )
+from repo_lens.plots.increment_post import category_drift_figure, char_spacing_figure
 from repo_lens.plots.increments import category_increments_figure, layer_series_figure
 from repo_lens.plots.intervals import interval_figure
 from repo_lens.plots.notebook import (
@@ -73,9 +75,13 @@ __all__ = [
     "ExportError",
     "attention_mass_figure",
     "attention_mass_layers_figure",
+    "attention_split_figure",
     "attribution_map_figure",
+    "band_usage_figure",
     "boundary_auc_figure",
+    "category_drift_figure",
     "category_increments_figure",
+    "char_spacing_figure",
     "export",
     "export_unavailable",
     "figure_bytes",

@@ -54,6 +54,7 @@ KIND_PALETTE: tuple[str, ...] = (
     "#6E6E6E", OKABE_ITO[1], OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[4], OKABE_ITO[7], OKABE_ITO[5],
     OKABE_ITO[3], OKABE_ITO[6], "#882255", "#44AA99", "#999933", "#AA4499", "#332288", "#117733",
     "#CC6677", "#88CCEE", "#DDCC77", "#661100", "#EE8866", "#EEDD88", "#FFAABB", "#99DDFF", "#AAAA00", "#BBCC33",
+    "#DDAA33", "#BB5566", "#225555",
 )
 # chunk classes and prompt spans: colours whose lightness L* differs by 20 or more between any two classes,
 # so they stay apart printed in greyscale (and for colour-blind readers); chunk classes: pale grey (L* 88),

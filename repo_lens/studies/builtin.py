@@ -1,7 +1,8 @@
 """The built-in studies of ``repo-lens analyze`` (:mod:`repo_lens.studies.registry` starts with them).
 
-Their records and summaries live in :mod:`repo_lens.studies.items`, imported when a study runs (so
-that building the command line's help loads no model code).
+Their records and summaries live in :mod:`repo_lens.studies.items` (the ``bands`` study's in
+:mod:`repo_lens.studies.band_items`), imported when a study runs (so that building the command line's help
+loads no model code).
 """
 
 from __future__ import annotations
@@ -69,4 +70,26 @@ BOUNDARIES = Study(
     inputs_help="windows of `--corpus` documents (default: People's Daily, gold-segmented)",
     records_help="increments at the scored CJK gaps with jieba's (and the gold) word-boundary labels; pooled AUC")
 
-BUILTIN_STUDIES = (NIAH, POSITIONS, BOUNDARIES)
+
+def _band_items() -> ModuleType:
+    from repo_lens.studies import band_items
+
+    return band_items
+
+
+BANDS = Study(
+    "bands", "which rotary frequency band carries each head's position signal (learned vs integer positions) and "
+    "the attention sink",
+    record=lambda lens, windows, options: _band_items().band_window_records(lens, windows, options),
+    summary=lambda records, options: _band_items().summarize_bands(records, options),
+    figures=lambda summary, options: _band_items().band_figures(summary, options),
+    options=(Option("query_rows", 32, "bands: query rows per window, evenly spaced (each scored against every key "
+                    "up to it)", int, low=1),
+             Option("layers", [], "bands: the layers to measure (empty: every layer)", int, many=True, low=0,
+                    example="0,5,11")),
+    default_corpus="brown", inputs_help="windows of `--corpus` documents (default: the Brown corpus)",
+    records_help="per layer and head: each rotary band's share of the score and of its position part at the actual "
+                 "and at integer positions, the dominant position band; the first token's attention (sink) and its "
+                 "content and position parts")
+
+BUILTIN_STUDIES = (NIAH, POSITIONS, BOUNDARIES, BANDS)

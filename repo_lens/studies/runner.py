@@ -190,7 +190,7 @@ def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: 
             window: int | None = None, stride: int | None = None, overlap: int | None = None,
             beyond_context: bool = False, limit: int | None = None, sample: int | None = None, seed: int = 0,
             shard_size: int | None = None, batch_size: int = 1, progress: bool = True,
-            settings: dict[str, Any] | None = None) -> StudyResult:
+            settings: dict[str, Any] | None = None, figures: bool = True) -> StudyResult:
     """Run ``study`` (a registered name or a :class:`Study`) with ``lens`` over ``corpus`` into ``out``.
 
     ``corpus``: anything :func:`repo_lens.data.corpus_sources.open_corpus` opens (a path, a glob, a
@@ -199,7 +199,10 @@ def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: 
     (default: windows of the model's context, side by side). ``limit`` or ``sample`` + ``seed``: an
     explicit selection of documents. ``batch_size`` inputs share a forward pass (same records; not
     part of the run's settings). ``settings``: more to store in run.json (e.g. the model's name).
-    Rerun the same call to resume; under torchrun each rank runs it and computes its share.
+    ``figures``: write the study's figures, if it has any, as vector PDF and SVG beside summary.json
+    (they need Chromium; one that cannot be rendered is named under the summary's
+    ``figures_not_rendered``, with a warning). Rerun the same call to resume; under torchrun each rank
+    runs it and computes its share.
     """
     batch_size = check_batch_size(batch_size)
     out = Path(out)
@@ -223,7 +226,7 @@ def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: 
                                 "failed: run the same command again to compute only those")
         if not session.ranks.is_main:
             return StudyResult(out, None)
-        return _finish(lens, plan, out)
+        return _finish(lens, plan, out, figures)
 
 
 def _shards(plan: Plan, last: int) -> Iterator[tuple[int, list[Any]]]:
@@ -321,14 +324,17 @@ def _study_records(lens: LensProtocol, plan: Plan, inputs: list, batch_size: int
     return records
 
 
-def _finish(lens: LensProtocol, plan: Plan, out: Path) -> StudyResult:
+def _finish(lens: LensProtocol, plan: Plan, out: Path, figures: bool = True) -> StudyResult:
     """Rank 0, once every shard is written: one schema over the shards, the counts, the summary streamed
-    over the records, and results.json / results.csv for a small run."""
+    over the records, the study's figures, and results.json / results.csv for a small run."""
     harmonize(out)
     counts = _merged_counts(plan, shard_counts(out, plan.n_shards))
     body = plan.study.summary(iter_records(out), plan.options) if plan.study.summary else {}
     summary = {"study": plan.study.name, "layer_kinds": getattr(lens, "layer_kinds", None), **body, "counts": counts}
     written = [f"{RECORDS}/ ({len(record_files(out))} Parquet shard(s))"]
+    if figures and plan.study.figures is not None:
+        summary.update(_write_study_figures(plan, out, summary))
+        written += summary["figures"]
     small = counts["records"] <= SMALL_RUN
     if small:
         records = list(iter_records(out))
@@ -337,6 +343,20 @@ def _finish(lens: LensProtocol, plan: Plan, out: Path) -> StudyResult:
         written += ["results.json", "results.csv"]
     write_summary(out, summary)
     return StudyResult(out, summary, counts, small, [*written, "summary.json"])
+
+
+def _write_study_figures(plan: Plan, out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """The study's figures of ``summary`` written to ``out`` (PDF + SVG): ``figures`` (the file names) and, for
+    files that could not be rendered (no Chromium), ``figures_not_rendered`` with the reason and a warning."""
+    from repo_lens.studies.reproductions.common import write_figures
+
+    assert plan.study.figures is not None  # called for a study with figures
+    names, not_rendered = write_figures(out, plan.study.figures(summary, plan.options))
+    if not not_rendered:
+        return {"figures": names}
+    warnings.warn(f"{len(not_rendered)} figure file(s) of {plan.study.name} in {out} not rendered: "
+                  f"{next(iter(not_rendered.values()))}", stacklevel=3)
+    return {"figures": names, "figures_not_rendered": not_rendered}
 
 
 def _merged_counts(plan: Plan, shards: list[dict[str, Any]]) -> dict[str, Any]:

@@ -85,6 +85,8 @@ class Study:
     ``summary(records, options) -> dict``: the run's result from the records, streamed in order
     (an iterator; hold only running totals to stay in bounded memory). ``options``: the
     :class:`Option` s below, with ``beyond_context`` added (whether inputs may exceed the context).
+    ``figures(summary, options) -> {name: plotly Figure}``: the run's figures, written as ``OUT/NAME.pdf``
+    and ``OUT/NAME.svg`` after the summary unless figures are turned off (``--no-figures``).
     """
 
     name: str
@@ -97,6 +99,7 @@ class Study:
     inputs_help: str = "windows of the corpus' documents"
     records_help: str = ""
     shard_size: int = DEFAULT_SHARD_SIZE
+    figures: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def reads_corpus(self) -> bool:

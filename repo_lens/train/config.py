@@ -39,6 +39,8 @@ class TrainConfig:
     position_init_std: float | None = None
     position_lr_scale: float = 1.0
     task_options: dict[str, Any] = field(default_factory=dict)
+    # a decay added to every layer's scores ("none", or a decay of the registry: repo_lens.model.registry.decay_names())
+    decay: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -49,11 +49,12 @@ def layer_mechanisms(cfg: TrainConfig) -> list[str]:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
-    """The architecture a TrainConfig describes, initialised N(0, 0.02) (norms at 1), seeded."""
+    """The architecture a TrainConfig describes, initialised N(0, 0.02) (norms at 1; a decay's forget gate keeps
+    its output bias, α ≈ 0.999 at the start), seeded."""
     mechanisms = layer_mechanisms(cfg)
     model_cfg = ModelConfig(family=cfg.family, vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                             n_heads=cfg.n_heads, d_mlp=cfg.d_mlp, max_position_embeddings=cfg.context,
-                            layer_mechanisms=mechanisms)
+                            layer_mechanisms=mechanisms, decay=cfg.decay)
     torch.manual_seed(cfg.seed)
     model = LensModel(model_cfg)
     position_std = 0.02 if cfg.position_init_std is None else cfg.position_init_std
@@ -124,7 +125,8 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
     atomic_write_bytes(directory / "train_config.json", json.dumps(cfg.to_dict(), indent=2).encode())
     model.train()
     started = time.perf_counter() - wall
-    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task}/{cfg.mechanism}", disable=not progress)
+    what = cfg.mechanism if cfg.decay == "none" else f"{cfg.mechanism}+{cfg.decay}"
+    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task}/{what}", disable=not progress)
     while step < cfg.steps:
         loss, lr = _train_step(cfg, task, model, optimizer, step)
         step += 1

@@ -47,7 +47,8 @@ from tqdm.auto import tqdm
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
 from repo_lens.model.config import repo_start_layer
-from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
+from repo_lens.model.grafted_increments import GraftIncrementPositions
+from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions, is_position_weight
 from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.transformer import LensModel
@@ -60,8 +61,15 @@ STATE_DIR = "train_state"
 ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
 CONTENT_PHASE_KIND = ContentPhasePositions.kind  # GRAPE-M with a content-dependent phase: ω = softplus(W h + b)
 LAYER_INCREMENT_KIND = LayerIncrementPositions.kind  # per-layer learned increments: δ = max · sigmoid(MLP(h))
-RECIPE_KINDS = (DEFAULT_KIND, ROPE_KIND, CONTENT_PHASE_KIND, LAYER_INCREMENT_KIND)  # RePo, its control, and the two
-# mechanisms that start exactly as the base's RoPE
+GRAFT_KIND = GraftIncrementPositions.kind  # the learned-increments post's graft: exclusive Σ softplus(MLP(embedding))
+RECIPE_KINDS = (DEFAULT_KIND, ROPE_KIND, CONTENT_PHASE_KIND, LAYER_INCREMENT_KIND, GRAFT_KIND)  # RePo, its control,
+# and the mechanisms that start as the base's RoPE
+# the settings the learned-increments post's graft trains with (experiments/delta_graft: LoRA r 16, alpha 32 on
+# q/k/v/o of every layer, one learning rate 2e-4 for the adapters and the DeltaMLP)
+GRAFT_SETTINGS: dict[str, Any] = {"first_layer": 0, "lora_rank": 16, "lora_alpha": 32.0, "lr": 2e-4,
+                                  "position_lr": 2e-4}
+GRAFT_FAMILIES = ("llama", "olmo2")  # Llama-family blocks: one rotary, fed by the positions
+SHARED_PREFIX = "increments."  # the weights of the increments every layer shares (LensModel.increments)
 
 
 @dataclass
@@ -107,6 +115,18 @@ _OPTIONAL_WHOLE = {"first_layer": 0, "threads": 1}  # None or a whole number ≥
 _POSITIVE = ("lr", "position_lr", "lora_alpha", "position_init_std", "grad_clip")
 _NOT_NEGATIVE = ("weight_decay",)
 _TEXT = ("base", "corpus", "mechanism")
+
+
+def recipe_config(mechanism: str = DEFAULT_KIND, **settings: Any) -> RepositionConfig:
+    """The recipe's settings for ``mechanism``: its own defaults (the post's graft: :data:`GRAFT_SETTINGS`), then
+    ``settings``.
+
+    >>> cfg = recipe_config(GRAFT_KIND, steps=10)
+    >>> cfg.lora_rank, cfg.lora_alpha, cfg.first_layer, cfg.steps
+    (16, 32.0, 0, 10)
+    """
+    defaults = GRAFT_SETTINGS if mechanism == GRAFT_KIND else {}
+    return RepositionConfig(**{**defaults, **settings, "mechanism": mechanism})
 
 
 def setting_problems(settings: dict[str, Any]) -> list[str]:
@@ -161,7 +181,11 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
 
 
 def first_layer_of(cfg: RepositionConfig, n_layers: int) -> int:
-    return repo_start_layer(n_layers) if cfg.first_layer is None else int(cfg.first_layer)
+    """The first re-positioned layer: ``cfg.first_layer``, else 0 for the post's graft (its positions reach every
+    layer) and ⌈L/3⌉ for the other mechanisms."""
+    if cfg.first_layer is not None:
+        return int(cfg.first_layer)
+    return 0 if cfg.mechanism == GRAFT_KIND else repo_start_layer(n_layers)
 
 
 def check_recipe(cfg: RepositionConfig, base: LensModel) -> None:
@@ -181,6 +205,9 @@ def check_recipe(cfg: RepositionConfig, base: LensModel) -> None:
         raise InputError(f"the base must be a RoPE model (every layer 'rope'), got {base.cfg.layer_mechanisms}; "
                          "the recipe puts the learned mechanism into a RoPE model, so start from one (e.g. a "
                          "`repo-lens tiny --mechanism rope` checkpoint, zoo:bytes-rope or zoo:smollm2-135m)")
+    if cfg.mechanism == GRAFT_KIND and base.cfg.family not in GRAFT_FAMILIES:
+        raise InputError(f"the post's graft goes onto a Llama-family model (block family {' or '.join(GRAFT_FAMILIES)}"
+                         f"), got family {base.cfg.family!r}; start from e.g. zoo:smollm2-135m")
 
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -214,12 +241,12 @@ def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
     model = LensModel(dataclasses.replace(base.cfg, layer_mechanisms=kinds))
     torch.manual_seed(cfg.seed)
     result = model.load_state_dict(base.state_dict(), strict=False)
-    new = [name for name in result.missing_keys if ".attn.positions." not in name]
+    new = [name for name in result.missing_keys if not is_position_weight(name)]
     if new or result.unexpected_keys:
         raise CheckpointError(f"the base's weights do not fit the re-positioned model: missing {new[:5]}, "
                               f"unexpected {result.unexpected_keys[:5]}")
     for name, param in model.named_parameters():
-        param.requires_grad_(".attn.positions." in name)
+        param.requires_grad_(is_position_weight(name))
     start_position_modules(model, cfg)
     add_low_rank(model, [f"blocks.{layer}.attn.{proj}" for layer in range(first, n_layers) for proj in ADAPTED],
                  rank=cfg.lora_rank, alpha=cfg.lora_alpha)
@@ -235,10 +262,16 @@ def start_position_modules(model: LensModel, cfg: RepositionConfig) -> None:
     - per-layer learned increments: the DeltaMLP's input layer at PyTorch's default initialisation (seeded),
       its output weight 0 and its bias logit(1/max), so δ = 1 and the positions are t + 1 (RoPE shifted by
       one, which q·k cannot see).
+    - the learned-increments post's graft (the DeltaMLP the layers share): as the post starts it, fc1 at
+      PyTorch's default initialisation (seeded), fc2's weight 0 and its bias 0.5413, so δ = softplus(0.5413) ≈
+      0.999984 and the positions are 0.999984·t.
 
     The model starts as the base whenever the mechanism allows (RePo through the anneal).
     """
     torch.manual_seed(cfg.seed)
+    start_shared = getattr(getattr(model, "increments", None), "start_as_post", None)
+    if start_shared is not None:  # the post's graft: the DeltaMLP every layer shares
+        start_shared()
     for block in model.blocks:
         module = block.attn.positions
         if hasattr(module, "start_at_integers"):  # GRAPE-M, the per-layer increments
@@ -281,14 +314,14 @@ def anneal_value(step: int, anneal_steps: int) -> float:
 def trainable_state(model: LensModel) -> dict[str, torch.Tensor]:
     """What training changed: the position modules' weights and the adapters' factors."""
     out = {name: param.detach() for name, param in model.named_parameters()
-           if ".attn.positions." in name}
+           if is_position_weight(name)}
     out.update(low_rank_factors(model))
     return {name: tensor.contiguous() for name, tensor in out.items()}
 
 
 def _optimizer(model: LensModel, cfg: RepositionConfig) -> torch.optim.AdamW:
-    positions = [p for n, p in model.named_parameters() if p.requires_grad and ".attn.positions." in n]
-    adapters = [p for n, p in model.named_parameters() if p.requires_grad and ".attn.positions." not in n]
+    positions = [p for n, p in model.named_parameters() if p.requires_grad and is_position_weight(n)]
+    adapters = [p for n, p in model.named_parameters() if p.requires_grad and not is_position_weight(n)]
     groups = [{"params": adapters, "peak": cfg.lr}]
     if positions:
         groups.append({"params": positions, "peak": cfg.position_lr})
@@ -399,9 +432,11 @@ def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: 
 
 
 def ship_delta(model: LensModel, cfg: RepositionConfig, directory: Path, summary: dict[str, Any]) -> Path:
-    """``delta.safetensors`` (what training changed, bf16) and ``recipe.json`` (how to rebuild the model
-    from the base, and the run's summary) in ``directory``."""
-    tensors = {name: tensor.to(torch.bfloat16) for name, tensor in trainable_state(model).items()}
+    """``delta.safetensors`` (what training changed, bf16; the increments the layers share in fp32, since every
+    position is their running sum) and ``recipe.json`` (how to rebuild the model from the base, and the run's
+    summary) in ``directory``."""
+    tensors = {name: tensor.float() if name.startswith(SHARED_PREFIX) else tensor.to(torch.bfloat16)
+               for name, tensor in trainable_state(model).items()}
     atomic_write(directory / DELTA_FILE, lambda temp: save_file(tensors, str(temp)))
     recipe = {"base": cfg.base, "mechanism": cfg.mechanism, "first_layer": summary["first_layer"],
               "lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha, "adapted": list(ADAPTED), **summary}

@@ -219,7 +219,7 @@ def test_a_highlighted_token_opens_why_this_position_with_its_attribution(app, a
     at = app().run()
     at.number_input(key="spaced_token").set_value(10).run()
     assert_clean(at)
-    spaced, bars, strip = figures(at)
+    spaced, bars, strip = figures(at)[:3]  # then the "Why this attention" panel's (tests/app/test_app_score_view.py)
     assert [figure["layout"]["meta"]["kind"] for figure in (spaced, bars, strip)] == [
         "spaced_tokens", "position_attribution_bars", "token_attribution_strip"]
     lens = repo_lens.load(str(app_env / "tiny-repo"))

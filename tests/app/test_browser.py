@@ -126,7 +126,8 @@ def test_clicking_a_token_opens_why_this_position_with_its_bars_and_token_strip(
     click_token(browser, row=1, index=20)
     deadline = time.monotonic() + 120
     kinds: list = []
-    expected = ["spaced_tokens", "position_attribution_bars", "token_attribution_strip"]
+    expected = ["spaced_tokens", "position_attribution_bars", "token_attribution_strip",  # then Why this attention
+                "attention_split_bars", "attention_band_strip", "attention_patterns"]
     while time.monotonic() < deadline and kinds != expected:  # a rerun may briefly keep the old chart beside
         kinds = browser.execute_script("return [...document.querySelectorAll('.js-plotly-plot')]"
                                        ".map(gd => gd._fullLayout && gd._fullLayout.meta && gd._fullLayout.meta.kind);")

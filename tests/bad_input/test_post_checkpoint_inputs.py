@@ -53,6 +53,12 @@ def _weights(drop=(), add=None, replace=None):
     return edit
 
 
+def _forget_mlp(heads: int = 4, hidden: int = 8, dim: int = 32) -> dict[str, torch.Tensor]:
+    """The post's ForgetMLP weights (decay="learned"), of ``heads`` outputs."""
+    return {"forget_mlp.fc1.weight": torch.zeros(hidden, dim), "forget_mlp.fc1.bias": torch.zeros(hidden),
+            "forget_mlp.fc2.weight": torch.zeros(heads, hidden), "forget_mlp.fc2.bias": torch.zeros(heads)}
+
+
 _DROP = object()
 # id -> (edit of the valid checkpoint dict, what the error must say)
 CASES = {
@@ -65,7 +71,15 @@ CASES = {
     "dict-bad-step": (lambda c: {**c, "step": -3}, "step is -3"),
     "config-unknown-pos-encoding": (_config(pos_encoding="alibi_rope"), r"pos_encoding='alibi_rope' .*'selective_pope'"),
     "config-unknown-decay": (_config(decay="exponential"), r"decay='exponential' .*'learned'"),
-    "config-decay-not-run-yet": (_config(decay="alibi"), r"decay='alibi', which repo_lens does not run yet"),
+    "weights-forget-mlp-missing": (_config(decay="learned"), r"missing weights .*forget_mlp\.fc1\.bias"),
+    "weights-forget-mlp-one-missing": (lambda c: _config(decay="learned")(_weights(drop=("forget_mlp.fc2.weight",))(
+        _weights(add=_forget_mlp())(c))), r"missing weights .*: \['forget_mlp\.fc2\.weight'\]"),
+    "weights-forget-mlp-without-decay": (_weights(add={"forget_mlp.fc2.bias": torch.zeros(4)}),
+                                         r"surplus weights .*forget_mlp\.fc2\.bias"),
+    "weights-forget-mlp-with-alibi": (lambda c: _config(decay="alibi")(_weights(add=_forget_mlp())(c)),
+                                      r"surplus weights .*forget_mlp\.fc1\.weight"),
+    "weights-forget-mlp-misshapen": (lambda c: _config(decay="learned")(_weights(add=_forget_mlp(heads=3))(c)),
+                                     r"forget_mlp\.fc2\.weight: checkpoint \(3, 8\) vs model \(4, 8\)"),
     "config-unknown-field": (_config(rope_scaling=2.0), r"unknown fields \['rope_scaling'\]"),
     "config-missing-dim": (_config(dim=_DROP), r"lacks the required fields \['dim'\]"),
     "config-string-heads": (_config(n_heads="4"), "n_heads='4'; expected a positive integer"),

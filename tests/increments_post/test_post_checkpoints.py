@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import repo_lens
-from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.increments_post import FORMAT, is_post_checkpoint
 from repo_lens.model.loaders.increments_post.config import PostVariant, layer_kind, read_fields
 from repo_lens.model.loaders.increments_post.load import load_post
@@ -43,6 +42,12 @@ VARIANTS = {
     "selective_pope-per-layer-per-head": ({"pos_encoding": "selective_pope", "per_layer_delta": True,
                                            "per_head_delta": True}, "lpi-resid-head-pope"),
 }
+# its decay (ALiBi, or the learned forget gate), added to every layer's scores on top of each rotation
+DECAY_BASES = {"rope": "rope", "pope": "pope", "selective_rope-shared": "lpi",
+               "selective_rope-per-layer-per-head": "lpi-resid-head", "selective_pope-per-head": "lpi-head-pope"}
+for _base, _kind in DECAY_BASES.items():
+    for _decay in ("alibi", "learned"):
+        VARIANTS[f"{_base}-decay-{_decay}"] = ({**VARIANTS[_base][0], "decay": _decay}, _kind)
 LOGIT_TOLERANCE = 1e-4
 POSITION_TOLERANCE = 1e-5  # relative: fp32 running sums against float64 ones
 
@@ -69,6 +74,8 @@ def test_each_variant_loads_and_runs_its_forward(tmp_path, name):
     assert lens.meta["format"] == "increments-post" and lens.meta["dtype"] == "float32"
     assert lens.meta["authors"]["options"]["pos_encoding"] == cfg["pos_encoding"] and lens.meta["authors"]["step"] == 100
     assert "Learned position increments" in lens.meta["authors"]["code"]
+    decay = {"none": "none", "alibi": "alibi", "learned": "forget"}[cfg["decay"]]
+    assert lens.model.cfg.decay == decay and trace.meta["mechanism"].get("decay", "none") == decay
     if kind not in ("rope", "pope"):  # δ varies from token to token, and the trace keeps it
         deltas = reference["deltas"].numpy()
         assert deltas.std() > 0.05
@@ -165,14 +172,6 @@ def test_decoding_with_the_kv_cache_equals_the_full_forward(tmp_path):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
 
 
-def test_variants_not_run_yet_are_refused_by_name(tmp_path):
-    for index, (overrides, what) in enumerate([({"pos_encoding": "pope", "decay": "learned"}, "decay='learned'"),
-                                               ({"pos_encoding": "rope", "decay": "alibi"}, "decay='alibi'")]):
-        path, _ = write_post_checkpoint(tmp_path / str(index), post_config(**overrides))
-        with pytest.raises(CheckpointError, match=what):
-            repo_lens.load(path, device="cpu")
-
-
 def test_a_gelu_model_is_a_non_gated_transformer_lens_model(tmp_path):
     cfg = post_config(pos_encoding="selective_rope", activation="gelu")
     model = repo_lens.load(write_post_checkpoint(tmp_path, cfg, seed=9)[0], device="cpu").model
@@ -200,7 +199,8 @@ def test_every_variant_of_its_config_has_one_kind():
                 ("selective_rope", False, False, "shared"): "lpi-table", ("selective_rope", False, True, "per_head"): "lpi-table",
                 ("selective_pope", True, True, None): "lpi-resid-head-pope", ("selective_pope", False, False, "shared"): "lpi-table-pope"}
     for (encoding, per_layer, per_head, frozen), kind in expected.items():
-        assert layer_kind(PostVariant(encoding, per_layer, per_head, "none", frozen)) == kind
+        for decay in ("none", "alibi", "learned"):  # a decay is the model's: every layer keeps its kind
+            assert layer_kind(PostVariant(encoding, per_layer, per_head, decay, frozen)) == kind
         assert mechanism_class(kind).kind == kind
     assert mechanism_class("pope") is IntegerPopePositions and mechanism_class("lpi-resid") is ResidualIncrementPositions
     assert mechanism_class("lpi-resid-head-pope") is ResidualHeadPopePositions

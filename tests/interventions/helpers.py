@@ -19,6 +19,7 @@ HAND_EDITS = {
     "lpi-layer": ("attn.positions.hook_delta", 1.0, 0.0, False),
     "lpi-head": ("attn.positions.hook_delta", 1.0, 0.0, False),
     "lpi-table": ("attn.positions.hook_delta", 1.0, 0.0, False),
+    "lpi-graft": ("attn.positions.hook_delta", 1.0, 0.0, False),
     "lpi-pope": ("attn.positions.hook_delta", 1.0, 0.0, False),
     "lpi-head-pope": ("attn.positions.hook_delta", 1.0, 0.0, False),
     "lpi-table-pope": ("attn.positions.hook_delta", 1.0, 0.0, False),

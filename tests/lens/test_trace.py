@@ -88,3 +88,14 @@ def test_cli_trace_prints_a_layer_table(repo_dir, tmp_path, capsys):
     assert [row[1] for row in rows] == ["rope", "rope", "repo", "repo"]
     n_tokens = len(repo_lens.Trace.load(tmp_path / "t.safetensors"))
     assert float(rows[0][3]) == n_tokens - 1  # RoPE layer: max position = T - 1
+
+
+def test_cli_trace_without_save_runs_after_nnsight_is_imported(repo_dir, tmp_path, capsys):
+    """nnsight mounts a ``.save`` method on every object; the command must not take it for ``--save``."""
+    import nnsight  # noqa: F401
+
+    from repo_lens.cli import main
+
+    assert hasattr(object(), "save")  # the mount this test guards against
+    assert main(["trace", "--model", str(repo_dir), "--text", TEXT, "--device", "cpu"]) == 0
+    assert "trace saved" not in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Every hook of every mechanism honours an in-place edit and fires a backward hook attached alone."""
+"""Every hook of every mechanism, and of each decay, honours an in-place edit and fires a backward hook attached alone."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from repo_lens.model import LensModel, ModelConfig
-from repo_lens.model.registry import mechanism_kinds, mechanism_traits
+from repo_lens.model.registry import decay_names, mechanism_kinds, mechanism_traits
 
 IDS = torch.tensor([[3, 9, 4, 7, 1, 8]])
 # what a layer whose bias comes from every query-key pair publishes for reading only (the docs' hook table
@@ -14,10 +14,10 @@ IDS = torch.tensor([[3, 9, 4, 7, 1, 8]])
 READ_OUTS = ("attn.hook_pos", "positions.hook_delta", "positions.hook_query_delta")
 
 
-def build(kind: str, family: str = "llama") -> LensModel:
+def build(kind: str, family: str = "llama", decay: str = "none") -> LensModel:
     torch.manual_seed(0)
     cfg = ModelConfig(family=family, vocab_size=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                      d_mlp=48, layer_mechanisms=["rope", kind])
+                      d_mlp=48, layer_mechanisms=["rope", kind], decay=decay)
     model = LensModel(cfg).eval()
     with torch.no_grad():  # no parameter left at zero (CoPE's position embeddings start at zero)
         for parameter in model.parameters():
@@ -30,16 +30,18 @@ def read_out(kind: str, name: str) -> bool:
     return contextual and name.startswith("blocks.1.") and name.endswith(READ_OUTS)
 
 
-CASES = [("llama", kind) for kind in mechanism_kinds()] + [("olmo2", "rope"), ("olmo2", "repo")]  # OLMo-2: post-norms, q/k norms
+CASES = [("llama", kind, "none") for kind in mechanism_kinds()] + [("olmo2", "rope", "none"), ("olmo2", "repo", "none")]  # OLMo-2: post-norms, q/k norms
+CASES += [("llama", "lpi-head", decay) for decay in decay_names()] + [("olmo2", "rope", "forget")]  # the model's decay
 
 
-@pytest.mark.parametrize(("family", "kind"), CASES)
-def test_in_place_edits_and_lone_backward_hooks_work_at_every_hook(family, kind):
-    model = build(kind, family)
+@pytest.mark.parametrize(("family", "kind", "decay"), CASES)
+def test_in_place_edits_and_lone_backward_hooks_work_at_every_hook(family, kind, decay):
+    model = build(kind, family, decay)
     with torch.no_grad():
         plain = model(IDS)
     # layer 0 (RoPE), the embeddings and the final norm run the same code in every model: walk them once
-    names = [name for name in model.hook_dict if kind == "rope" or name.startswith("blocks.1.")]
+    names = [name for name in model.hook_dict
+             if kind == "rope" or name.startswith("blocks.1.") or name == "hook_log_forget"]
     for name in names:
         def scale(tensor, hook):
             generator = torch.Generator().manual_seed(1)  # not a shift: RoPE does not see one

@@ -10,7 +10,7 @@ import torch
 
 import repo_lens
 from repo_lens.model import LensModel, ModelConfig
-from repo_lens.model.registry import mechanism_kinds
+from repo_lens.model.registry import decay_names, mechanism_kinds
 
 ROOT = Path(__file__).resolve().parents[2]
 IDS = torch.tensor([[1, 5, 9, 12, 7, 3, 20, 8, 2, 6]])
@@ -55,17 +55,19 @@ def readme_hook_table() -> dict[str, tuple[str, ...]]:
 
 
 def test_readme_hook_table_is_every_hook_with_its_shape():
-    """Every hook of a model of each registered mechanism (OLMo-2 blocks with GQA, so q_norm, k_norm and
-    repeated keys all take part) is in the documented table, every row of the table is one of them, and a
-    run_with_cache gives each the documented shape; every dimension size differs from the others."""
+    """Every hook of a model of each registered mechanism, and of models with each decay (OLMo-2 blocks with GQA,
+    so q_norm, k_norm and repeated keys all take part) is in the documented table, every row of the table is one
+    of them, and a run_with_cache gives each the documented shape; every dimension size differs from the others."""
     sizes = {"batch": 3, "pos": 6, "query_pos": 6, "key_pos": 6, "head": 4, "kv_head": 2, "d_head": 8,
              "d_model": 48, "d_mlp": 64, "q_width": 32, "kv_width": 16, "one": 1}
     table = readme_hook_table()
     seen = set()
-    for family, kind in [(family, kind) for family in ("olmo2", "llama") for kind in mechanism_kinds()]:
+    models = [(family, kind, "none") for family in ("olmo2", "llama") for kind in mechanism_kinds()]
+    models += [(family, "repo", decay) for family in ("olmo2", "llama") for decay in decay_names()]
+    for family, kind, decay in models:
         torch.manual_seed(0)
         cfg = ModelConfig(family=family, vocab_size=64, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2,
-                          head_dim=8, d_mlp=64, layer_mechanisms=["rope", kind])
+                          head_dim=8, d_mlp=64, layer_mechanisms=["rope", kind], decay=decay)
         model = LensModel(cfg).eval()
         model.set_use_attn_result(True)  # the heads' results are cached only when asked for
         with torch.no_grad():

@@ -202,13 +202,13 @@ def test_the_registry_drives_the_help_and_the_docs_table():
     from repo_lens.cli import build_parser
 
     help_text = build_parser()._subparsers._group_actions[0].choices["analyze"].format_help()
-    for name in ("niah", "positions", "boundaries"):
+    for name in ("niah", "positions", "boundaries", "bands"):
         assert f"{name}:" in help_text
-    assert "--lengths" in help_text and "--chunk" in help_text
+    assert "--lengths" in help_text and "--chunk" in help_text and "--query-rows" in help_text
     page = (importlib.import_module("pathlib").Path(__file__).resolve().parents[2] / "docs" / "guide"
             / "corpus-studies.md").read_text()
     builtin = {name: study for name, study in registry.registered().items() if name in ("niah", "positions",
-                                                                                          "boundaries")}
+                                                                                          "boundaries", "bands")}
     table = study_table(builtin)
     assert table in page, "docs/guide/corpus-studies.md's table differs from study_table(); paste it in"
 
@@ -264,7 +264,7 @@ def test_options_are_checked_from_python_too(lens, tmp_path):
 def test_the_registry_starts_with_the_builtin_studies_and_niah_sweeps_lengths_depths_and_seeds(lens):
     from repo_lens.studies.builtin import BUILTIN_STUDIES, NIAH
 
-    assert [study.name for study in BUILTIN_STUDIES] == ["niah", "positions", "boundaries"]
+    assert [study.name for study in BUILTIN_STUDIES] == ["niah", "positions", "boundaries", "bands"]
     assert all(registry.registered()[study.name] is study for study in BUILTIN_STUDIES)
     options = {"lengths": [16, 32], "depths": [0.0, 1.0], "seeds": [7], "beyond_context": False}
     assert NIAH.items(lens, options) == [{"length": length, "depth": depth, "seed": 7}

@@ -20,8 +20,9 @@ from repo_lens.model.compat.weights import WeightInterface
 
 RESULT_HOOK = "attn.hook_result"  # cached only after set_use_attn_result(True)
 PATTERN_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")  # computed in fp32; cached in the model's dtype
-# hooks whose last axis is the token ([batch, head, pos]): positions and the increments that sum to them
-LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_head_delta", "hook_query_delta")
+# hooks whose last axis is the token ([batch, head, pos]): positions and the increments that sum to them, a
+# decay's log α and levels
+LAST_AXIS_HOOKS = ("hook_pos", "hook_delta", "hook_head_delta", "hook_query_delta", "hook_log_forget", "hook_decay")
 # [batch, pos, head, d_head]: TransformerLens' own, and the rotated queries and keys
 HEAD_VECTOR_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result", "hook_rot_q", "hook_rot_k")
 

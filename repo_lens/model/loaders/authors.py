@@ -20,6 +20,7 @@ from repo_lens.model.loaders.grape_config import is_grape_config
 from repo_lens.model.loaders.increments_post import FORMAT as POST_FORMAT
 from repo_lens.model.loaders.increments_post import is_post_checkpoint, is_post_folder, load_post, post_file
 from repo_lens.model.loaders.increments_post.files import step_files
+from repo_lens.model.loaders.increments_post.graft import graft_only_error, is_graft_checkpoint
 from repo_lens.model.loaders.loaded import LoadedModel
 from repo_lens.model.loaders.unpickler import read_pickled
 
@@ -66,6 +67,8 @@ def load_authors_file(path: Path, device: Any, dtype: Any) -> LoadedModel:
         count = len(step_files(path))
         picked = f"{path} holds {count} checkpoint(s); loaded the latest, {file.name}" if count > 1 else None
     loaded = read_pickled(file, "training checkpoint")
+    if is_graft_checkpoint(loaded):  # the post's delta_mlp.pt: a DeltaMLP for a base model, not a model
+        raise graft_only_error(file, loaded)
     if is_post_checkpoint(loaded):
         return load_post(file, loaded, target_device, target_dtype, picked)
     if isinstance(loaded, dict) and "cfg" in loaded:

@@ -125,6 +125,7 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    from repo_lens.model.increments import is_position_weight
     from repo_lens.model.registry import ROPE_KIND
     from repo_lens.model.transformer import LensModel
 
@@ -149,7 +150,7 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     positions = {name: tensor for name, tensor in delta.items() if name not in factors}
     expected = {f"blocks.{layer}.attn.{proj}.lora_{factor}" for layer in range(first, n_layers)
                 for proj in recipe["adapted"] for factor in "AB"}
-    needed = {name for name in model.state_dict() if ".attn.positions." in name}
+    needed = {name for name in model.state_dict() if is_position_weight(name)}
     if set(factors) != expected or set(positions) != needed:
         wrong = sorted((set(factors) ^ expected) | (set(positions) ^ needed))
         raise CheckpointError(f"{shipped} does not fit its recipe ({len(wrong)} tensors missing or "

@@ -1,7 +1,7 @@
 """The post's ``model_config`` (its ``SelectivePEModelConfig`` fields, defaults included) read strictly and
 turned into a :class:`ModelConfig`: pre-norm RMSNorm blocks (the Llama block), SwiGLU or GELU MLPs without
 biases, tied output, no embedding scale, θ from ``rope_theta``; each layer's mechanism from ``pos_encoding`` and the
-δ options."""
+δ options; its ``decay`` as the model's decay (``alibi``; ``learned``: repo_lens' ``forget``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ FIELDS: dict[str, Any] = {
 COMPUTED = ("head_dim", "effective_delta_hidden_dim")  # model_dump() writes its computed fields too
 POS_ENCODINGS = ("rope", "pope", "selective_rope", "selective_pope")
 DECAYS = ("none", "alibi", "learned")
+DECAY_NAMES = {"none": "none", "alibi": "alibi", "learned": "forget"}  # its decay -> ModelConfig.decay
 NORM_TYPES = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "gelu")
 MAX_DELTA = 10.0  # DeltaMLP's max_delta: its per-layer δ is bounded by it (not part of the config)
@@ -93,10 +94,7 @@ def _positive_int(fields: dict[str, Any], key: str) -> None:
 
 
 def layer_kind(variant: PostVariant) -> str:
-    """The registry kind that runs every layer of ``variant`` exactly; what repo_lens cannot run yet is refused."""
-    if variant.decay != "none":
-        raise CheckpointError(f"this checkpoint ({variant.name}) uses decay={variant.decay!r}, which repo_lens does "
-                              "not run yet; it loads the post's checkpoints without decay (decay='none')")
+    """The registry kind that runs every layer of ``variant`` exactly (its decay is the model's, not the layers')."""
     pope = "-pope" if variant.pos_encoding.endswith("pope") else ""
     if not variant.pos_encoding.startswith("selective"):
         return "pope" if pope else "rope"
@@ -119,4 +117,5 @@ def model_config(fields: dict[str, Any], variant: PostVariant) -> ModelConfig:
         rope_theta=float(fields["rope_theta"]), max_position_embeddings=fields["max_seq_len"],
         tie_word_embeddings=True, lpi_hidden=fields["delta_hidden_dim"] or fields["dim"] // 4,
         lpi_max_delta=MAX_DELTA, layer_mechanisms=[kind] * fields["n_layers"], extra={"mlp": fields["activation"]},
+        decay=DECAY_NAMES[variant.decay], decay_hidden=fields["delta_hidden_dim"] or fields["dim"] // 4,
     )

@@ -31,6 +31,7 @@ _RULES = [
     (r"^delta_mlps\.(\d+)\.norm\.", r"blocks.\1.attn.positions.norm."),
     (r"^delta_mlps\.(\d+)\.fc1\.", r"blocks.\1.attn.positions.delta_mlp.fc_in."),
     (r"^delta_mlps\.(\d+)\.fc2\.", r"blocks.\1.attn.positions.delta_mlp.fc_out."),
+    (r"^forget_mlp\.(fc[12])\.", r"decay.\1."),
 ]
 _COMPILED = [(re.compile(pattern), target) for pattern, target in _RULES]
 _INVERSE = [(re.compile(pattern), target) for pattern, target in [
@@ -47,6 +48,7 @@ _INVERSE = [(re.compile(pattern), target) for pattern, target in [
     (r"^increments\.fc_in\.", "delta_mlp.fc1."),
     (r"^increments\.fc_out\.", "delta_mlp.fc2."),
     (r"^increments\.deltas$", "frozen_delta.deltas"),
+    (r"^decay\.(fc[12])\.", r"forget_mlp.\1."),
 ]]
 _ROTATED = re.compile(r"^layers\.\d+\.attn\.w[qk]\.weight$")
 
@@ -57,6 +59,8 @@ def post_to_lens_name(name: str) -> str:
 
     >>> post_to_lens_name("layers.2.attn.wq.weight"), post_to_lens_name("delta_mlps.1.norm.weight")
     ('blocks.2.attn.q_proj.weight', 'blocks.1.attn.positions.norm.weight')
+    >>> post_to_lens_name("forget_mlp.fc2.bias")
+    'decay.fc2.bias'
     """
     for pattern, target in _COMPILED:
         if pattern.search(name):
@@ -69,6 +73,8 @@ def lens_to_post_name(name: str) -> str:
 
     >>> lens_to_post_name("blocks.1.attn.positions.delta_mlp.fc_out.bias"), lens_to_post_name("blocks.0.attn.k_proj.weight")
     ('delta_mlps.1.fc2.bias', 'layers.0.attn.wk.weight')
+    >>> lens_to_post_name("decay.fc1.weight")
+    'forget_mlp.fc1.weight'
     """
     for pattern, target in _INVERSE:
         if pattern.search(name):

@@ -21,6 +21,13 @@ def post_notes(fields: dict[str, Any], kind: str, stripped: bool, picked: str | 
     if kind == "lpi-table":
         notes.append("the frozen δ table (frozen_delta.deltas) is held per vocabulary id and head; a [vocab] table is "
                      "repeated for every head")
+    if fields["decay"] == "alibi":
+        notes.append("decay='alibi': every layer adds −m_h·(i − j) to its scores on top of the rotation, m_h = "
+                     "(2^(−8/H))^(h+1) (the model's decay 'alibi'; log α = −m_h at hook_log_forget)")
+    if fields["decay"] == "learned":
+        notes.append("decay='learned': its forget_mlp (forget_mlp.fc1/fc2) is the model's decay 'forget': every layer "
+                     "adds A_i − A_j to its scores, A = Σ log α per head, log α = logsigmoid(forget_mlp(embedding)) at "
+                     "hook_log_forget; each layer's levels A at attn.hook_decay")
     if stripped:
         notes.append("weight names carried torch.compile's '_orig_mod.' prefix; it was removed")
     if picked:

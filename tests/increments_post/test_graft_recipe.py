@@ -1,0 +1,124 @@
+"""``repo-lens train --base MODEL --mechanism lpi-graft``: the recipe sets the graft up as the learned-increments
+post does (experiments/delta_graft: fc2's weight 0 and bias 0.5413, LoRA rank 16 / alpha 32 on q, k, v and o of
+every layer, one learning rate 2e-4), starts as the base at the positions Σ_{s<t} softplus(0.5413) computed
+here, trains δ and the adapters, and ships a delta (the DeltaMLP in fp32) that loads back as the trained model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from repo_lens.cli import main
+from repo_lens.errors import InputError
+from repo_lens.model.grafted_increments import token_deltas
+from repo_lens.model.loaders import load_checkpoint, save_checkpoint
+from repo_lens.model.tiny import tiny_model
+from repo_lens.train.reposition import (GRAFT_KIND, RepositionConfig, recipe_config, repositioned_model,
+                                        train_repositioned, trainable_state)
+from repo_lens.train.text_tokens import TextTokens
+
+from .graft_reference import POST_BIAS, exclusive_positions
+
+WORDS = "the needle is hidden in a haystack of text and the magic number is four two seven".split()
+ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def small_text() -> TextTokens:
+    documents = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(60)) for i in range(20)]
+    return TextTokens.from_documents(documents, lambda text: list(text.encode()), eos=256)
+
+
+def small_config(**overrides) -> RepositionConfig:
+    settings = dict(base="unused", context=32, batch_size=2, steps=4, warmup=1, eval_every=2, eval_sequences=2,
+                    checkpoint_every=2, autocast=False, lr=1e-2, position_lr=1e-2)
+    return recipe_config(GRAFT_KIND, **{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def base():
+    return tiny_model("rope", n_layers=3, d_model=32, n_heads=4, family="llama", seed=1)
+
+
+def test_the_recipe_takes_the_posts_settings():
+    cfg = recipe_config(GRAFT_KIND)
+    assert (cfg.mechanism, cfg.first_layer, cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.position_lr) == (
+        "lpi-graft", 0, 16, 32.0, 2e-4, 2e-4)
+    assert recipe_config().lora_rank == RepositionConfig().lora_rank  # the other mechanisms keep theirs
+
+
+def test_at_step_0_the_graft_is_the_base_at_the_posts_start_positions(base):
+    model = repositioned_model(base, small_config())
+    assert model.cfg.layer_mechanisms == ["lpi-graft"] * 3  # every layer, as the post's position_ids reach all
+    assert torch.count_nonzero(model.increments.fc_out.weight) == 0
+    assert float(model.increments.fc_out.bias.detach()) == pytest.approx(POST_BIAS, abs=1e-7)
+    adapters = {name.rsplit(".", 1)[0] for name in trainable_state(model) if name.endswith(".lora_A")}
+    assert adapters == {f"blocks.{layer}.attn.{proj}" for layer in range(3) for proj in ADAPTED}
+    factors = model.blocks[0].attn.q_proj.parametrizations.weight[0]
+    assert factors.lora_A.shape[0] == 16 and factors.scale == 2.0 and torch.count_nonzero(factors.lora_B) == 0
+    tokens = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    start = math.log1p(math.exp(POST_BIAS))  # softplus(0.5413) = 0.999984...
+    # as the post computes them: δ = softplus(0.5413) in fp32, cumsum(δ) − δ in fp32
+    positions = exclusive_positions(torch.nn.functional.softplus(torch.full((40,), POST_BIAS)))
+    torch.testing.assert_close(token_deltas(model).double(), torch.full((257,), start, dtype=torch.float64),
+                               rtol=0, atol=1e-7)
+
+    def at_start(value, hook):
+        return positions.expand_as(value).clone()
+
+    with torch.no_grad():
+        expected = base.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_pos", at_start)
+                                                          for layer in range(3)])
+        torch.testing.assert_close(model(tokens), expected, rtol=0, atol=1e-5)
+
+
+def test_a_few_steps_train_delta_and_ship_a_delta_that_loads_back(base, tmp_path):
+    base_dir = save_checkpoint(base, tmp_path / "base")
+    cfg = small_config(base=str(base_dir), steps=6)
+    run = tmp_path / "run"
+    summary = train_repositioned(cfg, base, small_text(), run, progress=False)
+    assert summary["first_layer"] == 0 and all(math.isfinite(entry["train_bits"]) for entry in summary["log"][1:])
+    shipped = load_file(str(run / "delta.safetensors"))
+    increments = {name: tensor for name, tensor in shipped.items() if name.startswith("increments.")}
+    assert set(increments) == {f"increments.fc_{part}.{kind}" for part in ("in", "out") for kind in ("weight", "bias")}
+    assert {tensor.dtype for tensor in increments.values()} == {torch.float32}  # positions are running sums of δ
+    assert torch.count_nonzero(increments["increments.fc_out.weight"]) > 0  # δ learned something
+    loaded = load_checkpoint(run, device="cpu")
+    assert loaded.model.cfg.layer_mechanisms == ["lpi-graft"] * 3 and loaded.meta["info"]["lora_rank"] == 16
+    reference = repositioned_model(base, cfg)  # the recipe's model with the shipped weights put in by hand
+    modules, parameters = dict(reference.named_modules()), dict(reference.named_parameters())
+    with torch.no_grad():
+        for name, tensor in shipped.items():
+            if name in parameters:
+                parameters[name].copy_(tensor.float())
+            else:
+                module, factor = name.rsplit(".", 1)
+                getattr(modules[module].parametrizations.weight[0], factor).copy_(tensor.float())
+        tokens = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(1))
+        torch.testing.assert_close(loaded.model(tokens), reference(tokens), rtol=1e-4, atol=1e-4)
+    deltas = token_deltas(loaded.model)
+    assert float(deltas.max() - deltas.min()) > 1e-4  # no longer one δ for every token
+
+
+def test_the_command_trains_the_graft_with_the_posts_settings(base, tmp_path, capsys):
+    base_dir = save_checkpoint(base, tmp_path / "base")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(WORDS[(i * 5 + j) % len(WORDS)] for j in range(40)) for i in range(20)))
+    out = tmp_path / "out"
+    assert main(["train", "--base", str(base_dir), "--mechanism", "lpi-graft", "--corpus", str(corpus), "--steps",
+                 "2", "--context", "32", "--batch-size", "2", "--out", str(out), "--quiet", "--no-autocast"]) == 0
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert (recipe["mechanism"], recipe["first_layer"], recipe["lora_rank"], recipe["lora_alpha"]) == (
+        "lpi-graft", 0, 16, 32.0)
+    assert recipe["recipe"]["lr"] == recipe["recipe"]["position_lr"] == 2e-4
+    assert "trained lpi-graft" in capsys.readouterr().out
+
+
+def test_a_base_outside_the_llama_family_is_refused():
+    authors = tiny_model("rope", n_layers=2, d_model=32, family="llama")
+    authors.cfg.family = "authors"  # as the GRAPE authors' pre-norm blocks report themselves
+    with pytest.raises(InputError, match=r"Llama-family model .*got family 'authors'"):
+        repositioned_model(authors, small_config())

@@ -4,7 +4,7 @@ the paper-figure tests and ``bench/paper_figures.py`` measure.
 Example:
     >>> figures = example_figures(synthetic_trace(n_layers=4, n_heads=2, n_tokens=60))
     >>> sorted(figures)[:3]
-    ['attention_mass_figure', 'attention_mass_layers_figure', 'attribution_map_figure']
+    ['attention_mass_figure', 'attention_mass_layers_figure', 'attention_split_figure']
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
     zoo's needle-in-a-haystack study measures, and the band, attention-split, character-spacing and drift
     figures illustrative inputs of the shape their analyses return (they need a model run, not a trace)."""
     from repo_lens import plots
-    from repo_lens.analysis import (chunk_pattern_codes, chunk_patterns, content_classes, pattern_fractions,
-                                    position_variance_shares, range_stats)
+    from repo_lens.analysis import chunk_pattern_codes, chunk_patterns, pattern_fractions, range_stats
 
     positions, kinds = np.asarray(trace.positions), list(trace.layer_kinds)
     n_layers, n_heads, n_tokens = positions.shape
@@ -84,7 +83,6 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
     needle, query = (n_tokens // 10, n_tokens // 10 + 8), (n_tokens - 40, n_tokens - 25)
     token = min(n_tokens - 1, 40)
     attribution = _example_attribution(min(n_layers - 1, 2), min(n_heads, 4), token)
-    learned_rows = _learned_rows(kinds)
     return {
         "spaced_tokens_figure": plots.spaced_tokens_figure(trace, head=0),
         "spaced_tokens_figure (chunks, highlight)": plots.spaced_tokens_figure(
@@ -114,16 +112,30 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
         "interval_figure": plots.interval_figure(
             _example_intervals(n_heads), [f"L{learned} h{head}" for head in range(n_heads)], "accuracy",
             "Accuracy with one head's positions edited", reference=0.75, reference_label="unedited"),
+        **_score_and_increment_figures(trace, needle, query),
+    }
+
+
+def _score_and_increment_figures(trace: Any, needle: tuple[int, int], query: tuple[int, int]) -> dict[str, go.Figure]:
+    """The variance-share figure of ``trace`` and the band, attention-split, character-spacing and drift figures
+    of illustrative inputs shaped like ``trace``'s model's."""
+    from repo_lens import plots
+    from repo_lens.analysis import content_classes, position_variance_shares
+
+    positions, kinds = np.asarray(trace.positions), list(trace.layer_kinds)
+    n_layers, n_heads, n_tokens = positions.shape
+    learned_rows = _learned_rows(kinds)
+    return {
         "variance_shares_figure": plots.variance_shares_figure(
             position_variance_shares(positions, content_classes(trace.tokens), spans=needle, span_name="needle"),
             kinds),
         "band_usage_figure": plots.band_usage_figure(_example_band_summary(kinds, n_heads)),
         "attention_split_figure": plots.attention_split_figure(
-            _example_span_summary(learned, n_heads, n_tokens, {"first": (0, 1), "needle": needle, "query": query}),
+            _example_span_summary(n_layers - 1, n_heads, n_tokens, {"first": (0, 1), "needle": needle, "query": query}),
             head=0, spans=["needle", "query", "first", "rest"]),
         "char_spacing_figure": plots.char_spacing_figure(
             SPACING_TEXT, _example_char_increments(SPACING_TEXT, len(learned_rows)), [kinds[row] for row in learned_rows],
-            title="Characters spaced by their learned increments (shared scale)"),
+            layers=learned_rows, title="Characters spaced by their learned increments (shared scale)"),
         "category_drift_figure": plots.category_drift_figure(
             {f"L{row}": _example_drift(index) for index, row in enumerate(_first_middle_last(learned_rows))}),
     }

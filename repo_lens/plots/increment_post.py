@@ -22,18 +22,19 @@ from repo_lens.trace import Trace
 
 
 def char_spacing_figure(text: str, increments: np.ndarray, layer_kinds: Sequence[str], title: str | None = None,
-                        width: int = DEFAULT_WIDTH, font_size: int = 14) -> go.Figure:
+                        width: int = DEFAULT_WIDTH, font_size: int = 14,
+                        layers: Sequence[int] | None = None) -> go.Figure:
     """Each character of ``text`` at its cumulative position, one row per layer, as the post's
     ``plot_increments.py`` places them: x = :func:`repo_lens.analysis.char_positions` of ``increments``
     (rows, n_chars), from :func:`repo_lens.analysis.char_increments` (per-row or shared scale). ``layer_kinds``
-    names each row's mechanism (the model's ``lens.layer_kinds`` for the rows shown). The hover gives each
-    character's increment.
+    names each row's mechanism (the model's ``lens.layer_kinds`` for the rows shown); ``layers``, the model's
+    layer index of each row, labels the rows (default 0, 1, …). The hover gives each character's increment.
 
     Example:
         >>> import numpy as np
-        >>> fig = char_spacing_figure("ab c", np.array([[1.0, 0.5, 2.0, 0.5]]), ["rope"])
-        >>> fig.data[-1].x.tolist()
-        [0.0, 0.5, 2.5, 3.0]
+        >>> fig = char_spacing_figure("ab c", np.array([[1.0, 0.5, 2.0, 0.5]]), ["lpi"], layers=[2])
+        >>> fig.data[-1].x.tolist(), fig.layout.yaxis.ticktext
+        ([0.0, 0.5, 2.5, 3.0], ('L2 lpi',))
     """
     if not isinstance(text, str) or not text:
         raise InputError("text must be a non-empty str: the characters the increments belong to")
@@ -43,11 +44,30 @@ def char_spacing_figure(text: str, increments: np.ndarray, layer_kinds: Sequence
                          "from char_increments(byte_increments, text)")
     from repo_lens.analysis.increments import char_positions  # the analysis package loads torch: only when drawn
 
-    positions = char_positions(inc)
+    rows = _row_layers(layers, len(inc), len(layer_kinds))
+    n_layers = max(rows) + 1
+    positions, placed = np.zeros((n_layers, 1, len(text)), np.float32), np.zeros((n_layers, 1, len(text)))
+    positions[rows, 0], placed[rows, 0] = char_positions(inc), inc
+    kinds = ["rope"] * n_layers  # rows not drawn; only the chosen layers' kinds are shown
+    for row, kind in zip(rows, layer_kinds):
+        kinds[row] = kind
     spaced = Trace(tokens=list(text), token_ids=np.asarray([ord(char) for char in text], dtype=np.int64),
-                   positions=positions[:, None, :].astype(np.float32), layer_kinds=list(layer_kinds),
-                   extras={"increments": inc[:, None, :]})
-    return spaced_tokens_figure(spaced, scale="shared", title=title, width=width, font_size=font_size)
+                   positions=positions, layer_kinds=kinds, extras={"increments": placed})
+    return spaced_tokens_figure(spaced, scale="shared", layers=rows, title=title, width=width, font_size=font_size)
+
+
+def _row_layers(layers: Sequence[int] | None, n_rows: int, n_kinds: int) -> list[int]:
+    """The layer index of each row: ``layers`` checked (one distinct, non-negative int per row), or 0, 1, …"""
+    if n_kinds != n_rows:
+        raise InputError(f"layer_kinds has {n_kinds} entries for {n_rows} rows of increments; pass one kind per row")
+    if layers is None:
+        return list(range(n_rows))
+    chosen = list(layers)
+    if len(chosen) != n_rows or len(set(chosen)) != n_rows or not all(
+            isinstance(layer, (int, np.integer)) and not isinstance(layer, bool) and layer >= 0 for layer in chosen):
+        raise InputError(f"layers={chosen!r}; pass {n_rows} distinct layer indices (ints ≥ 0), one per row of "
+                         "increments")
+    return [int(layer) for layer in chosen]
 
 
 def category_drift_figure(drifts: Mapping[str, Any], title: str = "Relative drift of δ by category") -> go.Figure:

@@ -43,11 +43,9 @@ VARIANTS = {
                                            "per_head_delta": True}, "lpi-resid-head-pope"),
 }
 # its decay (ALiBi, or the learned forget gate), added to every layer's scores on top of each rotation
-DECAY_BASES = {"rope": "rope", "pope": "pope", "selective_rope-shared": "lpi",
-               "selective_rope-per-layer-per-head": "lpi-resid-head", "selective_pope-per-head": "lpi-head-pope"}
-for _base, _kind in DECAY_BASES.items():
+for _base, (_overrides, _kind) in list(VARIANTS.items()):
     for _decay in ("alibi", "learned"):
-        VARIANTS[f"{_base}-decay-{_decay}"] = ({**VARIANTS[_base][0], "decay": _decay}, _kind)
+        VARIANTS[f"{_base}-decay-{_decay}"] = ({**_overrides, "decay": _decay}, _kind)
 LOGIT_TOLERANCE = 1e-4
 POSITION_TOLERANCE = 1e-5  # relative: fp32 running sums against float64 ones
 

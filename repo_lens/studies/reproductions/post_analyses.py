@@ -225,7 +225,7 @@ def figures_of(results: dict[str, Any]) -> dict[str, Any]:
         for text_name, spacing in result["spacing"].items():
             for scale in ("per_row", "shared"):
                 figures[f"{name}_spacing_{text_name}_{scale}"] = char_spacing_figure(
-                    spacing["text"], np.asarray(spacing[scale]), [kinds[r] for r in rows],
+                    spacing["text"], np.asarray(spacing[scale]), [kinds[r] for r in rows], layers=rows,
                     title=f"{model}: learned position increments ({scale.replace('_', '-')} scale)")
     return figures
 

@@ -48,7 +48,7 @@ def char_spacing_figure(text: str, increments: np.ndarray, layer_kinds: Sequence
     n_layers = max(rows) + 1
     positions, placed = np.zeros((n_layers, 1, len(text)), np.float32), np.zeros((n_layers, 1, len(text)))
     positions[rows, 0], placed[rows, 0] = char_positions(inc), inc
-    kinds = ["rope"] * n_layers  # rows not drawn; only the chosen layers' kinds are shown
+    kinds = [layer_kinds[0]] * n_layers  # rows not drawn; only the chosen layers' kinds are shown
     for row, kind in zip(rows, layer_kinds):
         kinds[row] = kind
     spaced = Trace(tokens=list(text), token_ids=np.asarray([ord(char) for char in text], dtype=np.int64),

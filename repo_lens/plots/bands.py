@@ -25,7 +25,8 @@ __all__ = ["attention_split_figure", "band_usage_figure"]
 _SUMMARY_KEYS = ("layers", "dominant_position_band_by_layer_head", "sink_mass_by_layer_head",
                  "band_frequencies_by_layer_head")
 _PANEL_GAP = 0.16  # the share of the screen figure's plot width between the two panels (the first colour bar)
-PATTERN_LABELS = {"actual": "actual", "content": "content only", "position": "position only"}
+# short enough for one legend row at a one-column paper width; the title says each is the attention of that part alone
+PATTERN_LABELS = {"actual": "actual", "content": "content", "position": "position"}
 
 
 # ---------------------------------------------------------------------------------------------- band usage
@@ -171,7 +172,7 @@ def _split_values(frame: Any, head: int, spans: Sequence[str] | None, per_token:
 
 
 def attention_split_figure(span_summary: Any, head: int, *, spans: Sequence[str] | None = None,
-                           per_token: bool = False, reference_label: str = "integer positions",
+                           per_token: bool = False, reference_label: str = "integers",
                            title: str | None = None) -> go.Figure:
     """Bars of the attention one head's query rows put on each span (mean over the rows) under the layer's own
     pattern and the patterns its content part alone, its position part alone and the reference positions would
@@ -188,7 +189,7 @@ def attention_split_figure(span_summary: Any, head: int, *, spans: Sequence[str]
         >>> frame = found.span_summary({"first": (0, 1), "needle": (8, 12), "query": (20, 28)})
         >>> fig = attention_split_figure(frame, head=1, spans=["needle", "query", "rest", "first"])
         >>> [bar.name for bar in fig.data], list(fig.data[0].x)
-        (['actual', 'content only', 'position only', 'integer positions'], ['needle', 'query', 'rest', 'first'])
+        (['actual', 'content', 'position', 'integers'], ['needle', 'query', 'rest', 'first'])
     """
     names, values, layer = _split_values(span_summary, int(head), spans, per_token)
     decimals = min(3, shared_decimals([value for series in values.values() for value in series]))
@@ -201,7 +202,8 @@ def attention_split_figure(span_summary: Any, head: int, *, spans: Sequence[str]
             texttemplate="%{text}", textposition="outside", cliponaxis=False,
             hovertemplate="%{x}: %{y:.4g}<extra>" + label + "</extra>"))
     where = f"layer {layer}, head {head}" if layer is not None else f"head {head}"
-    styled(fig, title or f"Attention of {where} by part of the score (mean over the query rows)", height=440)
+    styled(fig, title or f"Attention of {where} by each part of the score alone (mean over the query rows)",
+           height=440)
     fig.update_yaxes(title_text="attention per token" if per_token else "attention mass", rangemode="tozero")
     fig.update_layout(barmode="group", meta={"kind": "attention_split"})
     return fig

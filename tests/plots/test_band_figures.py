@@ -88,7 +88,7 @@ def test_a_summary_that_is_not_the_bands_studys_is_refused():
 
 def test_the_split_bars_are_the_span_summarys_means_over_the_query_rows(span_frame):
     fig = attention_split_figure(span_frame, head=1, spans=["needle", "query", "rest", "first"])
-    assert [bar.name for bar in fig.data] == ["actual", "content only", "position only", "integer positions"]
+    assert [bar.name for bar in fig.data] == ["actual", "content", "position", "integers"]
     rows = span_frame[span_frame["head"] == 1]
     for bar, pattern in zip(fig.data, ["actual", "content", "position", "reference"]):
         assert list(bar.x) == ["needle", "query", "rest", "first"]

@@ -21,6 +21,8 @@ from repo_lens.train.reposition import (GRAFT_KIND, RepositionConfig, recipe_con
                                         train_repositioned, trainable_state)
 from repo_lens.train.text_tokens import TextTokens
 
+from tests.train.shipped_weights import put_shipped
+
 from .graft_reference import POST_BIAS, exclusive_positions
 
 WORDS = "the needle is hidden in a haystack of text and the magic number is four two seven".split()
@@ -89,14 +91,8 @@ def test_a_few_steps_train_delta_and_ship_a_delta_that_loads_back(base, tmp_path
     loaded = load_checkpoint(run, device="cpu")
     assert loaded.model.cfg.layer_mechanisms == ["lpi-graft"] * 3 and loaded.meta["info"]["lora_rank"] == 16
     reference = repositioned_model(base, cfg)  # the recipe's model with the shipped weights put in by hand
-    modules, parameters = dict(reference.named_modules()), dict(reference.named_parameters())
+    put_shipped(reference, shipped)
     with torch.no_grad():
-        for name, tensor in shipped.items():
-            if name in parameters:
-                parameters[name].copy_(tensor.float())
-            else:
-                module, factor = name.rsplit(".", 1)
-                getattr(modules[module].parametrizations.weight[0], factor).copy_(tensor.float())
         tokens = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(1))
         torch.testing.assert_close(loaded.model(tokens), reference(tokens), rtol=1e-4, atol=1e-4)
     deltas = token_deltas(loaded.model)

@@ -21,6 +21,7 @@ from repo_lens.train.reposition import (
     trainable_state,
 )
 from repo_lens.train.text_tokens import TextTokens
+from tests.train.shipped_weights import put_shipped
 
 WORDS = "the needle is hidden in a haystack of text and the magic number is four two seven".split()
 
@@ -124,14 +125,8 @@ def test_the_shipped_delta_loads_as_the_trained_model(base, tmp_path):
     from safetensors.torch import load_file
 
     shipped = load_file(str(run / "delta.safetensors"))
-    modules, parameters = dict(reference.named_modules()), dict(reference.named_parameters())
+    put_shipped(reference, shipped)
     with torch.no_grad():
-        for name, tensor in shipped.items():
-            if name in parameters:
-                parameters[name].copy_(tensor.float())
-            else:
-                module, factor = name.rsplit(".", 1)
-                getattr(modules[module].parametrizations.weight[0], factor).copy_(tensor.float())
         tokens = torch.randint(0, 256, (2, 24))
         torch.testing.assert_close(loaded.model(tokens), reference(tokens), rtol=1e-4, atol=1e-4)
     assert any(tensor.abs().max() > 0 for name, tensor in shipped.items() if name.endswith("lora_B"))

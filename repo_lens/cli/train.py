@@ -139,7 +139,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 
     train = commands.add_parser("train", help="train a small model, or re-position a pretrained one with RePo "
                                               "(resumes if OUT has a train_state)")
-    train.add_argument("--preset", default=None, help="bytes-small, bytes-1k, reversal, flipflop or tiny")
+    train.add_argument("--preset", default=None, help="bytes-small, bytes-post, bytes-1k, reversal, flipflop or tiny")
     train.add_argument("--base", default=None,
                        help="a pretrained RoPE causal LM to continue with RePo from layer ceil(L/3) (e.g. "
                             "zoo:smollm2-135m, a checkpoint directory or a .gguf file); --mechanism rope trains "

@@ -54,7 +54,7 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
     mechanisms = layer_mechanisms(cfg)
     model_cfg = ModelConfig(family=cfg.family, vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                             n_heads=cfg.n_heads, d_mlp=cfg.d_mlp, max_position_embeddings=cfg.context,
-                            layer_mechanisms=mechanisms, decay=cfg.decay)
+                            layer_mechanisms=mechanisms, decay=cfg.decay, tie_word_embeddings=cfg.tie_embeddings)
     torch.manual_seed(cfg.seed)
     model = LensModel(model_cfg)
     position_std = 0.02 if cfg.position_init_std is None else cfg.position_init_std
@@ -138,6 +138,8 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
             model.train()
             history.append({"step": step, "train_loss": loss, **metrics})
             bar.write(f"step {step}: " + ", ".join(f"{k}={v:.4f}" for k, v in history[-1].items() if k != "step"))
+        if cfg.snapshot_every and step % cfg.snapshot_every == 0 and step < cfg.steps:
+            _snapshot(cfg, task, model, directory, step)
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             _save_state(directory, model, optimizer, step, history, time.perf_counter() - started)
     bar.close()
@@ -145,6 +147,13 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
     final = _ship(cfg, task, model, directory, info, steps=step, wall=wall, history=history)
     _save_state(directory, model, optimizer, step, history, wall)
     return TrainResult(directory, step, wall, final, history)
+
+
+def _snapshot(cfg: TrainConfig, task, model: LensModel, directory: Path, step: int) -> None:
+    """A loadable copy of the model at ``step`` in ``snapshots/step_<step>/`` (weights in the shipped dtype;
+    the training weights themselves stay unrounded)."""
+    save_checkpoint(model, directory / "snapshots" / f"step_{step}", tokenizer=task.tokenizer_kind,
+                    info={"step": step, "train_config": cfg.to_dict()}, dtype=getattr(torch, cfg.ship_dtype))
 
 
 def _resume(directory: Path, model: LensModel, optimizer) -> tuple[int, list, float]:

@@ -1,7 +1,7 @@
 """The one ``load()``: a zoo name, a checkpoint directory, a GGUF file or a Hub id becomes a :class:`Lens`.
 
 Sources are resolved here (``zoo:NAME`` through :mod:`repo_lens.zoo`, ``org/name`` through
-:mod:`repo_lens.model.loaders.hub`), loaded by the loaders in
+:mod:`repo_lens.model.loaders.hf.hub`), loaded by the loaders in
 :mod:`repo_lens.model.loaders` (which return a plain model + tokenizer + meta) and wrapped in a
 ``Lens``. ``repo_lens.load`` is this function.
 """
@@ -17,7 +17,7 @@ from repo_lens.lens import Lens
 from repo_lens.model.loaders import checkpoint_files as _checkpoint_files
 from repo_lens.model.loaders import LoadedModel, load_checkpoint
 from repo_lens.model.loaders.device_map import load_dispatched
-from repo_lens.model.loaders.hub import HubSnapshot, download_snapshot, is_hub_id
+from repo_lens.model.loaders.hf.hub import HubSnapshot, download_snapshot, is_hub_id
 from repo_lens.model.loaders.increments_post.graft import Graft, graft_onto, read_graft
 from repo_lens.zoo import parse_zoo_name, resolve_source
 

@@ -20,7 +20,7 @@ from repo_lens.app.config import loadable, load_revision
 from repo_lens.app.documents import Document, build_document, max_reversal_words, trace_document
 from repo_lens.app.models import ModelInfo, model_info, model_sources
 from repo_lens.app.results import BoundaryResult, boundary_result, load_trace_bytes, niah_mass
-from repo_lens.model.loaders.hub import HubSnapshot
+from repo_lens.model.loaders.hf.hub import HubSnapshot
 
 HUB_RECHECK_S = 600  # how long a Hub id's branch or tag keeps the commit it resolved to
 

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from repo_lens import CheckpointError, InputError, checkpoint_files, source_kind, zoo
-from repo_lens.model.loaders.hub import HubSnapshot, check_revision, download_snapshot, is_hub_id
+from repo_lens.model.loaders.hf.hub import HubSnapshot, check_revision, download_snapshot, is_hub_id
 
 ROOTS_ENV = "REPO_LENS_APP_ROOTS"
 REVISION_MARK = "@"  # "org/name@REVISION": a Hub id has no "@", a revision may hold "/"

@@ -17,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 from repo_lens import CheckpointError, InputError, zoo
 
 from repo_lens.app import config
-from repo_lens.model.loaders.hub import HubSnapshot
+from repo_lens.model.loaders.hf.hub import HubSnapshot
 
 
 @dataclass(frozen=True)

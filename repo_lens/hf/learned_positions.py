@@ -18,8 +18,8 @@ def position_weight_names(directory: Path) -> list[str]:
     from safetensors import SafetensorError, safe_open
 
     from repo_lens.model.loaders.files import regular_file
-    from repo_lens.model.loaders.packed import readable_file
-    from repo_lens.model.loaders.shards import weight_files
+    from repo_lens.model.loaders.native.packed import readable_file
+    from repo_lens.model.loaders.hf.shards import weight_files
 
     try:
         files = weight_files(directory)

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from repo_lens.model.config import ModelConfig
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
-from repo_lens.model.loaders.native import save_checkpoint
+from repo_lens.model.loaders.native.format import save_checkpoint
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
 from repo_lens.run_lock import run_lock

@@ -2,7 +2,7 @@
 2106.09685) on a model's linear layers, as weight parametrisations: W + (alpha / rank) · B A, with B
 starting at zero so the adapted model starts as the base. Whatever reads ``layer.weight`` sees the sum, so
 hooks and the model's own code need no change; :func:`merge_low_rank` folds the adapters in for good
-(and :func:`repo_lens.model.loaders.delta.add_factors_to_weights` adds saved factors to a state dict).
+(and :func:`repo_lens.model.loaders.native.delta.add_factors_to_weights` adds saved factors to a state dict).
 
 Example:
     >>> layer = torch.nn.Linear(4, 3, bias=False)

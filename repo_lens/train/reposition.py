@@ -49,7 +49,7 @@ from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
 from repo_lens.model.config import repo_start_layer
 from repo_lens.model.grafted_increments import GraftIncrementPositions
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions, is_position_weight
-from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE
+from repo_lens.model.loaders.native.delta import DELTA_FILE, RECIPE_FILE
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.transformer import LensModel
 from repo_lens.run_lock import run_lock

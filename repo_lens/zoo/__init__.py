@@ -134,8 +134,8 @@ def _json_object(path: Path) -> dict[str, Any]:
 
 def readable_file(path: str | os.PathLike) -> Path:
     """The file to open for a zoo model's weights file: itself, or the unpacked copy of a packed one (the zoo
-    ships its weights xz-packed; :mod:`repo_lens.model.loaders.packed`)."""
-    from repo_lens.model.loaders.packed import readable_file as unpacked
+    ships its weights xz-packed; :mod:`repo_lens.model.loaders.native.packed`)."""
+    from repo_lens.model.loaders.native.packed import readable_file as unpacked
 
     return unpacked(Path(path))
 
@@ -147,13 +147,13 @@ def unpacked_size(path: str | os.PathLike) -> int:
 
 def delta_parts(path: str | os.PathLike) -> tuple[dict[str, Any], Path] | None:
     """(recipe, delta file) of a checkpoint that holds only what continued training changed on a base
-    (``repo-lens train --base``; :mod:`repo_lens.model.loaders.delta`), else None.
+    (``repo-lens train --base``; :mod:`repo_lens.model.loaders.native.delta`), else None.
 
     >>> delta_parts(ZOO_DIR / "bytes-repo") is None
     True
     """
-    from repo_lens.model.loaders.delta import DELTA_FILE, is_delta_checkpoint, read_recipe
-    from repo_lens.model.loaders.packed import shipped_file
+    from repo_lens.model.loaders.native.delta import DELTA_FILE, is_delta_checkpoint, read_recipe
+    from repo_lens.model.loaders.native.packed import shipped_file
 
     directory = Path(path)
     return (read_recipe(directory), shipped_file(directory / DELTA_FILE)) if is_delta_checkpoint(directory) else None
@@ -169,7 +169,7 @@ def base_installed(name: str) -> bool:
     """
     import importlib.util
 
-    from repo_lens.model.loaders.delta import is_delta_checkpoint, read_recipe
+    from repo_lens.model.loaders.native.delta import is_delta_checkpoint, read_recipe
     from repo_lens.zoo.external import EXTERNAL_MODELS, external_installed
 
     base: str | None = name

@@ -76,7 +76,7 @@ def external_entries() -> list[dict[str, Any]]:
     """[{name, mechanism, task, metrics}] for the external models (listed whether installed or not)."""
     # every external model is a stock HF architecture read by the HF adapter, which gives each layer
     # its base mechanism (imported here: it pulls in torch, which listing the zoo otherwise avoids)
-    from repo_lens.model.loaders.hf_config import HF_BASE_MECHANISM
+    from repo_lens.model.loaders.hf.config import HF_BASE_MECHANISM
 
     return [{"name": entry.name, "mechanism": HF_BASE_MECHANISM, "task": entry.task, "metrics": {}}
             for entry in EXTERNAL_MODELS.values()]

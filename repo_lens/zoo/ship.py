@@ -13,7 +13,7 @@ from typing import Any
 from repo_lens.atomic import atomic_write, atomic_write_dir, atomic_write_text
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.train.config import PRESETS
-from repo_lens.model.loaders.packed import pack_file, packed_twin
+from repo_lens.model.loaders.native.packed import pack_file, packed_twin
 from repo_lens.zoo import zoo_dir
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",

@@ -13,10 +13,10 @@ import torch
 
 from repo_lens.atomic import atomic_write_text
 from repo_lens.errors import CheckpointError, InputError, RepoLensError
-from repo_lens.model.loaders.delta import DELTA_FILE, RECIPE_FILE, read_recipe
+from repo_lens.model.loaders.native.delta import DELTA_FILE, RECIPE_FILE, read_recipe
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
-from repo_lens.model.loaders.packed import pack_file, packed_twin
+from repo_lens.model.loaders.native.packed import pack_file, packed_twin
 from repo_lens.zoo import zoo_dir, zoo_source
 from repo_lens.zoo.ship import check_zoo_name, write_zoo_entry
 

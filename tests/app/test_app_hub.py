@@ -21,7 +21,7 @@ from app_helpers import (  # noqa: F401  (fixtures)
 from hub_helpers import PARTIAL, REPO, SHARDED, SHARDS, SINGLE, build_hub_cache
 from repo_lens.app import cache, config
 from repo_lens.app.sidebar import HUB
-from repo_lens.model.loaders import hub
+from repo_lens.model.loaders.hf import hub
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

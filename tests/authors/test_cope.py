@@ -128,7 +128,7 @@ def test_their_checkpoint_names_are_told_apart_from_other_files(tmp_path):
     """Their checkpoint code names its files <name>.pt, <name>.pt.best and <name>.pt.<epoch> (<name>.pt.cfg holds
     the options alone)."""
     from repo_lens.model.loaders.authors import authors_file, is_authors_file
-    from repo_lens.model.loaders.cope import is_cope_file
+    from repo_lens.model.loaders.cope.load import is_cope_file
 
     names = {"run.pt": True, "run.pt.best": True, "run.pt.12": True, "run.pt.cfg": False, "run.pth": False,
              "pytorch_model.bin": False, "run.pt.bestx": False}

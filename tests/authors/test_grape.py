@@ -170,8 +170,8 @@ def test_grape_ap_runs_in_their_attention_inside_their_block(tmp_path):
 
 
 def test_pickled_weights_are_read_from_one_file_or_the_shards_of_an_index(tmp_path):
-    from repo_lens.model.loaders.grape import grape_files
-    from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
+    from repo_lens.model.loaders.grape.load import grape_files
+    from repo_lens.model.loaders.hf.pickled_weights import bin_files, read_bin_weights
 
     directory = tmp_path / run_name("rope", "M", False)
     weights = write_grape_checkpoint(directory, "rope", "M", False)

@@ -22,7 +22,7 @@ from repo_lens.cli import main
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders import load_checkpoint, save_checkpoint
 from repo_lens.model.loaders.checkpoint import checkpoint_files
-from repo_lens.model.loaders.delta import MAX_BASE_CHAIN
+from repo_lens.model.loaders.native.delta import MAX_BASE_CHAIN
 from repo_lens.model.tiny import tiny_model
 from repo_lens.train.reposition import RepositionConfig, train_repositioned
 from repo_lens.train.text_tokens import TextTokens

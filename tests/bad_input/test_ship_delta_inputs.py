@@ -160,7 +160,7 @@ def test_a_failed_write_leaves_no_entry_and_keeps_the_old_one(failing, force, ru
             raise atomic.write_error(Path(path), OSError(errno.ENOSPC, "No space left on device"))
         return real(path, write)
 
-    for module in ("repo_lens.atomic", "repo_lens.model.loaders.packed"):
+    for module in ("repo_lens.atomic", "repo_lens.model.loaders.native.packed"):
         monkeypatch.setattr(f"{module}.atomic_write", full_disk)
     name = "bytes-repo" if force else "new-entry"
     refused_untouched(zoo, WriteError, "No space left", lambda: ship_delta(run, name, force=force))

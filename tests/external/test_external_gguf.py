@@ -65,7 +65,7 @@ def test_missing_gguf_tensor_is_named(original, tmp_path):
 
 
 def test_a_file_that_is_not_gguf_is_refused(tmp_path):
-    from repo_lens.model.loaders.gguf import load_gguf
+    from repo_lens.model.loaders.hf.gguf import load_gguf
 
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"not a gguf at all")

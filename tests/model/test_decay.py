@@ -17,7 +17,7 @@ from repo_lens.lens import Lens
 from repo_lens.model import LensModel, ModelConfig
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.decay import AlibiDecay, ForgetDecay, layer_decay_rows, post_alibi_slopes
-from repo_lens.model.loaders.native import save_checkpoint
+from repo_lens.model.loaders.native.format import save_checkpoint
 from repo_lens.model.registry import build_decay, decay_names, decay_traits, recorded_settings
 
 T = 14

@@ -17,7 +17,7 @@ import pytest
 import repo_lens
 from hub_helpers import INDEX, PARTIAL, REPO, SHARDED, SHARDS, SINGLE, build_hub_cache, hub_env, write_snapshot
 from repo_lens.loading import source_kind
-from repo_lens.model.loaders import hub
+from repo_lens.model.loaders.hf import hub
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 import repo_lens
 from conftest import add_repo_weights, hf_model, save_hf_model, tiny_olmo2_config
 from reference_repo import reference_forward
-from repo_lens.model.loaders.pe_config import read_pe_config
+from repo_lens.model.loaders.repo_authors.pe_config import read_pe_config
 
 MODE = {"dynamic_pe_mode": "swigluex_multihead"}
 R, P = "rope", "repo"

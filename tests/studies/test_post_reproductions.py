@@ -22,7 +22,7 @@ from repo_lens.analysis import (
 )
 from repo_lens.errors import InputError
 from repo_lens.model import LensModel, ModelConfig
-from repo_lens.model.loaders.native import save_checkpoint
+from repo_lens.model.loaders.native.format import save_checkpoint
 from repo_lens.studies.reproductions import STUDIES
 
 HELD_OUT = {

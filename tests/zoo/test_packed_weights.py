@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 import repo_lens
 from repo_lens import CheckpointError
 from repo_lens.model.loaders import load_checkpoint, save_checkpoint
-from repo_lens.model.loaders.packed import CACHE_ENV, pack_file, packed_twin, readable_file
+from repo_lens.model.loaders.native.packed import CACHE_ENV, pack_file, packed_twin, readable_file
 from repo_lens.model.tiny import tiny_model
 from repo_lens.zoo import ZOO_DIR, available_models
 

@@ -11,12 +11,12 @@ from typing import Any
 import torch
 
 from repo_lens.errors import CheckpointError
-from repo_lens.model.loaders.cope import FORMAT as COPE_FORMAT
-from repo_lens.model.loaders.cope import is_cope_file, load_cope
+from repo_lens.model.loaders.cope.load import FORMAT as COPE_FORMAT
+from repo_lens.model.loaders.cope.load import is_cope_file, load_cope
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
-from repo_lens.model.loaders.fox import fox_files, is_fox_config, load_fox
-from repo_lens.model.loaders.grape import grape_files, load_grape
-from repo_lens.model.loaders.grape_config import is_grape_config
+from repo_lens.model.loaders.fox.load import fox_files, is_fox_config, load_fox
+from repo_lens.model.loaders.grape.load import grape_files, load_grape
+from repo_lens.model.loaders.grape.config import is_grape_config
 from repo_lens.model.loaders.increments_post import FORMAT as POST_FORMAT
 from repo_lens.model.loaders.increments_post import is_post_checkpoint, is_post_folder, load_post, post_file
 from repo_lens.model.loaders.increments_post.files import step_files

@@ -15,15 +15,15 @@ from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders.authors import (
     authors_file, authors_files, is_authors_file, load_authors, load_authors_file,
 )
-from repo_lens.model.loaders.delta import base_chain, base_path, delta_files, is_delta_checkpoint, load_delta
+from repo_lens.model.loaders.native.delta import base_chain, base_path, delta_files, is_delta_checkpoint, load_delta
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.files import read_json_file, regular_file
-from repo_lens.model.loaders.gguf import load_gguf
-from repo_lens.model.loaders.hf_config import model_config_from_hf
+from repo_lens.model.loaders.hf.gguf import load_gguf
+from repo_lens.model.loaders.hf.config import model_config_from_hf
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
-from repo_lens.model.loaders.native import is_native_config, native_model_config, uses_byte_tokenizer
-from repo_lens.model.loaders.shards import INDEX_FILE, read_safetensors, weight_files
-from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
+from repo_lens.model.loaders.native.format import is_native_config, native_model_config, uses_byte_tokenizer
+from repo_lens.model.loaders.hf.shards import INDEX_FILE, read_safetensors, weight_files
+from repo_lens.model.loaders.hf.tokenizer import load_tokenizer, tokenizer_files
 from repo_lens.model.loaders.weights import hf_to_lens_name
 
 GGUF_SUFFIX = ".gguf"
@@ -97,7 +97,7 @@ def load_checkpoint(
 ) -> LoadedModel:
     """Load an HF OLMo-2/Llama directory (RePo layout included), a repo_lens checkpoint, a
     Llama-family .gguf file, or what continued training changed on a base (``recipe.json`` and
-    ``delta.safetensors``: :mod:`repo_lens.model.loaders.delta`; ``resolve_base`` turns the recipe's
+    ``delta.safetensors``: :mod:`repo_lens.model.loaders.native.delta`; ``resolve_base`` turns the recipe's
     base into a path, e.g. ``zoo:NAME``), strictly.
 
     Example:

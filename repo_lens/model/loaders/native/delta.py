@@ -23,7 +23,7 @@ import torch
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.loaded import LoadedModel, dtype_name
-from repo_lens.model.loaders.packed import readable_file, shipped_file
+from repo_lens.model.loaders.native.packed import readable_file, shipped_file
 
 RECIPE_FILE = "recipe.json"
 DELTA_FILE = "delta.safetensors"

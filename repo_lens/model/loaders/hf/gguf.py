@@ -36,7 +36,7 @@ import torch
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.device import resolve_device, resolve_dtype
 from repo_lens.model.loaders.files import regular_file
-from repo_lens.model.loaders.hf_config import model_config_from_hf
+from repo_lens.model.loaders.hf.config import model_config_from_hf
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
 from repo_lens.model.loaders.weights import hf_to_lens_name
 

@@ -11,7 +11,7 @@ from safetensors import SafetensorError, safe_open
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.loaders.files import inside, read_json_file, regular_file
-from repo_lens.model.loaders.packed import readable_file, shipped_file
+from repo_lens.model.loaders.native.packed import readable_file, shipped_file
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

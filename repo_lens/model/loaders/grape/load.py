@@ -16,13 +16,13 @@ import torch
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
-from repo_lens.model.loaders.grape_config import grape_model_config
-from repo_lens.model.loaders.grape_names import grape_to_lens_name, lens_to_grape_name
-from repo_lens.model.loaders.grape_notes import variant_notes
-from repo_lens.model.loaders.grape_variant import grape_variant
+from repo_lens.model.loaders.grape.config import grape_model_config
+from repo_lens.model.loaders.grape.names import grape_to_lens_name, lens_to_grape_name
+from repo_lens.model.loaders.grape.notes import variant_notes
+from repo_lens.model.loaders.grape.variant import grape_variant
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
-from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
-from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
+from repo_lens.model.loaders.hf.pickled_weights import bin_files, read_bin_weights
+from repo_lens.model.loaders.hf.tokenizer import load_tokenizer, tokenizer_files
 from repo_lens.model.transformer import LensModel
 
 CODE = "github model-architectures/GRAPE"

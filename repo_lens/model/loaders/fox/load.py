@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from repo_lens.model.loaders.fox_config import MODEL_TYPE, fox_model_config
+from repo_lens.model.loaders.fox.config import MODEL_TYPE, fox_model_config
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
-from repo_lens.model.loaders.pickled_weights import bin_files, read_bin_weights
+from repo_lens.model.loaders.hf.pickled_weights import bin_files, read_bin_weights
 from repo_lens.model.loaders.renames import compile_rules, rename_by_rules
-from repo_lens.model.loaders.shards import read_safetensors, weight_files
-from repo_lens.model.loaders.tokenizer import load_tokenizer, tokenizer_files
+from repo_lens.model.loaders.hf.shards import read_safetensors, weight_files
+from repo_lens.model.loaders.hf.tokenizer import load_tokenizer, tokenizer_files
 
 CODE = "github zhixuan-lin/forgetting-transformer"
 _L = r"model\.layers\.(\d+)\."

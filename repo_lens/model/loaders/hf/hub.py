@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from repo_lens.errors import CheckpointError, InputError
-from repo_lens.model.loaders.shards import INDEX_FILE, SINGLE_FILE, read_index
-from repo_lens.model.loaders.tokenizer import CHAT_TEMPLATE_DIR, TOKENIZER_FILES, tokenizer_files
+from repo_lens.model.loaders.hf.shards import INDEX_FILE, SINGLE_FILE, read_index
+from repo_lens.model.loaders.hf.tokenizer import CHAT_TEMPLATE_DIR, TOKENIZER_FILES, tokenizer_files
 
 CONFIG_FILE = "config.json"
 # the first fetch: the files that say which weights and tokenizer files the second fetch needs

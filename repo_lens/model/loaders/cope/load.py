@@ -18,14 +18,14 @@ import torch
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.authors.cope_model import CopeModel
-from repo_lens.model.loaders.cope_names import cope_to_lens_name, lens_tensor
-from repo_lens.model.loaders.cope_options import cope_model_config
+from repo_lens.model.loaders.cope.names import cope_to_lens_name, lens_tensor
+from repo_lens.model.loaders.cope.options import cope_model_config
 from repo_lens.model.loaders.inert import InertNamespace
 from repo_lens.model.loaders.loaded import LoadedModel, dtype_name
-from repo_lens.model.loaders.pickled_weights import read_state_dict
+from repo_lens.model.loaders.hf.pickled_weights import read_state_dict
 from repo_lens.model.loaders.unpickler import read_pickled
 from repo_lens.model.loaders.weights import load_weights_strict
-from repo_lens.model.loaders.word_tokenizer import WordTokenizer
+from repo_lens.model.loaders.cope.word_tokenizer import WordTokenizer
 
 CODE = "github facebookresearch/RAM, projects/cope"
 FORMAT = ("a CoPE training checkpoint (a dict with 'cfg', an argparse Namespace of options, and 'model', a "

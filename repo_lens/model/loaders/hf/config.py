@@ -7,7 +7,7 @@ from typing import Any
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
-from repo_lens.model.loaders.pe_config import PeLayout, read_pe_config
+from repo_lens.model.loaders.repo_authors.pe_config import PeLayout, read_pe_config
 from repo_lens.model.loaders.schema import check_hf_config
 
 SUPPORTED_MODEL_TYPES = ("olmo2", "llama")
@@ -30,7 +30,7 @@ def _rope_settings(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None
 
 def model_config_from_hf(config: dict[str, Any]) -> ModelConfig:
     """Translate an HF config dict (OLMo-2 or Llama, optionally with RePo's pe_config, read as the
-    authors' code reads it: :func:`repo_lens.model.loaders.pe_config.read_pe_config`; its notes are
+    authors' code reads it: :func:`repo_lens.model.loaders.repo_authors.pe_config.read_pe_config`; its notes are
     warned and kept in ``extra["pe_config_notes"]``).
 
     >>> cfg = model_config_from_hf({"model_type": "olmo2", "num_hidden_layers": 4, "num_attention_heads": 4,

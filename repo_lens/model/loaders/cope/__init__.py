@@ -1,0 +1,1 @@
+"""The CoPE authors' checkpoints: their names, options and word tokenizer."""

@@ -1,0 +1,1 @@
+"""The FoX authors' package checkpoints: their config and names."""

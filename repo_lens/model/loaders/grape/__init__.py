@@ -1,0 +1,1 @@
+"""The GRAPE authors' checkpoints: their format's names, config, variants and notes."""

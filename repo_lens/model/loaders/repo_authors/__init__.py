@@ -1,0 +1,1 @@
+"""RePo's authors' published layout: its ``pe_config``."""

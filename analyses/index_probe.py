@@ -24,7 +24,7 @@ def probe(lens, layers: list[int], context: int, train_sequences: int) -> dict[i
 
     sequences = TextTokens.brown(lens.tokenizer).held_out_sequences(context)[:train_sequences + 1, :context]
     inputs: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-    handles = [lens.model.blocks[layer].attn.positions.register_forward_hook(
+    handles = [lens.model.blocks[layer].attn.mechanism.register_forward_hook(
         lambda module, args, output, layer=layer: inputs[layer].append(args[0][0].detach().float()))
         for layer in layers]
     try:

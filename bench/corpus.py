@@ -68,13 +68,13 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     import repo_lens
-    from repo_lens.studies.runner import analyze
+    from repo_lens.studies.runner import RunOptions, analyze
 
     torch.set_num_threads(args.threads)
     lens = repo_lens.load(args.model, device="cpu")
     started = time.perf_counter()
-    result = analyze(lens, "positions", args.child[0], out=args.child[1], batch_size=args.batch_size,
-                     progress=False)
+    result = analyze(lens, "positions", args.child[0], out=args.child[1],
+                     run=RunOptions(batch_size=args.batch_size, progress=False))
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "peak_mib": peak_mib, "counts": result.counts}))

@@ -33,7 +33,7 @@ from scipy import stats
 
 import repo_lens
 from repo_lens import interventions
-from repo_lens.data.niah import niah_prompt
+from repo_lens.data import PromptEncoding, niah_prompt
 from repo_lens.lens import Lens
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.tiny import published_shape_model
@@ -45,8 +45,9 @@ def prompt_pair(tokens: int, seed: int = 3):
     """A clean prompt and one whose needle moved, of equal length (the seed fixes key and value)."""
     tokenizer = ByteTokenizer()
     for shift in range(50):
-        clean = niah_prompt(tokenizer, tokens, depth=0.2, seed=seed + shift, add_special_tokens=False)
-        corrupted = niah_prompt(tokenizer, tokens, depth=0.8, seed=seed + shift, add_special_tokens=False)
+        no_bos = PromptEncoding(add_special_tokens=False)
+        clean = niah_prompt(tokenizer, tokens, depth=0.2, seed=seed + shift, encoding=no_bos)
+        corrupted = niah_prompt(tokenizer, tokens, depth=0.8, seed=seed + shift, encoding=no_bos)
         if len(clean.ids) == len(corrupted.ids):
             return clean, corrupted
     raise RuntimeError("no equal-length prompt pair found")
@@ -84,8 +85,8 @@ def measure(lens, tokens: int, repeats: int, batch_size: int, layers=None) -> di
     metric = interventions.answer_logprob(corrupted)
     run = {
         "serial": lambda: serial_grid(lens, clean, corrupted, metric, layers),
-        "grid": lambda: interventions.patch(lens, clean, corrupted, metric, layers=layers, batch_size=batch_size,
-                                            progress=False),
+        "grid": lambda: interventions.patch(lens, clean, corrupted, metric, layers=layers,
+                                            options=interventions.GridOptions(batch_size=batch_size, progress=False)),
         "attribution": lambda: interventions.attribute(lens, clean, corrupted, metric, layers=layers),
     }
     for function in run.values():  # warm-up

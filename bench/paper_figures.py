@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repo_lens.plots import export, start_export_server  # noqa: E402
+from repo_lens.plots import PaperStyle, export, start_export_server  # noqa: E402
 from repo_lens.plots.gallery import EXAMPLE_TEXT, example_figures, synthetic_trace  # noqa: E402
 from repo_lens.plots.measure import measure_svgs, overlapping_pairs  # noqa: E402
 
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         for input_name, trace in inputs(args.inputs).items():
             for name, figure in example_figures(trace).items():
-                path = export(figure, Path(folder) / f"{len(svgs)}.svg", layout=args.layout, font=args.font)
+                path = export(figure, Path(folder) / f"{len(svgs)}.svg", layout=args.layout,
+                              paper=PaperStyle(font=args.font))
                 svgs.append(path.read_bytes())
                 rows.append({"input": input_name, "builder": name})
     measured = measure_svgs(svgs)

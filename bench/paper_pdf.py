@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from plotly.colors import get_colorscale, sample_colorscale  # noqa: E402
 
-from repo_lens.plots import export, paper_figure, position_scatter_figure, start_export_server  # noqa: E402
+from repo_lens.plots import (PaperStyle, export, paper_figure, position_scatter_figure,  # noqa: E402
+                             start_export_server)
 from repo_lens.plots.gallery import EXAMPLE_TEXT, example_figures, synthetic_trace  # noqa: E402
 from repo_lens.plots.pdf_measure import largest_empty_band, plot_rows, read_pdf, svg_text  # noqa: E402
 from repo_lens.plots.style import lightness  # noqa: E402
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, figure in example_figures(zoo_trace()).items():
             laid_out = paper_figure(figure, args.layout, font=args.font)
             expected = svg_text(export(laid_out, Path(folder) / "f.svg").read_bytes())
-            data = export(figure, Path(folder) / "f.pdf", layout=args.layout, font=args.font).read_bytes()
+            data = export(figure, Path(folder) / "f.pdf", layout=args.layout,
+                          paper=PaperStyle(font=args.font)).read_bytes()
             pdf = read_pdf(data, expected)
             colors = class_colors(laid_out)
             gaps = [abs(lightness(a) - lightness(b)) for a, b in itertools.combinations(colors.values(), 2)]
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         figure = position_scatter_figure(synthetic_trace(4, heads, 120), layer=3, head="all",
                                          highlight={"needle": (12, 20), "query": (80, 95)})
         with tempfile.TemporaryDirectory() as folder:
-            data = export(figure, Path(folder) / "f.pdf", layout=args.layout, font=args.font).read_bytes()
+            data = export(figure, Path(folder) / "f.pdf", layout=args.layout,
+                          paper=PaperStyle(font=args.font)).read_bytes()
         band = largest_empty_band(data, plot_rows(paper_figure(figure, args.layout, font=args.font)))
         print(f"position_scatter_figure of a synthetic trace, {heads} heads: empty band {band:.1%}")
     if args.json:

@@ -47,13 +47,13 @@ def _setup(tokens: int):
     import torch
 
     import repo_lens
-    from repo_lens.data.niah import niah_single
+    from repo_lens.data.niah import NiahSpec, niah_single
     from repo_lens.model.byte_tokenizer import ByteTokenizer
     from repo_lens.model.tiny import tiny_model
 
     model = tiny_model("repo", shape="olmo2-1b", seed=0).eval()
     lens = repo_lens.Lens(model, ByteTokenizer())
-    prompt = niah_single(ByteTokenizer(), tokens, depth=0.5, seed=0, value_digits=ROWS)
+    prompt = niah_single(ByteTokenizer(), tokens, depth=0.5, seed=0, spec=NiahSpec(value_digits=ROWS))
     start, end = prompt.query
     if end - start != ROWS:
         raise RuntimeError(f"the prompt's answer has {end - start} tokens, not {ROWS}")

@@ -73,13 +73,13 @@ def _without(fig: go.Figure, *, labels: bool = False, ticks: bool = False, strip
 
 def variants(trace) -> dict[str, go.Figure]:
     from repo_lens.app.views import _head_patterns
-    from repo_lens.plots import spaced_tokens_figure
+    from repo_lens.plots import SpacedTokensStyle, spaced_tokens_figure
 
     out = {}
     patterns = _head_patterns(trace, 1, 16, 0.2)
     for window in ((0, 300), (0, trace.positions.shape[-1])):
-        fig = spaced_tokens_figure(trace, head=1, scale="row", window=window, patterns=patterns, max_tokens=2000,
-                                   width=1000)
+        fig = spaced_tokens_figure(trace, head=1, scale="row", window=window, patterns=patterns,
+                                   style=SpacedTokensStyle(max_tokens=2000, width=1000))
         name = f"{window[1]:>5} tokens"
         out[f"{name}: full figure"] = fig
         out[f"{name}: marks + strip as markers (before)"] = _as_markers(fig)

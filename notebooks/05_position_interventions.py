@@ -19,22 +19,24 @@
 # every learned mechanism through one code path:
 #
 # * `ablate(lens, inputs, mode=…, layers=…, heads=…, metric=…)` replaces the positions of some
-#   layers and heads in one forward pass. Modes: `"integer"` (RoPE's positions 0, 1, 2, …),
-#   `"constant"` (no positional signal, as NoPE), `"mean"` (each token index's mean over a reference
-#   set), `"shuffle"` (the tokens' positions permuted), and `("interpolate", p)`, which moves the
-#   learned positions a fraction p of the way to the integers, z' = (1 − p)·z + p·t, as the RePo
-#   authors' training code does with its `dynamic_pe_pdrop` option ("RePo: Language Models with
-#   Context Re-Positioning", arXiv 2512.14391). Three edits stay on the positions' own scale:
-#   `"affine"` (each head's least-squares line through its own positions), `"rank"` (order kept,
-#   spacing made even over the head's range) and `"scaled"` (the integers rescaled to the head's
-#   range); `"random"` (a random direction as long as the affine edit) and `("window", w)` (positions
-#   permuted within blocks of w tokens) are controls that can fail.
+#   layers and heads in one forward pass. Modes (from `repo_lens.interventions`; a mode without
+#   settings can also be given by its name, e.g. `"integer"`): `Integer()` (RoPE's positions 0, 1,
+#   2, …), `Constant()` (no positional signal, as NoPE), `Mean(reference=…)` (each token index's mean
+#   over a reference set), `Shuffle()` (the tokens' positions permuted), and `Interpolate(p=…)`,
+#   which moves the learned positions a fraction p of the way to the integers, z' = (1 − p)·z + p·t,
+#   as the RePo authors' training code does with its `dynamic_pe_pdrop` option ("RePo: Language
+#   Models with Context Re-Positioning", arXiv 2512.14391). Three edits stay on the positions' own
+#   scale: `Affine()` (each head's least-squares line through its own positions), `Rank()` (order
+#   kept, spacing made even over the head's range) and `Scaled()` (the integers rescaled to the head's
+#   range); `Random()` (a random direction as long as the affine edit) and `Window(width=w)`
+#   (positions permuted within blocks of w tokens) are controls that can fail.
 # * `ablation_grid(lens, prompt, metric, mode=…)` ablates one layer, head or token at a time, every
 #   cell batched.
 # * `patch(lens, clean, corrupted, metric)` writes a clean prompt's positions into a corrupted run,
 #   one cell at a time, and `attribute(...)` estimates the same grid from one forward and one
-#   backward pass. Each of them takes `tokens=` (a slice, token indices, or a span of a built prompt
-#   such as `"needle"` or `"rest"`) to edit or patch only those tokens.
+#   backward pass. Each of them can edit or patch only some tokens (`tokens=` of `ablate`, or
+#   `options=GridOptions(tokens=…)` of the grids: a slice, token indices, or a span of a built prompt
+#   such as `"needle"` or `"rest"`).
 #
 # What "integer" and "constant" mean for a mechanism (RePo's z, CoPE's gates, learned increments,
 # FoX's forget gates) comes from the model's registry, so the calls are the same for all of them.
@@ -48,8 +50,8 @@ from plotly.subplots import make_subplots
 
 import repo_lens
 from repo_lens import interventions
-from repo_lens.data import bilingual_splits, niah_prompt, niah_single, reversal_prompt
-from repo_lens.interventions import stats
+from repo_lens.data import PromptEncoding, bilingual_splits, niah_prompt, niah_single, reversal_prompt
+from repo_lens.interventions import GridOptions, Interpolate, Mean, stats
 
 repo_lens.plots.notebook_setup()
 
@@ -70,15 +72,19 @@ exact_match, answer_logprob = interventions.niah_exact_match(prompts), intervent
 print(lens.layer_kinds, "| learned layers", learned)
 
 
+UNCHANGED = Interpolate(p=0.0)  # p = 0: the positions as the model learned them
+
+
 def scores(mode, layers=None, heads=None):
     """(accuracy, mean answer log p, Wilson interval of the accuracy) with ``layers`` × ``heads`` edited."""
-    logits = interventions.ablate(lens, prompts, mode=mode, layers=layers, heads=heads, reference=prompts)
+    mode = Mean(reference=prompts) if mode == "mean" else mode
+    logits = interventions.ablate(lens, prompts, mode=mode, layers=layers, heads=heads)
     hits = exact_match(logits).numpy()
     return hits.mean(), answer_logprob(logits).mean().item(), stats.interval_text(stats.accuracy(hits))
 
 
 MODES = ["integer", "constant", "mean", "shuffle", "affine", "rank", "scaled", "random"]
-rows = {"unchanged": scores(("interpolate", 0.0))}
+rows = {"unchanged": scores(UNCHANGED)}
 rows.update({f"{mode}, every RePo layer": scores(mode) for mode in MODES})
 rows.update({f"{mode}, layer {layer}": scores(mode, layers=[layer]) for layer in learned for mode in MODES})
 print(f"{'positions':28} {'accuracy [95 % Wilson]':>24} {'log p':>8}")
@@ -107,13 +113,14 @@ fig.update_layout(barmode="group", title="bytes1k-repo: NIAH accuracy with learn
 # `ablation_grid` ablates one head at a time. It runs the prompt once, then all cells batched, each
 # starting from the cached residual stream at its layer (the layers below it do not change). Its
 # `values` hold the metric per cell (NaN for the RoPE layers, which have no learned positions);
-# `also=` measures further metrics on the same runs. The maps average the sixteen prompts.
+# `GridOptions(also=…)` measures further metrics on the same runs. The maps average the sixteen prompts.
 
 # %%
 def head_maps(mode):
     """Mean exact match and answer log p over the prompts, one head's positions replaced at a time."""
     grids = [interventions.ablation_grid(lens, prompt, interventions.answer_logprob(prompt), mode=mode,
-                                         also={"exact": interventions.niah_exact_match(prompt)}, progress=False)
+                                         options=GridOptions(also={"exact": interventions.niah_exact_match(prompt)},
+                                                             progress=False))
              for prompt in prompts]
     return np.mean([grid.also["exact"] for grid in grids], axis=0), np.mean([grid.values for grid in grids], axis=0)
 
@@ -126,7 +133,8 @@ for mode, (accuracy, logprob) in maps.items():
 
 # %%
 repo_lens.plots.layer_head_heatmap(maps["integer"][0], title="bytes1k-repo: NIAH accuracy, one head's positions made integer",
-                                   colorbar_title="accuracy", layer_kinds=lens.layer_kinds, zmin=0.0, zmax=1.0)
+                                   colorbar_title="accuracy", layer_kinds=lens.layer_kinds,
+                                   colors=repo_lens.plots.HeatmapColors(zmin=0.0, zmax=1.0))
 
 # %% [markdown]
 # Within the lower RePo layer, heads 0 and 3 carry retrieval, head 1 a little, head 2 not at all.
@@ -138,14 +146,14 @@ repo_lens.plots.layer_head_heatmap(maps["integer"][0], title="bytes1k-repo: NIAH
 #
 # ## 3. The authors' interpolation
 #
-# `("interpolate", p)` moves every RePo layer's positions a fraction p toward the integers in the
+# `Interpolate(p=p)` moves every RePo layer's positions a fraction p toward the integers in the
 # same forward pass, so later layers see the earlier layers' change, as the authors' forward does;
-# `("interpolate", p, "constant")` moves them toward a constant instead, which shrinks them and
+# `Interpolate(p=p, toward="constant")` moves them toward a constant instead, which shrinks them and
 # keeps their order.
 
 # %%
 SWEEP = [0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
-sweep = {toward: [scores(("interpolate", p, toward))[0] for p in SWEEP] for toward in ("integer", "constant")}
+sweep = {toward: [scores(Interpolate(p=p, toward=toward))[0] for p in SWEEP] for toward in ("integer", "constant")}
 print("p          " + "".join(f"{p:>7}" for p in SWEEP))
 for toward, accuracies in sweep.items():
     print(f"{toward:10} " + "".join(f"{accuracy:7.2f}" for accuracy in accuracies))
@@ -176,7 +184,7 @@ fig.update_layout(title="bytes1k-repo: NIAH accuracy vs interpolation p", xaxis_
 def needle_moved(seed):
     for candidate in range(seed, seed + 50):
         clean, moved = (niah_prompt(lens.tokenizer, lens.context_length, depth=depth, seed=candidate,
-                                    add_special_tokens=False) for depth in (0.25, 0.75))
+                                    encoding=PromptEncoding(add_special_tokens=False)) for depth in (0.25, 0.75))
         if len(clean) == len(moved):
             return clean, moved
 
@@ -185,7 +193,7 @@ pairs = [needle_moved(100 * seed) for seed in range(4)]
 exact, estimate = [], []
 for clean, moved in pairs:
     metric = interventions.answer_logprob(moved)
-    exact.append(interventions.patch(lens, clean, moved, metric, progress=False))
+    exact.append(interventions.patch(lens, clean, moved, metric, options=GridOptions(progress=False)))
     estimate.append(interventions.attribute(lens, clean, moved, metric))
 effects = np.mean([grid.effects for grid in exact], axis=0)
 estimated = np.mean([grid.effects for grid in estimate], axis=0)
@@ -197,12 +205,13 @@ for layer in learned:
 print(f"Pearson r (patched vs attributed, every cell of every pair): "
       f"{np.corrcoef(np.ravel([g.effects[cells] for g in exact]), np.ravel([g.effects[cells] for g in estimate]))[0, 1]:.2f}")
 
-# `tokens=` patches only some tokens. A span by name ("needle", "question", "answer") is transplanted:
-# each of its tokens in the moved run gets the clean positions of the same token of the clean run's
+# `GridOptions(tokens=…)` patches only some tokens. A span by name ("needle", "question", "answer") is
+# transplanted: each of its tokens in the moved run gets the clean positions of the same token of the clean run's
 # span, wherever that sat. "rest" is every other token, patched index by index.
 for tokens in ("needle", "rest"):
-    only = np.mean([interventions.patch(lens, clean, moved, interventions.answer_logprob(moved), tokens=tokens,
-                                        progress=False).effects for clean, moved in pairs], axis=0)
+    only = np.mean([interventions.patch(lens, clean, moved, interventions.answer_logprob(moved),
+                                        options=GridOptions(tokens=tokens, progress=False)).effects
+                    for clean, moved in pairs], axis=0)
     for layer in learned:
         print(f"tokens={tokens!r:9} L{layer} " + " ".join(f"h{h} {only[layer, h]:+.2f}" for h in range(lens.n_heads)))
 
@@ -244,7 +253,7 @@ splits = bilingual_splits()
 documents = {lang: byte_lens.encode(splits[lang][1][0])[: byte_lens.context_length] for lang in ("en", "zh")}
 
 
-def bits_per_byte(ids, mode=("interpolate", 0.0), layers=None):
+def bits_per_byte(ids, mode=UNCHANGED, layers=None):
     loss = interventions.span_loss((np.asarray(ids), (1, len(ids))))
     return interventions.ablate(byte_lens, ids, mode=mode, layers=layers, metric=loss)[0] / np.log(2)
 
@@ -281,7 +290,7 @@ reversal = {name: repo_lens.load(f"zoo:{name}", device="cpu") for name in ("reve
 LENGTHS = [10, 20, 25, 30]
 
 
-def reversal_accuracy(model, n_words, mode=("interpolate", 0.0), layers=None):
+def reversal_accuracy(model, n_words, mode=UNCHANGED, layers=None):
     batch = [reversal_prompt(model.tokenizer, n_words, seed=seed) for seed in range(50)]
     solved = interventions.niah_exact_match([(prompt.ids, prompt.spans["output"]) for prompt in batch])
     return interventions.ablate(model, [prompt.ids for prompt in batch], mode=mode, layers=layers, metric=solved).mean()

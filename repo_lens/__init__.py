@@ -18,17 +18,18 @@ from repo_lens.errors import (CheckpointError, ContextLengthError, InputError, M
 
 if TYPE_CHECKING:
     from repo_lens.lens import Lens
-    from repo_lens.loading import checkpoint_files, load, source_kind
+    from repo_lens.loading import HubAccess, checkpoint_files, load, source_kind
     from repo_lens.trace import Trace
 
-__all__ = ["CheckpointError", "ContextLengthError", "InputError", "Lens", "MemoryLimitError", "RepoLensError",
+__all__ = ["CheckpointError", "ContextLengthError", "HubAccess", "InputError", "Lens", "MemoryLimitError", "RepoLensError",
            "RunInUseError", "Trace", "TraceFileError", "WriteError", "analysis", "checkpoint_files", "data",
            "interventions", "load", "plots", "source_kind", "studies", "zoo"]
 __version__ = "0.1.0"
 # torch and transformers load only when a model or trace is used, so the numpy-only analyzers import fast
 # (the TYPE_CHECKING imports above name the same modules, for type checkers and tests/test_architecture.py)
 _LAZY_EXPORTS = {"Lens": "repo_lens.lens", "Trace": "repo_lens.trace", "load": "repo_lens.loading",
-                 "checkpoint_files": "repo_lens.loading", "source_kind": "repo_lens.loading"}
+                 "checkpoint_files": "repo_lens.loading", "source_kind": "repo_lens.loading",
+                 "HubAccess": "repo_lens.loading"}
 # `import repo_lens` then `repo_lens.plots.export(...)` works without importing the subpackage first
 _LAZY_SUBPACKAGES = ("analysis", "data", "interventions", "plots", "studies", "zoo")
 

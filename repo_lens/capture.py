@@ -127,8 +127,8 @@ def position_hook_names(model: LensModel) -> list[str]:
 
 
 def increment_hook_names(model: LensModel) -> dict[int, str]:
-    """Layers whose mechanism publishes the increments it sums (``...attn.positions.hook_delta``)."""
-    names = {layer: f"blocks.{layer}.attn.positions.hook_delta" for layer in range(model.cfg.n_layers)}
+    """Layers whose mechanism publishes the increments it sums (``...attn.mechanism.hook_delta``)."""
+    names = {layer: f"blocks.{layer}.attn.mechanism.hook_delta" for layer in range(model.cfg.n_layers)}
     return {layer: name for layer, name in names.items() if name in model.hook_dict}
 
 
@@ -150,9 +150,9 @@ def capture_positions(model: LensModel, input_ids: torch.Tensor,
 
 
 def query_increment_hook_names(model: LensModel) -> dict[int, str]:
-    """Layers whose positions are seen from one query (``...attn.positions.hook_query_delta``, every
+    """Layers whose positions are seen from one query (``...attn.mechanism.hook_query_delta``, every
     query's increments): in a padded batch each sequence reads its own last query there."""
-    names = {layer: f"blocks.{layer}.attn.positions.hook_query_delta" for layer in range(model.cfg.n_layers)}
+    names = {layer: f"blocks.{layer}.attn.mechanism.hook_query_delta" for layer in range(model.cfg.n_layers)}
     return {layer: name for layer, name in names.items() if name in model.hook_dict}
 
 
@@ -210,8 +210,8 @@ def fixed_position_layers(model: LensModel) -> dict[int, torch.nn.Module]:
     >>> sorted(fixed_position_layers(tiny_model("repo")))
     [0, 1]
     """
-    return {layer: block.attn.positions for layer, block in enumerate(model.blocks)
-            if callable(getattr(block.attn.positions, "values", None))}
+    return {layer: block.attn.mechanism for layer, block in enumerate(model.blocks)
+            if callable(getattr(block.attn.mechanism, "values", None))}
 
 
 def _to_host(values: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,9 @@
-"""Checks shared by every entry point that takes text or token ids."""
+"""Checks shared by every entry point that takes text or token ids, and the batching of many inputs
+(batch sizes, batches grouped by length)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,3 +101,45 @@ def fit_to_context(
         raise ContextLengthError(len(ids), context_length, remedies)
     record["truncation"] = {"original_tokens": len(ids), "kept_tokens": context_length}
     return ids[:context_length], record
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """``batch_size`` as a positive int, or an InputError that says what would do.
+
+    >>> check_batch_size(8)
+    8
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer (1 = one text at a time); got {batch_size!r}")
+    return batch_size
+
+
+def check_input_list(inputs: Any) -> Sequence[Any]:
+    """What ``trace_batch`` takes: a list (or other sequence) of texts or token-id sequences; one text, or
+    what is no sequence, is an InputError that points to ``trace``.
+
+    >>> check_input_list(["a text", [5, 6, 7]])
+    ['a text', [5, 6, 7]]
+    """
+    if isinstance(inputs, str) or not isinstance(inputs, Sequence):
+        raise InputError(f"trace_batch takes a list of texts or token-id sequences, not {type(inputs).__name__}; "
+                         "for one text use trace(text)")
+    return inputs
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, context_length: int | None = None) -> list[list[int]]:
+    """Indices of the inputs grouped into batches of at most ``batch_size``, sorted by length (longest
+    first) so little padding is needed. An input longer than ``context_length`` goes alone: dynamic
+    NTK rope scaling sets its frequencies from the padded length, which must then be its own.
+
+    Example:
+        >>> length_batches([3, 9, 5, 7, 1], 2)
+        [[1, 3], [2, 0], [4]]
+        >>> length_batches([3, 9, 5, 7, 1], 2, context_length=8)
+        [[1], [3, 2], [0, 4]]
+    """
+    batch_size = check_batch_size(batch_size)
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    alone = [[index] for index in order if context_length and lengths[index] > context_length]
+    rest = [index for index in order if not (context_length and lengths[index] > context_length)]
+    return alone + [rest[start:start + batch_size] for start in range(0, len(rest), batch_size)]

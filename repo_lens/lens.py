@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast, overload
+from typing import Any, cast
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from repo_lens.capture import capture_batch, guard_model, is_out_of_memory, memory_limit_error
-from repo_lens.errors import InputError
-from repo_lens.inputs import check_text, is_text_batch, token_ids
+from repo_lens.inputs import check_batch_size, check_input_list, check_text, length_batches, token_ids
+from repo_lens.lens_inputs import prepare_ids
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.registry import is_learned, mechanism_traits, recorded_settings
 from repo_lens.model.transformer import LensModel
-from repo_lens.protocol import check_batch_size, length_batches, prepare_ids, trace_each
+from repo_lens.protocol import HookedLensProtocol
 from repo_lens.trace import Trace, flag_nonfinite
 
 
-class Lens:
-    """A loaded model (``model``: a HookedRootModule) and its tokenizer.
+class Lens(HookedLensProtocol):
+    """A loaded model (``model``: a HookedRootModule) and its tokenizer; satisfies
+    :class:`repo_lens.protocol.HookedLensProtocol` and inherits ``trace`` from
+    :class:`repo_lens.protocol.LensProtocol`.
 
     Example:
         >>> from repo_lens.model import ModelConfig, LensModel
@@ -79,31 +81,6 @@ class Lens:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
-    @overload
-    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
-              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> Trace: ...
-    @overload
-    def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
-              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> list[Trace]: ...
-    @overload
-    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]: ...
-    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]:
-        """Positions of every layer and head for a text, a sequence of token ids, or a list of texts.
-
-        Too long input raises InputError unless ``truncate=True``, which keeps the first
-        ``context_length`` tokens and records it in ``meta["truncation"]``, or
-        ``allow_beyond_context=True``, which traces all of it (extrapolation, e.g. RePo Fig. 2's
-        longer inputs) and records ``meta["beyond_context"]``. A list of texts is traced
-        ``batch_size`` texts per forward pass (:meth:`trace_batch`); the traces are the same.
-        """
-        check_batch_size(batch_size)
-        if batch_size > 1 and is_text_batch(inputs):
-            return self.trace_batch(inputs, batch_size=batch_size, truncate=truncate,
-                                    allow_beyond_context=allow_beyond_context, progress=progress)
-        return trace_each(lambda one: self._trace_one(one, truncate, allow_beyond_context), inputs, progress=progress)
-
     def trace_batch(self, inputs: Sequence[Any], *, batch_size: int = 8, truncate: bool = False,
                     allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]:
         """One Trace per input (a text or a sequence of token ids), in input order, ``batch_size``
@@ -121,11 +98,8 @@ class Lens:
             True
         """
         check_batch_size(batch_size)
-        if isinstance(inputs, str) or not isinstance(inputs, Sequence):
-            raise InputError(f"trace_batch takes a list of texts or token-id sequences, not {type(inputs).__name__}; "
-                             "for one text use trace(text)")
         prepared = [prepare_ids(self, one, truncate=truncate, allow_beyond_context=allow_beyond_context)
-                    for one in inputs]
+                    for one in check_input_list(inputs)]
         traces: list[Trace | None] = [None] * len(prepared)
         batches = length_batches([len(ids) for ids, _ in prepared], batch_size, self.context_length)
         with tqdm(total=len(prepared), desc="tracing", unit="text", disable=not progress) as bar:
@@ -135,11 +109,6 @@ class Lens:
                     traces[index] = self._assemble(*prepared[index], positions, summed)
                 bar.update(len(batch))
         return cast("list[Trace]", traces)  # length_batches puts every index in exactly one batch
-
-    def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool = False) -> Trace:
-        ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)
-        [(positions, summed)] = self._capture([ids])
-        return self._assemble(ids, meta, positions, summed)
 
     def _capture(self, sequences: list[list[int]]) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
         """Positions and increments of each sequence, in one right-padded forward pass."""

@@ -9,6 +9,7 @@ Sources are resolved here (``zoo:NAME`` through :mod:`repo_lens.zoo`, ``org/name
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,31 @@ from repo_lens.model.loaders import LoadedModel, load_checkpoint
 from repo_lens.model.loaders.device_map import load_dispatched
 from repo_lens.model.loaders.hf.hub import HubSnapshot, download_snapshot, is_hub_id
 from repo_lens.model.loaders.increments_post.graft import Graft, graft_onto, read_graft
+from repo_lens.options import grouped_keywords, keyword_only, options_or_default
 from repo_lens.zoo import parse_zoo_name, resolve_source
 
 
-def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, device_map: Any = None,
-         max_memory: dict | None = None, *, revision: str | None = None, token: str | bool | None = None,
-         local_files_only: bool | None = None, graft: str | os.PathLike | None = None) -> Lens:
+@dataclass(frozen=True, kw_only=True)
+class HubAccess:
+    """How :func:`load` and :func:`checkpoint_files` reach the Hugging Face Hub for an ``"org/name"`` source:
+    ``token`` (a str, or True for the saved login) for gated or private repositories, and
+    ``local_files_only=True`` to read the Hub cache only, with no network call (as ``HF_HUB_OFFLINE=1``).
+
+    Example:
+        >>> lens = load("SakanaAI/RePo-OLMo2-1B-stage2-L5", hub_access=HubAccess(local_files_only=True))  # doctest: +SKIP
+        >>> HubAccess(token="hf_...").local_files_only is None
+        True
+    """
+
+    token: str | bool | None = None
+    local_files_only: bool | None = None
+
+
+@keyword_only(1, ("device", "dtype", "device_map", "max_memory"))
+@grouped_keywords("hub_access", HubAccess)
+def load(source: str | os.PathLike, *, device: Any = "auto", dtype: Any = None, device_map: Any = None,
+         max_memory: dict | None = None, revision: str | None = None, graft: str | os.PathLike | None = None,
+         hub_access: HubAccess | None = None) -> Lens:
     """Load ``source`` into a :class:`Lens`: ``"zoo:NAME"`` (a shipped or installed zoo model), a
     checkpoint directory (published RePo-OLMo2 layout, stock HF OLMo-2/Llama, or repo_lens' own
     format), a Llama-family ``.gguf`` file, or a Hugging Face Hub id ``"org/name"``.
@@ -32,8 +52,8 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
     A string names a local path when that path exists, else ``"org/name"`` is a Hub repository: only the
     files the load reads (config.json, safetensors weights or shards, tokenizer files) are fetched into
     the standard Hub cache, at ``revision`` (a branch, a tag or a commit hash; default the latest on
-    ``main``), with ``token`` for gated or private repositories. ``local_files_only=True`` or
-    ``HF_HUB_OFFLINE=1`` reads the cache only. ``lens.meta["hub"]`` (and every trace's meta) records the
+    ``main``); ``hub_access`` (:class:`HubAccess`) gives a token for gated or private repositories, or reads
+    the cache only (as ``HF_HUB_OFFLINE=1`` does). ``lens.meta["hub"]`` (and every trace's meta) records the
     repository, the revision asked for and the commit it resolved to.
 
     ``device="auto"`` picks CUDA + bf16 when present, else CPU + fp32. ``device_map`` ("auto",
@@ -58,7 +78,7 @@ def load(source: str | os.PathLike, device: Any = "auto", dtype: Any = None, dev
         {'repo_id': 'SakanaAI/RePo-OLMo2-1B-stage2-L5', 'revision': 'main', 'commit': '...'}
     """
     grafted = _read_graft(graft, device_map)  # a bad graft file fails before the base loads
-    path, hub = _resolve(source, revision, token, local_files_only)
+    path, hub = _resolve(source, revision, options_or_default(hub_access, HubAccess, "hub_access"))
     if max_memory is not None and not isinstance(max_memory, dict):
         raise InputError(f"max_memory must be a dict such as {{0: '20GiB', 'cpu': '64GiB'}}, not "
                          f"{type(max_memory).__name__}")
@@ -87,8 +107,9 @@ def _read_graft(graft: Any, device_map: Any) -> Graft | None:
     return read_graft(Path(graft).expanduser())
 
 
-def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
-                     local_files_only: bool | None = None) -> list[Path]:
+@grouped_keywords("hub_access", HubAccess)
+def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None,
+                     hub_access: HubAccess | None = None) -> list[Path]:
     """Every file ``load(source)`` opens (config.json, weights or shard index + shards, tokenizer files;
     for a .gguf, the file), unresolved, so a caller can check each real path before loading (the app
     checks them against its roots). Broken configs or shard indices raise CheckpointError as ``load`` does.
@@ -98,7 +119,8 @@ def checkpoint_files(source: str | os.PathLike, *, revision: str | None = None, 
         >>> [path.name for path in checkpoint_files("zoo:bytes-repo")]
         ['config.json', 'model.safetensors.xz']
     """
-    return _checkpoint_files(_resolve(source, revision, token, local_files_only)[0], resolve_source)
+    access = options_or_default(hub_access, HubAccess, "hub_access")
+    return _checkpoint_files(_resolve(source, revision, access)[0], resolve_source)
 
 
 def source_kind(source: str | os.PathLike) -> str:
@@ -117,12 +139,12 @@ def source_kind(source: str | os.PathLike) -> str:
     return "path"
 
 
-def _resolve(source: Any, revision: str | None, token: str | bool | None,
-             local_files_only: bool | None) -> tuple[Path, HubSnapshot | None]:
+def _resolve(source: Any, revision: str | None, access: HubAccess) -> tuple[Path, HubSnapshot | None]:
     """The local path to load for ``source``, and for a Hub id where its snapshot came from."""
     kind = source_kind(source)
     if kind == "hub":
-        hub = download_snapshot(os.fspath(source), revision=revision, token=token, local_files_only=local_files_only)
+        hub = download_snapshot(os.fspath(source), revision=revision, token=access.token,
+                                local_files_only=access.local_files_only)
         return hub.path, hub
     if revision is not None:
         raise InputError(f"revision={revision!r} applies only to a Hugging Face Hub id 'org/name'; "

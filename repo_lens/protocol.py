@@ -1,32 +1,44 @@
-"""What any lens offers: the protocol :class:`repo_lens.Lens` and the nnsight-backed
-:class:`repo_lens.hf.HFLens` both satisfy, and the input path they share.
+"""What a lens offers: the two protocols that code taking a lens asks for.
 
-Code that only traces and reads the tokenizer (the app, studies, analyses) should ask for a
-:class:`LensProtocol`, so it works with either lens. Both lenses turn their input into token ids
-and fit them to the context through :func:`prepare_ids`, and expand a list of texts through
-:func:`trace_each`, so truncation, its error and its ``meta`` record are the same for both.
+* :class:`LensProtocol`: what :class:`repo_lens.Lens` and the nnsight-backed :class:`repo_lens.hf.HFLens`
+  share: the tokenizer, ``meta``, the model's sizes and device, ``encode``, ``display_tokens``, ``trace``
+  and ``trace_batch``. Code that only traces and reads the tokenizer (the app, studies, analyses such as
+  :func:`repo_lens.analysis.score_decomposition` and :func:`repo_lens.analysis.vocabulary_increments`)
+  asks for it, so it works with either lens.
+* :class:`HookedLensProtocol`: a :class:`LensProtocol` whose model repo_lens runs itself: ``.model``, a
+  :class:`repo_lens.model.LensModel` with its hook points, and ``.layer_kinds``. Attention mass and
+  position attribution read the model through its hooks, so they ask for this one.
+  :class:`repo_lens.Lens` (what :func:`repo_lens.load` returns) satisfies it; an ``HFLens`` does not, and
+  what needs it refuses an ``HFLens`` with an InputError naming what it needs (:func:`require_hooked_lens`).
+  The interventions take any :class:`LensProtocol`: on an ``HFLens`` they edit the integer positions the
+  model's rotary embedding reads (``position_ids``), for every layer or for chosen layers.
+
+Both lenses subclass :class:`LensProtocol` and inherit its ``trace`` (text, token ids or a list of texts;
+its three typed forms are written once, here); each implements ``trace_batch``. The input path they share
+(ids fitted to the context, tracing many inputs) is in :mod:`repo_lens.lens_inputs`; batch sizes and
+batches by length are in :mod:`repo_lens.inputs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload, runtime_checkable
 
-from tqdm.auto import tqdm
-
-from repo_lens.errors import InputError
-from repo_lens.inputs import fit_to_context, is_text_batch, token_ids
+from repo_lens.inputs import is_text_batch
+from repo_lens.validation import require_lens_model
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from repo_lens.model.transformer import LensModel
     from repo_lens.trace import Trace
 
 
 @runtime_checkable
 class LensProtocol(Protocol):
-    """A model with its tokenizer that traces positions.
+    """A model with its tokenizer that traces positions; :class:`repo_lens.Lens` and
+    :class:`repo_lens.hf.HFLens` both satisfy it (and inherit ``trace`` from it).
 
     Example:
         >>> from repo_lens.model import ModelConfig, LensModel
@@ -64,95 +76,82 @@ class LensProtocol(Protocol):
     def display_tokens(self, ids: Sequence[int]) -> list[str]:
         """Display form of each token id."""
 
+    def trace_batch(self, inputs: Sequence[Any], *, batch_size: int = 8, truncate: bool = False,
+                    allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]:
+        """One Trace per input (a text or a sequence of token ids), in input order: ``batch_size`` inputs
+        per forward pass where the lens batches (:meth:`repo_lens.Lens.trace_batch`), else one at a time."""
+
     @overload
     def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
-              allow_beyond_context: bool = False, progress: bool = True) -> Trace: ...
+              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> Trace: ...
     @overload
     def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
-              allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...
+              allow_beyond_context: bool = False, progress: bool = True, batch_size: int = 1) -> list[Trace]: ...
     @overload
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace | list[Trace]: ...
+              progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]: ...
     def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace | list[Trace]:
-        """A Trace of a text or of token ids; a list of Traces for a list of texts."""
+              progress: bool = True, batch_size: int = 1) -> Trace | list[Trace]:
+        """Positions of every layer and head for a text, a sequence of token ids, or a list of texts.
+
+        Too long input raises InputError unless ``truncate=True``, which keeps the first
+        ``context_length`` tokens and records it in ``meta["truncation"]``, or
+        ``allow_beyond_context=True``, which traces all of it (extrapolation, e.g. RePo Fig. 2's
+        longer inputs) and records ``meta["beyond_context"]``. A list of texts gives a list of traces,
+        through :meth:`trace_batch`: ``batch_size`` texts per forward pass where the lens batches
+        (:class:`repo_lens.Lens`; the traces are the same), one at a time otherwise.
+        """
+        options: dict[str, Any] = {"truncate": truncate, "allow_beyond_context": allow_beyond_context}
+        if is_text_batch(inputs):
+            return self.trace_batch(inputs, batch_size=batch_size, progress=progress, **options)
+        # text or token ids: one input, so one trace (trace_batch still checks batch_size)
+        return self.trace_batch([inputs], batch_size=batch_size, progress=False, **options)[0]
 
 
-def prepare_ids(lens: LensProtocol, inputs: Any, *, truncate: bool = False,
-                allow_beyond_context: bool = False) -> tuple[list[int], dict[str, Any]]:
-    """Token ids of one text or id sequence, fitted to ``lens``' context, and the trace's first
-    ``meta``: the lens' meta, an empty ``warnings`` list and the context record of
-    :func:`repo_lens.inputs.fit_to_context` (``truncation``, ``beyond_context``).
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> toy = SimpleNamespace(meta={"name": "toy"}, vocab_size=10, context_length=3, encode=None)
-        >>> prepare_ids(toy, [1, 2, 3, 4], truncate=True)
-        ([1, 2, 3], {'name': 'toy', 'warnings': [], 'truncation': {'original_tokens': 4, 'kept_tokens': 3}})
-    """
-    ids = token_ids(inputs, lens.encode, lens.vocab_size)
-    ids, record = fit_to_context(ids, lens.context_length, truncate=truncate,
-                                 allow_beyond_context=allow_beyond_context)
-    return ids, {**lens.meta, "warnings": [], **record}
-
-
-def check_batch_size(batch_size: Any) -> int:
-    """``batch_size`` as a positive int, or an InputError that says what would do.
-
-    >>> check_batch_size(8)
-    8
-    """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer (1 = one text at a time); got {batch_size!r}")
-    return batch_size
-
-
-def length_batches(lengths: Sequence[int], batch_size: int, context_length: int | None = None) -> list[list[int]]:
-    """Indices of the inputs grouped into batches of at most ``batch_size``, sorted by length (longest
-    first) so little padding is needed. An input longer than ``context_length`` goes alone: dynamic
-    NTK rope scaling sets its frequencies from the padded length, which must then be its own.
+@runtime_checkable
+class HookedLensProtocol(LensProtocol, Protocol):
+    """A :class:`LensProtocol` whose model repo_lens runs itself: ``model`` is a
+    :class:`repo_lens.model.LensModel` (hook points such as ``blocks.{l}.attn.hook_pos``, ``hooks(...)``,
+    ``cfg``), and ``layer_kinds`` names each layer's position mechanism. What attention mass and position
+    attribution need; :class:`repo_lens.Lens` satisfies it, an :class:`repo_lens.hf.HFLens` (a Hugging Face
+    model run through nnsight) does not.
 
     Example:
-        >>> length_batches([3, 9, 5, 7, 1], 2)
-        [[1, 3], [2, 0], [4]]
-        >>> length_batches([3, 9, 5, 7, 1], 2, context_length=8)
-        [[1], [3, 2], [0, 4]]
-    """
-    batch_size = check_batch_size(batch_size)
-    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
-    alone = [[index] for index in order if context_length and lengths[index] > context_length]
-    rest = [index for index in order if not (context_length and lengths[index] > context_length)]
-    return alone + [rest[start:start + batch_size] for start in range(0, len(rest), batch_size)]
-
-
-def trace_many(lens: LensProtocol, inputs: Sequence[Any], *, batch_size: int = 1, progress: bool = False,
-               **options: Any) -> list[Trace]:
-    """One Trace per input (a text or a sequence of token ids), in input order: ``batch_size`` inputs
-    per forward pass where the lens batches (``trace_batch``), else one at a time. ``options`` go to
-    the lens' trace (``truncate``, ``allow_beyond_context``).
-
-    Example:
-        >>> from repo_lens.model.tiny import tiny_model
         >>> from repo_lens.lens import Lens
-        >>> traces = trace_many(Lens(tiny_model("rope"), None), [[5, 6, 7], [8, 9]], batch_size=2)
-        >>> [len(trace) for trace in traces]
-        [3, 2]
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> lens = Lens(tiny_model("repo"), None)
+        >>> isinstance(lens, HookedLensProtocol), lens.layer_kinds
+        (True, ['rope', 'rope', 'repo', 'repo'])
     """
-    check_batch_size(batch_size)
-    if batch_size > 1 and hasattr(lens, "trace_batch"):
-        return lens.trace_batch(list(inputs), batch_size=batch_size, progress=progress, **options)
-    # one text or one id sequence at a time: trace gives a single Trace for each
-    return [cast("Trace", lens.trace(one, progress=progress, **options)) for one in inputs]
+
+    model: LensModel
+
+    @property
+    def context_length(self) -> int:
+        """Tokens the model was trained on (a repo_lens model always knows it)."""
+
+    @property
+    def layer_kinds(self) -> list[str]:
+        """The position mechanism of each layer (``"rope"``, ``"repo"``, …)."""
 
 
-def trace_each(trace_one: Callable[[Any], Trace], inputs: Any, *, progress: bool = True) -> Trace | list[Trace]:
-    """``trace_one(inputs)``, or ``[trace_one(text) for text in inputs]`` (with a progress bar)
-    when ``inputs`` is a list of texts.
+def require_hooked_lens(lens: object, what: str) -> HookedLensProtocol:
+    """``lens`` as a :class:`HookedLensProtocol`, for code that takes any lens but reaches a function that needs
+    repo_lens' hooks; anything else (an HFLens, a path, a bare model) is the InputError of
+    :func:`repo_lens.validation.require_lens_model`, naming ``what`` needs it and the alternative.
 
     Example:
-        >>> trace_each(len, ["ab", "cde"], progress=False), trace_each(len, "ab")
-        ([2, 3], 2)
+        >>> from repo_lens.errors import InputError
+        >>> from repo_lens.lens import Lens
+        >>> from repo_lens.model.tiny import tiny_model
+        >>> lens = Lens(tiny_model("repo"), None)
+        >>> require_hooked_lens(lens, "the niah study") is lens
+        True
+        >>> try:
+        ...     require_hooked_lens("/models/llama", "the niah study")
+        ... except InputError as error:
+        ...     print(str(error)[:56])
+        the niah study needs a Lens from repo_lens.load (with a
     """
-    if is_text_batch(inputs):
-        return [trace_one(text) for text in tqdm(inputs, desc="tracing", unit="text", disable=not progress)]
-    return trace_one(inputs)
+    require_lens_model(lens, what)
+    return cast("HookedLensProtocol", lens)  # require_lens_model checked its .model (cfg and hooks)

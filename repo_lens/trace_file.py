@@ -5,12 +5,15 @@ A trace file is one safetensors file: the arrays ``positions`` (float32, (L, H, 
 a JSON object with ``format_version``, ``tokens``, ``layer_kinds``, ``meta`` and ``spans``. Every
 field is checked before a Trace is built, as strictly as a checkpoint is: a file that breaks a
 rule raises :class:`repo_lens.errors.TraceFileError` naming the file, the field, what it holds and
-what a trace holds there. Non-finite positions are allowed (and flagged by ``Trace.load``).
+what a trace holds there. Non-finite positions are allowed (and flagged by ``Trace.load``). A layer kind
+the registry renamed since the file was written is read under its current name (with a DeprecationWarning),
+where the model's loader format (``meta["format"]``) says the old name meant it.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,8 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from repo_lens.errors import TraceFileError
+from repo_lens.model.former_names import current_setting_keys
+from repo_lens.model.mechanism_table import current_kinds, renamed_message
 from repo_lens.model.registry import mechanism_kinds
 from repo_lens.validation import json_nesting_depth
 
@@ -62,15 +67,43 @@ def read_trace_file(path: Path) -> dict[str, Any]:
     document = check.document(header[TRACE_MARKER])
     positions = check.positions(arrays)
     n_layers, n_heads, n_tokens = positions.shape
+    tokens, token_ids = check.tokens(document.get("tokens"), n_tokens), check.token_ids(arrays, n_tokens)
+    kinds = check.layer_kinds(document.get("layer_kinds"), n_layers)
+    meta = check.meta(document.get("meta", {}))
     return {
-        "tokens": check.tokens(document.get("tokens"), n_tokens),
-        "token_ids": check.token_ids(arrays, n_tokens),
+        "tokens": tokens,
+        "token_ids": token_ids,
         "positions": positions,
-        "layer_kinds": check.layer_kinds(document.get("layer_kinds"), n_layers),
-        "meta": check.meta(document.get("meta", {})),
+        "layer_kinds": current_layer_kinds(path, kinds, meta),
+        "meta": meta,
         "spans": check.spans(document.get("spans", {}), n_tokens),
         "extras": check.extras(arrays, positions.shape),
     }
+
+
+def current_layer_kinds(path: Path, kinds: list[str], meta: dict[str, Any]) -> list[str]:
+    """The trace's layer kinds under their current names: a kind written under the name the registry has since
+    given another equation (a kind's ``formerly`` trait) is renamed where the trace's model came from the loader
+    format that wrote it so, in ``meta["mechanism"]["layer_kinds"]`` too, with a DeprecationWarning.
+
+    >>> import warnings
+    >>> meta = {"format": "grape", "mechanism": {"layer_kinds": ["rope", "grape-m"]}}
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", DeprecationWarning)
+    ...     current_layer_kinds(Path("t.safetensors"), ["rope", "grape-m"], meta), meta["mechanism"]["layer_kinds"]
+    (['rope', 'grape-m-context'], ['rope', 'grape-m-context'])
+    """
+    source_format = meta.get("format") if isinstance(meta.get("format"), str) else None
+    current = current_kinds(kinds, source_format=source_format)
+    if current == kinds:
+        return kinds
+    warnings.warn(renamed_message(kinds, current, f"the trace file {path} (a model loaded from format "
+                                                  f"{source_format!r})"), DeprecationWarning, stacklevel=4)
+    recorded = meta.get("mechanism")
+    if isinstance(recorded, dict) and isinstance(recorded.get("layer_kinds"), list) and all(
+            isinstance(kind, str) for kind in recorded["layer_kinds"]):
+        recorded["layer_kinds"] = current_kinds(recorded["layer_kinds"], source_format=source_format)
+    return current
 
 
 def _check_header_size(path: Path) -> None:
@@ -203,6 +236,8 @@ class _Checker:
         ):
             raise self.fail("meta.truncation", _describe(truncation),
                             "null or {'original_tokens': int, 'kept_tokens': int}")
+        if isinstance(meta.get("mechanism"), dict):  # settings written under a former name (repo_dim) read as current
+            meta["mechanism"] = current_setting_keys(meta["mechanism"])
         return meta
 
     def spans(self, spans: Any, n_tokens: int) -> dict[str, tuple[int, int]]:

@@ -203,7 +203,7 @@ def json_nesting_depth(text: str) -> int:
     return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))
 
 
-def require_lens_model(lens: Any, what: str) -> Any:
+def require_lens_model(lens: object, what: str) -> Any:
     """``lens.model``, the repo_lens model that ``what`` runs with its hooks; anything else (an HFLens from
     :func:`repo_lens.hf.load_hf`, which runs a Hugging Face model through nnsight) is an InputError
     naming what ``what`` needs and the alternative.
@@ -221,10 +221,11 @@ def require_lens_model(lens: Any, what: str) -> Any:
         return model
     if hasattr(lens, "hf_model"):
         raise InputError(
-            f"{what} needs a model loaded by repo_lens (a Lens from repo_lens.load, whose .model it edits through "
-            f"hooks); got {type(lens).__name__}, the generic Hugging Face path (load_hf), which has no such model. "
-            "Load the checkpoint with repo_lens.load(path) if repo_lens has an adapter for it (Llama, OLMo-2, "
-            "RePo); for other architectures the generic path offers trace_hf and attention_mass_hf"
+            f"{what} needs a model loaded by repo_lens (a Lens from repo_lens.load, whose .model it reads or edits "
+            f"through its hooks); got {type(lens).__name__}, the generic Hugging Face path (load_hf), which has no "
+            "such model. Load the checkpoint with repo_lens.load(path) if repo_lens has an adapter for it (Llama, "
+            "OLMo-2, RePo); for other architectures the generic path offers trace_hf, attention_mass_hf and "
+            "score_decomposition"
         )
     raise InputError(f"{what} needs a Lens from repo_lens.load (with a .model that repo_lens runs); "
                      f"got {type(lens).__name__}")

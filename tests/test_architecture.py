@@ -20,10 +20,11 @@ PACKAGE = ROOT / "repo_lens"
 # (path under repo_lens/, layer, group); a path ending in "/" covers the folder
 LAYERS: list[tuple[str, int, str]] = [
     ("errors.py", 0, "base"), ("atomic.py", 0, "base"), ("run_lock.py", 0, "base"), ("validation.py", 0, "base"),
+    ("options.py", 0, "base"),
     ("model/", 1, "model"),
     ("data/", 1, "data"),
     ("lens.py", 2, "lens"), ("capture.py", 2, "lens"), ("trace.py", 2, "lens"), ("inputs.py", 2, "lens"),
-    ("trace_file.py", 2, "lens"), ("protocol.py", 2, "lens"),
+    ("trace_file.py", 2, "lens"), ("protocol.py", 2, "lens"), ("lens_inputs.py", 2, "lens"),
     ("train/", 3, "train/zoo"), ("zoo/", 3, "train/zoo"),
     ("analysis/", 3, "analysis"), ("hf/", 3, "analysis"), ("interventions/", 3, "analysis"),
     ("plots/", 4, "plots"),

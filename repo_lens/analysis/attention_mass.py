@@ -42,7 +42,8 @@ from repo_lens.capture import forward_lock, is_out_of_memory, memory_limit_error
 from repo_lens.errors import InputError
 from repo_lens.model.decay import layer_decay_rows
 from repo_lens.model.registry import mechanism_traits
-from repo_lens.protocol import LensProtocol, length_batches
+from repo_lens.inputs import length_batches
+from repo_lens.protocol import HookedLensProtocol
 
 if TYPE_CHECKING:
     from repo_lens.model import LensModel
@@ -66,11 +67,15 @@ class _StopForward(Exception):
     """Raised once every chosen layer is reduced: the rest of the forward pass is not needed."""
 
 
-def _model_of(lens_or_model: LensProtocol | LensModel) -> LensModel:
+def _model_of(lens_or_model: HookedLensProtocol | LensModel) -> LensModel:
     model = getattr(lens_or_model, "model", lens_or_model)
     if not hasattr(model, "cfg") or not hasattr(model, "hooks"):
+        alternative = ("; for a Hugging Face model loaded by repo_lens.hf.load_hf use repo_lens.hf.attention_mass_hf "
+                       "(the same measure, from the model's eager attention weights)"
+                       if hasattr(lens_or_model, "hf_model") else "")
         raise InputError(
             f"attention_mass needs a Lens (with .model) or a LensModel; got {type(lens_or_model).__name__}"
+            + alternative
         )
     return cast("LensModel", model)
 
@@ -82,7 +87,7 @@ def _row_bias_of(attention: Any, kind: str) -> RowBiasSource | None:
     decay = layer_decay_rows(attention)
     if decay is not None:
         return decay
-    mechanism = attention.positions
+    mechanism = attention.mechanism
     if not mechanism_traits(kind).biases_logits:
         return None
     if getattr(mechanism, "query_rows_bias", None) is None:
@@ -203,7 +208,7 @@ def _checked_prompt(model: LensModel, ids: Any, spans: Any, query: Any, allow_be
 
 
 def attention_mass(
-    lens: LensProtocol | LensModel,
+    lens: HookedLensProtocol | LensModel,
     ids: Any,
     spans: Mapping[str, tuple[int, int]],
     query: tuple[int, int],
@@ -213,7 +218,8 @@ def attention_mass(
 ) -> AttentionMass:
     """Attention mass per token that the query rows put on each span (RePo Table 4).
 
-    ``lens``: a Lens (whose ``.model`` is a LensModel) or a LensModel. ``ids``: token ids, 1-D or [1, T].
+    ``lens``: a Lens (whose ``.model`` is a LensModel) or a LensModel; for an HFLens (repo_lens.hf.load_hf)
+    use :func:`repo_lens.hf.attention_mass_hf`. ``ids``: token ids, 1-D or [1, T].
     ``spans``: name -> (start, end) token spans, end exclusive, disjoint, not overlapping the
     query rows (``"rest"`` is reserved). ``query``: the rows (start, end), e.g. the answer
     tokens. ``layers``: average over these layers only (default: all).
@@ -237,7 +243,7 @@ def attention_mass(
 
 
 def attention_mass_batch(
-    lens: LensProtocol | LensModel,
+    lens: HookedLensProtocol | LensModel,
     prompts: Sequence[tuple[Any, Mapping[str, tuple[int, int]], tuple[int, int]]],
     *,
     batch_size: int = 8,

@@ -45,6 +45,8 @@ from repo_lens.validation import check_index, check_indices, check_int, require_
 if TYPE_CHECKING:
     import torch
 
+    from repo_lens.protocol import HookedLensProtocol
+
 METHODS = ("ablation", "gradient")
 BATCH = 16  # ablated inputs per module call
 
@@ -81,7 +83,7 @@ class PositionAttribution:
                              "component": component.ravel(), "value": self.values.ravel()})
 
 
-def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: int | Sequence[int] | None = None,
+def position_attribution(lens: HookedLensProtocol, inputs: Any, layer: int, *, heads: int | Sequence[int] | None = None,
                          tokens: int | Sequence[int] | None = None, per_head: bool = True,
                          method: str = "ablation") -> PositionAttribution:
     """Attribute layer ``layer``'s positions of ``inputs`` (a text or token ids) to the components of its
@@ -89,10 +91,11 @@ def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: int | Seq
     default: an index or a list of indices, negatives counting from the end, as
     :func:`repo_lens.validation.check_indices` takes them); ``per_head`` adds one component per earlier
     head (``L{l}H{h}``) beside ``{l}_attn_out``. NaN or infinite positions are warned about, as
-    :meth:`repo_lens.Lens.trace` warns."""
+    :meth:`repo_lens.Lens.trace` warns. ``lens``: a Lens from :func:`repo_lens.load`, whose model's hooks
+    it reads (an HFLens has none and is refused)."""
     import torch
 
-    from repo_lens.protocol import prepare_ids
+    from repo_lens.lens_inputs import prepare_ids
 
     model = require_lens_model(lens, "position_attribution")
     layer = _check(model, layer, method)
@@ -101,7 +104,7 @@ def position_attribution(lens: Any, inputs: Any, layer: int, *, heads: int | Seq
     tokens = _selection(tokens, len(ids), "token")
     with torch.no_grad():
         resid, parts = residual_parts(model, torch.tensor([ids], device=lens.device), layer, per_head)
-    module_input = _module_function(model, layer, hasattr(model, "increments"))
+    module_input = _module_function(model, layer, hasattr(model, "shared_delta"))
     labels = list(parts)
     stacked = torch.stack([parts[label] for label in labels])  # [component, pos, d_model]
     # the shared increments (lpi) read the embedding alone: only removing "embed" changes what they read
@@ -173,12 +176,12 @@ def _module_function(model: Any, layer: int, uses_shared: bool):
     module computes them (the shared increments of ``lpi`` models from the embedding; a module that
     ``reads_residual`` from the residual stream itself, the others from the block's normed input)."""
     block = model.blocks[layer]
-    reads_residual = getattr(block.attn.positions, "reads_residual", False)
+    reads_residual = getattr(block.attn.mechanism, "reads_residual", False)
 
     def positions(resid: torch.Tensor, embed: torch.Tensor) -> torch.Tensor:
         shared = model.shared_increments(embed) if uses_shared else None
         source = resid if reads_residual else block._norm("before_attention", resid)
-        return block.attn.positions(source, 0, state=None, shared=shared).float()
+        return block.attn.mechanism(source, 0, state=None, shared=shared).float()
 
     return positions
 
@@ -258,7 +261,7 @@ class TokenAttribution:
     values: np.ndarray
 
 
-def token_attribution(lens: Any, inputs: Any, layer: int, head: int, token: int) -> TokenAttribution:
+def token_attribution(lens: HookedLensProtocol, inputs: Any, layer: int, head: int, token: int) -> TokenAttribution:
     """The gradient of layer ``layer``, head ``head``'s position of token ``token`` with respect to every
     context token's embedding, through every layer below (one backward pass).
 
@@ -272,7 +275,7 @@ def token_attribution(lens: Any, inputs: Any, layer: int, head: int, token: int)
     """
     import torch
 
-    from repo_lens.protocol import prepare_ids
+    from repo_lens.lens_inputs import prepare_ids
 
     model = require_lens_model(lens, "token_attribution")
     layer = _check(model, layer, "ablation")

@@ -46,7 +46,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -55,11 +55,14 @@ from repo_lens.analysis._checks import as_float_array
 from repo_lens.analysis.score_rows import REFERENCES, LayerView, hf_view, lens_dtype, native_view, reference_positions
 from repo_lens.capture import forward_lock
 from repo_lens.errors import InputError, MemoryLimitError
-from repo_lens.protocol import LensProtocol, prepare_ids
+from repo_lens.lens_inputs import prepare_ids
+from repo_lens.protocol import LensProtocol
 from repo_lens.validation import check_index, check_indices, require_lens_model
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from repo_lens.hf.model import HFLens
 
 __all__ = ["PATTERN_NAMES", "REFERENCES", "ScoreDecomposition", "score_decomposition"]
 
@@ -506,7 +509,8 @@ def score_decomposition(lens: LensProtocol, inputs: Any, layer: int, *, heads: i
     if checked_reference is not None and not isinstance(checked_reference, str):
         checked_reference = checked_reference.to(parameter.device)
     n_keys = max(max(rows), max(key_list)) + 1  # the keys the query rows see, and any chosen key after them
-    view = (hf_view if hf else native_view)(lens, ids, layer, rows, n_keys, dtype, checked_reference)
+    view = (hf_view(cast("HFLens", lens), ids, layer, rows, n_keys, dtype, checked_reference) if hf
+            else native_view(lens, ids, layer, rows, n_keys, dtype, checked_reference))
     with forward_lock(owner), torch.inference_mode():  # the bias may run the mechanism's hooks
         parts, band_source = _decompose(view, rows, head_list, key_list, checked_reference)
     return _decomposition_result(layer, view, head_list, rows, key_list, parts, band_source, checked_reference,

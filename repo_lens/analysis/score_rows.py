@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from repo_lens.model.decay import layer_decay_rows
 from repo_lens.model.registry import mechanism_traits, position_edit
 from repo_lens.protocol import LensProtocol
 from repo_lens.validation import require_lens_model
+
+if TYPE_CHECKING:
+    from repo_lens.hf.model import HFLens
 
 __all__ = ["REFERENCES", "LayerView", "Rotation", "RowBias", "hf_view", "native_view", "reference_positions"]
 
@@ -184,7 +187,7 @@ def native_view(lens: LensProtocol, ids: list[int], layer: int, rows: list[int],
     kind = str(model.cfg.layer_mechanisms[layer])
     traits = mechanism_traits(kind)
     rotation, at_hook_pos = _native_rotation(attn, layer, kind, len(ids))
-    mechanism = attn.positions
+    mechanism = attn.mechanism
     row_bias, bias_hooks = _native_row_bias(mechanism, traits.biases_logits, layer, kind)
     hooked: dict[str, torch.Tensor] = {}  # what the bias reads, filled after the forward pass
     reference_bias = None
@@ -270,7 +273,7 @@ def _one_key_per_query_head(keys: torch.Tensor, n_heads: int) -> torch.Tensor:
     return keys
 
 
-def hf_view(lens: Any, ids: list[int], layer: int, rows: list[int], n_keys: int, dtype: torch.dtype,
+def hf_view(lens: HFLens, ids: list[int], layer: int, rows: list[int], n_keys: int, dtype: torch.dtype,
             reference: str | torch.Tensor | None) -> LayerView:
     """The generic Hugging Face path: the layer's ``apply_rotary_pos_emb`` call read through nnsight (its
     queries and keys before and after the rotation, cos and sin) and its eager attention weights of the rows,
@@ -295,7 +298,7 @@ def hf_view(lens: Any, ids: list[int], layer: int, rows: list[int], n_keys: int,
     return view
 
 
-def _hf_rotary_layer_kind(lens: Any, layer: int) -> str:
+def _hf_rotary_layer_kind(lens: HFLens, layer: int) -> str:
     """The kind of a rotary layer of a Hugging Face model; a RoPE-free layer is an InputError."""
     from repo_lens.model.registry import ROPE_KIND
 
@@ -307,7 +310,7 @@ def _hf_rotary_layer_kind(lens: Any, layer: int) -> str:
     return kinds[layer]
 
 
-def _trace_rotary_call(lens: Any, path: str, module: Any, ids: list[int], layer: int, rows: list[int],
+def _trace_rotary_call(lens: HFLens, path: str, module: Any, ids: list[int], layer: int, rows: list[int],
                        n_keys: int) -> dict[str, Any]:
     """What the layer at ``path`` passes to and gets from ``apply_rotary_pos_emb`` ("q", "k", "cos", "sin",
     "rot_q", "rot_k") and its attention weights of the rows over the first ``n_keys`` keys ("weights")."""
@@ -336,7 +339,7 @@ def _trace_rotary_call(lens: Any, path: str, module: Any, ids: list[int], layer:
     return saved
 
 
-def _identified_rotation(lens: Any, layer: int, q_pre: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+def _identified_rotation(lens: HFLens, layer: int, q_pre: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          rotated_q: torch.Tensor, n_tokens: int, tolerance: float) -> tuple[Rotation, torch.Tensor]:
     """(the layer's rotation, the token index [T] it rotates by), once cos [T, d_rot] is cos(t · inv_freq) of the
     model's rotary_emb (times its attention scaling) and ``rotated_q`` the rotate-half rotation of ``q_pre``."""
@@ -371,7 +374,7 @@ def _unidentified(layer: int, why: str) -> InputError:
                       "rotary_emb) on the generic Hugging Face path")
 
 
-def _hf_layer_kinds(lens: Any) -> list[str]:
+def _hf_layer_kinds(lens: HFLens) -> list[str]:
     from repo_lens.model.registry import NOPE_KIND, ROPE_KIND
 
     config = lens.hf_model.config
@@ -382,7 +385,7 @@ def _hf_layer_kinds(lens: Any) -> list[str]:
     return [ROPE_KIND if flag else NOPE_KIND for flag in flags][: int(lens.n_layers)]
 
 
-def _hf_rotary_module(lens: Any) -> Any:
+def _hf_rotary_module(lens: HFLens) -> Any:
     for name, module in lens.hf_model.named_modules():
         if name.rsplit(".", 1)[-1] == "rotary_emb" and hasattr(module, "inv_freq"):
             return module

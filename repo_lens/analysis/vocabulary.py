@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,7 +21,10 @@ from repo_lens.analysis._checks import as_float_array, as_list, check_same_lengt
 from repo_lens.analysis.categories import vocabulary_categories
 from repo_lens.analysis.increments import trace_increments
 from repo_lens.errors import InputError
-from repo_lens.protocol import trace_many
+from repo_lens.lens_inputs import trace_many
+
+if TYPE_CHECKING:
+    from repo_lens.protocol import LensProtocol
 
 UNUSED_ABOVE = 2.0  # the script's artifact threshold: δ > 2 marks an unused token
 TOP_K = 20
@@ -148,8 +151,9 @@ def document_separator(tokenizer: Any) -> int:
                      "(e.g. [] for none, or [bos_id])")
 
 
-def vocabulary_increments(lens: Any, ids: Sequence[int] | np.ndarray | None = None, prefix: Sequence[int] | None = None,
-                          batch_size: int = 256, progress: bool = False) -> np.ndarray:
+def vocabulary_increments(lens: LensProtocol, ids: Sequence[int] | np.ndarray | None = None,
+                          prefix: Sequence[int] | None = None, batch_size: int = 256,
+                          progress: bool = False) -> np.ndarray:
     """δ of every vocabulary id (or of ``ids``), per layer: (L, n_ids), the mean over heads of each layer's
     increment (:func:`repo_lens.analysis.trace_increments`) at the id when it follows ``prefix``.
 

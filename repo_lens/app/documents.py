@@ -4,7 +4,7 @@ model's tokenizer, and traced. No Streamlit here, so it is easy to test and reus
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -13,6 +13,8 @@ from repo_lens.data import encode_with_offsets, fewshot_prompt, niah_single, rev
 
 from repo_lens.app.config import MAX_TEXT_BYTES
 
+if TYPE_CHECKING:
+    from repo_lens.protocol import LensProtocol
 
 
 class Preset:
@@ -68,7 +70,7 @@ class Document:
     beyond_context: bool = False  # traced and measured whole past the model's context (length extrapolation)
 
 
-def build_document(lens: Any, kind: str, text: str, params: dict[str, Any]) -> Document:
+def build_document(lens: LensProtocol, kind: str, text: str, params: dict[str, Any]) -> Document:
     """Encode preset ``kind`` (one of PRESETS) or ``text`` with the lens' tokenizer."""
     tokenizer = lens.tokenizer
     if tokenizer is None:
@@ -138,7 +140,7 @@ def _offsets_or_none(tokenizer: Any, text: str, n: int) -> list[tuple[int, int]]
     return offsets if len(ids) == n else None
 
 
-def trace_document(lens: Any, doc: Document, truncate: bool) -> Trace:
+def trace_document(lens: LensProtocol, doc: Document, truncate: bool) -> Trace:
     """Trace the document's ids; spans inside the kept tokens, char offsets (``extras["char_offsets"]``)
     and the input text (``meta["input"]``) travel with the trace so a saved trace keeps them."""
     trace = lens.trace(np.asarray(doc.ids, dtype=np.int64), truncate=truncate and not doc.beyond_context,

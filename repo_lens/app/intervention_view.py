@@ -5,7 +5,6 @@ ablating each head alone does (``repo_lens.interventions``; one forward per chan
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +15,8 @@ import streamlit as st
 
 from repo_lens import InputError, interventions
 from repo_lens.model.registry import learned_layers
-from repo_lens.plots import DIVERGING, layer_head_heatmap, spaced_tokens_figure
+from repo_lens.protocol import LensProtocol
+from repo_lens.plots import DIVERGING, HeatmapColors, SpacedTokensStyle, layer_head_heatmap, spaced_tokens_figure
 
 from repo_lens.app import cache, config
 from repo_lens.app.names import export_name
@@ -33,7 +33,7 @@ MODES = {"integer (RoPE's positions)": "integer", "constant (NoPE-like)": "const
          "interpolate toward a constant": "interpolate-constant"}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InterventionResult:
     """The answer before and after (``probability``: of the whole answer, ``exact``: greedy decoding
     reproduces it), the positions under the ablation (L, H, T) and each head's effect alone (L, H)."""
@@ -44,19 +44,35 @@ class InterventionResult:
     effects: np.ndarray
 
 
-def mode_argument(choice: str, p: float) -> Any:
-    """The ``mode`` argument of ``repo_lens.interventions`` for a choice of the view's mode box.
+def mode_argument(choice: str, p: float) -> interventions.Mode:
+    """The ``mode`` of ``repo_lens.interventions`` for a choice of the view's mode box (``p``: interpolation's).
 
     >>> mode_argument("interpolate", 0.25), mode_argument("interpolate-constant", 1.0), mode_argument("shuffle", 0.5)
-    (('interpolate', 0.25, 'integer'), ('interpolate', 1.0, 'constant'), 'shuffle')
+    (Interpolate(p=0.25, toward='integer'), Interpolate(p=1.0, toward='constant'), Shuffle(seed=0))
     """
     if choice.startswith("interpolate"):
-        return ("interpolate", float(p), "constant" if choice.endswith("constant") else "integer")
-    return choice
+        return interventions.Interpolate(p=float(p), toward="constant" if choice.endswith("constant") else "integer")
+    return interventions.parse_mode(choice)
 
 
-def intervention_result(lens: Any, ids: Sequence[int], answer: tuple[int, int], mode: Any, layers: list[int],
-                        heads: list[int], with_map: bool) -> InterventionResult:
+@dataclass(frozen=True, kw_only=True)
+class InterventionRequest:
+    """What the view asks for: the mode box's ``choice`` (a value of ``MODES``) and its ``p``, the ``layers``
+    and ``heads`` edited, and ``with_map``: the layer × head map of each head ablated alone."""
+
+    choice: str
+    p: float
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+    with_map: bool
+
+    @property
+    def mode(self) -> interventions.Mode:
+        return mode_argument(self.choice, self.p)
+
+
+def intervention_result(lens: LensProtocol, ids: Sequence[int], answer: tuple[int, int], mode: interventions.Mode,
+                        layers: list[int], heads: list[int], with_map: bool) -> InterventionResult:
     """Everything the view shows, for one model and prompt."""
     target = (np.asarray(ids, dtype=np.int64), cast("tuple[int, int]", tuple(answer)))
     logprob, exact = interventions.answer_logprob(target), interventions.niah_exact_match(target)
@@ -65,32 +81,31 @@ def intervention_result(lens: Any, ids: Sequence[int], answer: tuple[int, int], 
         value = float(logprob(logits)[0])
         return {"logprob": value, "probability": math.exp(value), "exact": float(exact(logits)[0])}
 
-    before = scores(interventions.ablate(lens, list(ids), mode=("interpolate", 0.0)))
+    before = scores(interventions.ablate(lens, list(ids), mode=interventions.Interpolate(p=0.0)))
     after = scores(interventions.ablate(lens, list(ids), mode=mode, layers=layers, heads=heads))
     positions = interventions.ablated_positions(lens, list(ids), mode=mode, layers=layers, heads=heads)
     effects = np.full((lens.n_layers, lens.n_heads), np.nan)
     if with_map:
         effects = interventions.ablation_grid(lens, list(ids), logprob, mode=mode, layers=layers, heads=heads,
-                                              progress=False).effects
-    return InterventionResult(before, after, positions, effects)
+                                              options=interventions.GridOptions(progress=False)).effects
+    return InterventionResult(before=before, after=after, positions=positions, effects=effects)
 
 
 @st.cache_data(show_spinner="Ablating positions…", max_entries=32)
-def get_intervention(source: str, stamp: float | str, kind: str, text: str, params_json: str, mode_json: str,
-                     layers: tuple[int, ...], heads: tuple[int, ...], with_map: bool) -> InterventionResult:
+def get_intervention(source: str, stamp: float | str, kind: str, text: str, params_json: str,
+                     request: InterventionRequest) -> InterventionResult:
     """Cached :func:`intervention_result` of the sidebar's input for ``source``."""
     doc = cache.get_document(source, stamp, kind, text, params_json)
     if doc.query is None:
         raise InputError("interventions score the answer of a prompt; pick the NIAH input")
-    mode = json.loads(mode_json)
-    return intervention_result(cache.get_lens(source, stamp), doc.ids, doc.query,
-                               tuple(mode) if isinstance(mode, list) else mode, list(layers), list(heads), with_map)
+    return intervention_result(cache.get_lens(source, stamp), doc.ids, doc.query, request.mode, list(request.layers),
+                               list(request.heads), request.with_map)
 
 
 CHIPS_PER_ROW = 8  # more layers or heads than this and their pickers take a row each, so every chip shows
 
 
-def _controls(items: Sequence[Item]) -> tuple[Any, list[int], list[int], bool, Any]:
+def _controls(items: Sequence[Item]) -> tuple[InterventionRequest, Any]:
     trace = items[0].trace
     kinds = trace.layer_kinds
     edited = learned_layers(kinds) or list(range(trace.n_layers))  # what layers=None edits
@@ -112,14 +127,15 @@ def _controls(items: Sequence[Item]) -> tuple[Any, list[int], list[int], bool, A
         head = head_picker("Spaced tokens of", "iv_head", trace.n_heads, extra=("mean",), default="mean")
     with_map = c3.toggle("Head map", value=True, key="iv_map",
                          help="ablate each selected head alone (one batched pass per 16 heads)")
-    return mode_argument(choice, p), layers, heads, with_map, head
+    return InterventionRequest(choice=choice, p=float(p), layers=tuple(layers), heads=tuple(heads),
+                               with_map=with_map), head
 
 
 def interventions_view(items: Sequence[Item], selection: Selection) -> None:
     """Pick layers, heads and a mode; see the answer's probability, the spaced tokens before and after,
     and the effect of ablating each head alone."""
-    mode, layers, heads, with_map, head = _controls(items)
-    if not layers or not heads:
+    request, head = _controls(items)
+    if not request.layers or not request.heads:
         st.info("Pick at least one layer and one head to ablate.")
         return
 
@@ -128,20 +144,21 @@ def interventions_view(items: Sequence[Item], selection: Selection) -> None:
             st.caption("Interventions run the model: pick a model, not a saved trace.")
             return
         result = get_intervention(item.source, item.stamp, selection.kind, selection.text, selection.params_json,
-                                  json.dumps(mode), tuple(layers), tuple(heads), with_map)
+                                  request)
         _answer_metrics(result)
         h = clamp_head(head, item.trace.n_heads)
         after = dataclasses.replace(item.trace, positions=result.positions)
         window = (0, min(len(after), config.DEFAULT_WINDOW))
         for label, trace in (("before", item.trace), ("after", after)):
-            fig = spaced_tokens_figure(trace, head=h, window=window, max_tokens=config.SPACED_TOKEN_LIMIT,
-                                       width=config.PLOT_WIDTH_PX, title=f"Positions {label}")
+            style = SpacedTokensStyle(max_tokens=config.SPACED_TOKEN_LIMIT, width=config.PLOT_WIDTH_PX,
+                                      title=f"Positions {label}")
+            fig = spaced_tokens_figure(trace, head=h, window=window, style=style)
             show_figure(fig, f"iv-spaced-{label}-{item.key}",
                         export_name(item.label, f"intervention-{label}", item.input_id, head=h))
-        if with_map:
+        if request.with_map:
             fig = layer_head_heatmap(result.effects, title="Δ log p(answer), one head ablated at a time",
                                      colorbar_title="Δ log p", layer_kinds=item.trace.layer_kinds,
-                                     colorscale=DIVERGING, zmid=0.0, value_format=".2f")
+                                     colors=HeatmapColors(colorscale=DIVERGING, zmid=0.0), value_format=".2f")
             show_figure(fig, f"iv-map-{item.key}", export_name(item.label, "intervention-map", item.input_id))
 
     per_item(items, render)

@@ -7,7 +7,7 @@ import io
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from repo_lens.analysis import (
 )
 
 from repo_lens.app.documents import Document, Preset
+
+if TYPE_CHECKING:
+    from repo_lens.protocol import HookedLensProtocol
 
 
 @dataclass
@@ -51,7 +54,7 @@ def boundary_result(trace: Trace, doc: Document | None) -> BoundaryResult:
                           n_boundaries=int(labels.labels[labels.scored].sum()))
 
 
-def niah_mass(lens: Any, doc: Document, beyond_context: bool = False) -> AttentionMass:
+def niah_mass(lens: HookedLensProtocol, doc: Document, beyond_context: bool = False) -> AttentionMass:
     """RePo Table 4's attention mass of the answer rows on the needle, the query and the rest;
     ``beyond_context`` measures prompts longer than the model's context (length extrapolation)."""
     if doc.kind != Preset.NIAH or not doc.targets or doc.query is None:

@@ -21,6 +21,8 @@ from repo_lens.analysis import (
     range_stats,
 )
 from repo_lens.plots import (
+    ScatterStyle,
+    SpacedTokensStyle,
     attention_mass_figure,
     attention_mass_layers_figure,
     boundary_auc_figure,
@@ -119,10 +121,10 @@ def spaced_view(items: Sequence[Item], selection: Selection) -> None:
         elif token is not None:
             st.caption(f"Token {token} is outside the tokens shown ({start}..{end - 1}); widen the window to see it.")
         row_scale: Literal["row", "shared"] = "row" if scale == "per layer" else "shared"
+        style = SpacedTokensStyle(chunk_size=size, max_tokens=config.SPACED_TOKEN_LIMIT, width=config.PLOT_WIDTH_PX,
+                                  x_range=_zoomed(trace, h, row_scale, (start, end), zoom))
         fig = spaced_tokens_figure(trace, head=h, scale=row_scale, window=(start, end), patterns=patterns,
-                                   chunk_size=size, max_tokens=config.SPACED_TOKEN_LIMIT, highlight=highlight,
-                                   x_range=_zoomed(trace, h, row_scale, (start, end), zoom),
-                                   width=config.PLOT_WIDTH_PX)
+                                   highlight=highlight, style=style)
         chart = f"spaced-{item.key}"
         show_figure(fig, chart, export_name(item.label, "spaced-tokens", item.input_id, head=h),
                     on_select=lambda: _pick_token(state.chart_key(chart)))
@@ -192,9 +194,9 @@ def scatter_view(items: Sequence[Item], selection: Selection) -> None:
             chosen = trace.n_layers - 1
             st.caption(f"{item.label} has {trace.n_layers} layers; showing L{chosen}")
         fig = position_scatter_figure(trace, chosen, clamp_head(head, trace.n_heads),
-                                      view=cast(Literal["focus", "global"], view), max_points=config.SCATTER_POINT_LIMIT,
-                                      width=config.PLOT_WIDTH_PX,
-                                      highlight=_highlights(trace, item) if highlight else None)
+                                      view=cast(Literal["focus", "global"], view),
+                                      highlight=_highlights(trace, item) if highlight else None,
+                                      style=ScatterStyle(max_points=config.SCATTER_POINT_LIMIT, width=config.PLOT_WIDTH_PX))
         show_figure(fig, f"scatter-{item.key}",
                     export_name(item.label, "scatter", item.input_id, layer=chosen, head=clamp_head(head, trace.n_heads)))
 

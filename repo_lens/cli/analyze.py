@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     import repo_lens
     from repo_lens.studies.distributed import load_placement, ranks_from_env
     from repo_lens.studies.registry import get_study
-    from repo_lens.studies.runner import analyze
+    from repo_lens.data.windows import WindowSpec
+    from repo_lens.studies.runner import RunOptions, analyze
 
     args.context_flags = {"allow_beyond_context": "--beyond-context"}
     study = get_study(args.study, args.study_module or ())
@@ -92,11 +93,12 @@ def run(args: argparse.Namespace) -> int:
     settings = {"model": args.model, **({"revision": args.revision} if args.revision else {}),
                 **({"graft": args.graft} if args.graft else {}),
                 **({"study_modules": args.study_module} if args.study_module else {})}
-    result = analyze(lens, study, corpus, out=args.out, options=options, window=args.window, stride=args.stride,
-                     overlap=args.overlap, beyond_context=args.beyond_context, limit=args.limit,
-                     sample=args.sample if args.sample is not None else args.samples, seed=args.seed,
+    windows = WindowSpec(size=args.window, stride=args.stride, overlap=args.overlap,
+                         beyond_context=args.beyond_context)
+    run = RunOptions(limit=args.limit, sample=args.sample if args.sample is not None else args.samples, seed=args.seed,
                      shard_size=args.shard_size, batch_size=args.batch_size, progress=not args.quiet,
                      settings=settings, figures=not args.no_figures)
+    result = analyze(lens, study, corpus, out=args.out, options=options, windows=windows, run=run)
     if not ranks.is_main:  # rank 0 writes the summary and reports
         return 0
     print(result.status(), file=sys.stderr)

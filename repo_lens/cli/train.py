@@ -65,7 +65,7 @@ def run_reposition(args: argparse.Namespace) -> int:
     anything is written."""
     import repo_lens
     from repo_lens.train.reposition import (DEFAULT_KIND, RECIPE_KINDS, check_out_directory, check_recipe,
-                                            native_bf16, recipe_config, train_repositioned)
+                                            native_bf16, recipe_choices, recipe_config, train_repositioned)
     from repo_lens.model.registry import is_learned
     from repo_lens.train.text_tokens import TextTokens
     from repo_lens.zoo import parse_zoo_name
@@ -75,12 +75,9 @@ def run_reposition(args: argparse.Namespace) -> int:
     if args.decay not in (None, "none"):
         raise InputError("--decay trains a model from scratch with a decay (--preset); --base continues a pretrained "
                          "model, which has none: leave --decay out")
-    mechanism = args.mechanism or RECIPE_KINDS[0]
+    mechanism = args.mechanism or DEFAULT_KIND
     if mechanism not in RECIPE_KINDS:
-        raise InputError(f"--base trains RePo ('--mechanism repo'), its RoPE control ('--mechanism rope'), "
-                         f"GRAPE-M with a content phase ('--mechanism grape-m'), per-layer learned increments "
-                         f"('--mechanism lpi-layer') or the learned-increments post's graft ('--mechanism lpi-graft'), "
-                         f"not {mechanism!r}")
+        raise InputError(f"--base trains {recipe_choices()}, not {mechanism!r}")
     if mechanism != DEFAULT_KIND:
         unused = {"position_init_std": "starts at the index, not at random weights",
                   "anneal_steps": "needs no anneal (it starts as the base)"}
@@ -135,7 +132,9 @@ def training_device(text: str) -> str:
 
 def add(commands: argparse._SubParsersAction) -> None:
     """``train``: a small model from a preset, or a pretrained model re-positioned with RePo (resumable)."""
-    from repo_lens.model.registry import NO_DECAY, decay_names, mechanism_kinds
+    from repo_lens.model.registry import (
+        DEFAULT_KIND, NO_DECAY, ZOO_ATTENTION, decay_names, kinds_in_attention, recipe_kinds,
+    )
 
     train = commands.add_parser("train", help="train a small model, or re-position a pretrained one with RePo "
                                               "(resumes if OUT has a train_state)")
@@ -144,7 +143,11 @@ def add(commands: argparse._SubParsersAction) -> None:
                        help="a pretrained RoPE causal LM to continue with RePo from layer ceil(L/3) (e.g. "
                             "zoo:smollm2-135m, a checkpoint directory or a .gguf file); --mechanism rope trains "
                             "the control the same way")
-    train.add_argument("--mechanism", default=None, choices=mechanism_kinds())
+    recipe = sorted(recipe_kinds(), key=lambda kind: kind != DEFAULT_KIND)
+    trainable = kinds_in_attention(ZOO_ATTENTION)  # the presets' and the bases' models run the zoo's attention
+    train.add_argument("--mechanism", default=None, choices=trainable, metavar="KIND",
+                       help=f"the position mechanism, a kind of the registry: {', '.join(trainable)}; --base "
+                            f"trains {', '.join(recipe[:-1])} or {recipe[-1]} (default {DEFAULT_KIND})")
     train.add_argument("--decay", default=None, choices=[NO_DECAY, *decay_names()],
                        help="--preset: a decay added to every layer's scores on top of the rotation (the learned-"
                             "increments post's): alibi (fixed slopes) or forget (a learned forget gate from the "

@@ -7,11 +7,12 @@ Pure functions of a tokenizer passed in (HF fast tokenizer, ``tokenizers.Tokeniz
 from repo_lens.data.bilingual import bilingual_splits, held_out_chinese_sentences
 from repo_lens.data.brown import brown_documents
 from repo_lens.data.corpora import CorpusFetchError, Sentence, fetch_peoples_daily, parse_peoples_daily, peoples_daily
-from repo_lens.data.fewshot import fewshot_prompt
+from repo_lens.data.fewshot import FewshotLayout, fewshot_prompt
 from repo_lens.data.niah import (
     NEEDLE,
     NOISE,
     TEMPLATE,
+    NiahSpec,
     niah_multikey,
     niah_multiquery,
     niah_multivalue,
@@ -27,7 +28,7 @@ from repo_lens.data.reversal import (
     reversal_sequence,
     reversal_words,
 )
-from repo_lens.data.spans import Prompt, PromptBuilder, char_to_token_span, encode_with_offsets
+from repo_lens.data.spans import Prompt, PromptBuilder, PromptEncoding, char_to_token_span, encode_with_offsets
 from repo_lens.data.tables import table_prompt
 
 __all__ = [
@@ -38,8 +39,11 @@ __all__ = [
     "REVERSAL_SPECIALS",
     "TEMPLATE",
     "CorpusFetchError",
+    "FewshotLayout",
+    "NiahSpec",
     "Prompt",
     "PromptBuilder",
+    "PromptEncoding",
     "Sentence",
     "bilingual_splits",
     "brown_documents",

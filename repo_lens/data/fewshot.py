@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from repo_lens.data.spans import Prompt, PromptBuilder
+from repo_lens.data.spans import Prompt, PromptBuilder, PromptEncoding
 from repo_lens.errors import InputError
+from repo_lens.options import grouped_keywords, options_or_default
 
 
+@dataclass(frozen=True, kw_only=True)
+class FewshotLayout:
+    """How a few-shot prompt is written around its texts: ``input_prefix`` before each input, ``output_prefix``
+    on the line after it (then a space and the output), ``separator`` between examples.
+
+    Example:
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> layout = FewshotLayout(input_prefix="Q: ", output_prefix="A:", separator="\\n")
+        >>> fewshot_prompt(ByteTokenizer(), [("1+1", "2")], "2+2", "4", layout=layout).text
+        'Q: 1+1\\nA: 2\\nQ: 2+2\\nA: 4'
+    """
+
+    input_prefix: str = "Input: "
+    output_prefix: str = "Output:"
+    separator: str = "\n\n"
+
+
+@grouped_keywords("layout", FewshotLayout)
+@grouped_keywords("encoding", PromptEncoding)
 def fewshot_prompt(
     tokenizer: Any,
     examples: Sequence[tuple[str, str]],
@@ -16,19 +37,16 @@ def fewshot_prompt(
     answer: str = "",
     *,
     instruction: str | None = None,
-    input_prefix: str = "Input: ",
-    output_prefix: str = "Output:",
-    separator: str = "\n\n",
-    append_answer: bool = True,
-    last_k: int = 1,
-    add_special_tokens: bool = True,
+    layout: FewshotLayout | None = None,
+    encoding: PromptEncoding | None = None,
 ) -> Prompt:
     """A few-shot prompt: optional instruction, examples, then the query input and output prefix.
 
     Spans: ``instruction``; ``example_{i}`` (the whole example), ``example_{i}_input``,
     ``example_{i}_output`` (the texts only); ``query_input``; ``query`` (the final input line
     and the output prefix); ``answer`` when an answer is appended (then the query rows are
-    its tokens, else the last ``last_k`` tokens).
+    its tokens, else the last ``encoding.last_k`` tokens). ``layout``: the prefixes and the separator
+    (:class:`FewshotLayout`); ``encoding``: :class:`repo_lens.data.spans.PromptEncoding`.
 
     Example:
         >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
@@ -42,6 +60,9 @@ def fewshot_prompt(
         raise InputError("a few-shot prompt needs examples or a query")
     if not isinstance(query, str) or not query.strip():
         raise InputError("query must be non-empty text (the input the model should answer)")
+    layout = options_or_default(layout, FewshotLayout, "layout")
+    encoding = options_or_default(encoding, PromptEncoding, "encoding")
+    input_prefix, output_prefix, separator = layout.input_prefix, layout.output_prefix, layout.separator
     b = PromptBuilder()
     if instruction:
         b.add(instruction, "instruction")
@@ -63,6 +84,6 @@ def fewshot_prompt(
     b.add(query, "query", "query_input")
     b.add("\n" + output_prefix, "query")
     return b.build(
-        tokenizer, answer, append_answer=append_answer, last_k=last_k, trim_from="query",
-        meta={"task": "fewshot", "n_examples": len(examples)}, add_special_tokens=add_special_tokens,
+        tokenizer, answer, append_answer=encoding.append_answer, last_k=encoding.last_k, trim_from="query",
+        meta={"task": "fewshot", "n_examples": len(examples)}, add_special_tokens=encoding.add_special_tokens,
     )

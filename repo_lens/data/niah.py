@@ -25,11 +25,12 @@ import random
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from repo_lens.data.spans import Prompt, PromptBuilder, encode_with_offsets
+from repo_lens.data.spans import Prompt, PromptBuilder, PromptEncoding, encode_with_offsets
 from repo_lens.errors import InputError
+from repo_lens.options import grouped_keywords, options_or_default
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
@@ -164,30 +165,46 @@ def _depth_list(depth: float | Sequence[float], n_needles: int) -> list[float]:
     return [float(value) for value in depths]
 
 
+@dataclass(frozen=True, kw_only=True)
+class NiahSpec:
+    """Which RULER NIAH task a prompt poses: ``num_keys`` > 1 adds distractor needles with other keys
+    (multi-key), ``num_values`` > 1 puts several values under each key (multi-value), ``num_queries`` > 1 asks
+    for several keys (multi-query); keys are ``key_type`` ("words", "numbers" or "uuids"), values numbers of
+    ``value_digits`` digits.
+
+    Example:
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> p = niah_prompt(ByteTokenizer(), 900, spec=NiahSpec(num_keys=3, key_type="numbers"))
+        >>> len(p.meta["needles"])
+        3
+    """
+
+    num_keys: int = 1
+    num_values: int = 1
+    num_queries: int = 1
+    key_type: str = "words"
+    value_digits: int = 7
+
+
+@grouped_keywords("spec", NiahSpec)
+@grouped_keywords("encoding", PromptEncoding)
 def niah_prompt(
     tokenizer: Any,
     length: int,
     depth: float | Sequence[float] = 0.5,
     *,
-    num_keys: int = 1,
-    num_values: int = 1,
-    num_queries: int = 1,
+    spec: NiahSpec | None = None,
     haystack: str | Sequence[str] | None = None,
-    key_type: str = "words",
-    value_digits: int = 7,
     seed: int = 0,
-    append_answer: bool = True,
-    last_k: int = 1,
-    add_special_tokens: bool = True,
+    encoding: PromptEncoding | None = None,
 ) -> Prompt:
     """A RULER NIAH prompt of at most ``length`` tokens (answer included), as close as one haystack word allows.
 
     ``depth``: where the needles go, as a fraction of the haystack (0 = start, 1 = end); one
     value puts all needles together there, a list gives one depth per needle (text order).
-    ``num_keys`` > 1: distractor needles with other keys (multi-key); ``num_values`` > 1:
-    several values for each key (multi-value); ``num_queries`` > 1: ask for several keys
-    (multi-query). With ``append_answer`` the answer (values joined by ", ") is appended and
-    its tokens are ``Prompt.query``; otherwise the last ``last_k`` tokens are.
+    ``spec``: the task (:class:`NiahSpec`: keys, values, queries; default one needle, asked for).
+    ``encoding`` (:class:`repo_lens.data.spans.PromptEncoding`): with ``append_answer`` the answer (values
+    joined by ", ") is appended and its tokens are ``Prompt.query``; otherwise the last ``last_k`` tokens are.
 
     Example:
         >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
@@ -197,16 +214,19 @@ def niah_prompt(
         >>> p.text.splitlines()[0].split(". ")[0]
         'A special magic number is hidden within the following text'
     """
-    _check_sizes(length, num_keys, num_values, num_queries, value_digits)
-    num_keys = max(num_keys, num_queries)
+    spec = options_or_default(spec, NiahSpec, "spec")
+    encoding = options_or_default(encoding, PromptEncoding, "encoding")
+    num_values, num_queries, key_type, value_digits = spec.num_values, spec.num_queries, spec.key_type, spec.value_digits
+    _check_sizes(length, spec.num_keys, num_values, num_queries, value_digits)
+    num_keys = max(spec.num_keys, num_queries)
     depths = _depth_list(depth, num_keys * num_values)
     units, haystack_kind = _haystack_units(haystack)
     draw = _draw_needles(seed, key_type, num_keys, num_values, num_queries, value_digits)
     layout = _Layout(
         tokenizer=tokenizer, wording=_wording([draw.keys[i] for i in draw.queried], num_queries * num_values == 1),
         needles=draw.needles, depths=depths, default_sep="\n" if haystack_kind == "noise" else " ",
-        answer=", ".join(draw.answers), append_answer=append_answer, last_k=last_k,
-        add_special_tokens=add_special_tokens,
+        answer=", ".join(draw.answers), append_answer=encoding.append_answer, last_k=encoding.last_k,
+        add_special_tokens=encoding.add_special_tokens,
     )
     best, order, stack, best_cut = _fit_haystack(layout, units, length)
     units_used = sum(1 for end, _ in stack.boundaries if end <= best_cut)
@@ -414,8 +434,10 @@ def _meta(best: Prompt, layout: _Layout, draw: _Draw, order: list[int], *, lengt
     }
 
 
+@grouped_keywords("spec", NiahSpec)
+@grouped_keywords("encoding", PromptEncoding)
 def niah_single(tokenizer: Any, length: int, depth: float = 0.5, **kwargs: Any) -> Prompt:
-    """RULER niah_single: one needle, asked for.
+    """RULER niah_single: one needle, asked for (``kwargs``: those of :func:`niah_prompt`).
 
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> niah_single(ByteTokenizer(), 400).meta["kind"]
@@ -424,34 +446,46 @@ def niah_single(tokenizer: Any, length: int, depth: float = 0.5, **kwargs: Any) 
     return niah_prompt(tokenizer, length, depth, **kwargs)
 
 
-def niah_multikey(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_keys: int = 4,
-                  **kwargs: Any) -> Prompt:
-    """RULER niah_multikey: ``num_keys`` needles with different keys, one asked for.
+@grouped_keywords("spec", NiahSpec, names=("num_values", "num_queries", "key_type", "value_digits"))
+@grouped_keywords("encoding", PromptEncoding)
+def niah_multikey(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_keys: int = 4, *,
+                  spec: NiahSpec | None = None, **kwargs: Any) -> Prompt:
+    """RULER niah_multikey: ``num_keys`` needles with different keys, one asked for (``spec``: the rest of the
+    task; ``kwargs``: those of :func:`niah_prompt`).
 
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> len(niah_multikey(ByteTokenizer(), 800).meta["needles"])
     4
     """
-    return niah_prompt(tokenizer, length, depth, num_keys=num_keys, **kwargs)
+    spec = replace(options_or_default(spec, NiahSpec, "spec"), num_keys=num_keys)
+    return niah_prompt(tokenizer, length, depth, spec=spec, **kwargs)
 
 
-def niah_multivalue(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_values: int = 4,
-                    **kwargs: Any) -> Prompt:
-    """RULER niah_multivalue: ``num_values`` needles for one key, all asked for.
+@grouped_keywords("spec", NiahSpec, names=("num_keys", "num_queries", "key_type", "value_digits"))
+@grouped_keywords("encoding", PromptEncoding)
+def niah_multivalue(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_values: int = 4, *,
+                    spec: NiahSpec | None = None, **kwargs: Any) -> Prompt:
+    """RULER niah_multivalue: ``num_values`` needles for one key, all asked for (``spec``: the rest of the
+    task; ``kwargs``: those of :func:`niah_prompt`).
 
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> len(niah_multivalue(ByteTokenizer(), 800).meta["answers"])
     4
     """
-    return niah_prompt(tokenizer, length, depth, num_values=num_values, **kwargs)
+    spec = replace(options_or_default(spec, NiahSpec, "spec"), num_values=num_values)
+    return niah_prompt(tokenizer, length, depth, spec=spec, **kwargs)
 
 
-def niah_multiquery(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_queries: int = 4,
-                    **kwargs: Any) -> Prompt:
-    """RULER niah_multiquery: ``num_queries`` keys asked for at once.
+@grouped_keywords("spec", NiahSpec, names=("num_keys", "num_values", "key_type", "value_digits"))
+@grouped_keywords("encoding", PromptEncoding)
+def niah_multiquery(tokenizer: Any, length: int, depth: float | Sequence[float] = 0.5, num_queries: int = 4, *,
+                    spec: NiahSpec | None = None, **kwargs: Any) -> Prompt:
+    """RULER niah_multiquery: ``num_queries`` keys asked for at once (``spec``: the rest of the task;
+    ``kwargs``: those of :func:`niah_prompt`).
 
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> len(niah_multiquery(ByteTokenizer(), 800).meta["queries"])
     4
     """
-    return niah_prompt(tokenizer, length, depth, num_queries=num_queries, **kwargs)
+    spec = replace(options_or_default(spec, NiahSpec, "spec"), num_queries=num_queries)
+    return niah_prompt(tokenizer, length, depth, spec=spec, **kwargs)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from repo_lens.data.niah import NOISE, _random_key, niah_prompt
-from repo_lens.data.spans import Prompt, PromptBuilder
+from repo_lens.data.spans import Prompt, PromptBuilder, PromptEncoding
 from repo_lens.errors import InputError
 
 FAMILIES = ("needle_noise", "needle_text", "kv_lines", "fact_text")
@@ -96,7 +96,8 @@ def retrieval_prompt(tokenizer: Any, family: str, length: int, *, seed: int, dep
     if not 0.0 <= depth <= 1.0:
         raise InputError(f"needle depth {depth!r} must be in [0, 1]")
     if family == "needle_noise":
-        prompt = niah_prompt(tokenizer, length, depth=depth, seed=seed, add_special_tokens=False)
+        prompt = niah_prompt(tokenizer, length, depth=depth, seed=seed,
+                             encoding=PromptEncoding(add_special_tokens=False))
         prompt.meta["family"] = family
         return prompt
     key, value = _random_key(rng, "words"), _value(rng)

@@ -123,6 +123,25 @@ class Prompt:
         return int(self.ids.size)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PromptEncoding:
+    """How a prompt builder ends and tokenizes its prompt (``niah_prompt``, ``fewshot_prompt``, ``table_prompt``):
+    with ``append_answer`` (and an answer) the answer is appended and its tokens are the query rows, otherwise
+    the last ``last_k`` tokens are; ``add_special_tokens``: the tokenizer's special tokens (a BOS) around the text.
+
+    Example:
+        >>> from repo_lens.data.fewshot import fewshot_prompt
+        >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
+        >>> p = fewshot_prompt(ByteTokenizer(), [("a", "b")], "c", "d", encoding=PromptEncoding(append_answer=False))
+        >>> p.text.endswith("Output:"), p.query
+        (True, (35, 36))
+    """
+
+    append_answer: bool = True
+    last_k: int = 1
+    add_special_tokens: bool = True
+
+
 class PromptBuilder:
     """Builds a text piece by piece, recording named character spans, then tokenizes it.
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from repo_lens.data.spans import Prompt, PromptBuilder
+from repo_lens.data.spans import Prompt, PromptBuilder, PromptEncoding
 from repo_lens.errors import InputError
+from repo_lens.options import grouped_keywords, options_or_default
 
 STYLES = ("markdown", "pairs")
 
 
+@grouped_keywords("encoding", PromptEncoding)
 def table_prompt(
     tokenizer: Any,
     header: Sequence[str],
@@ -20,9 +22,7 @@ def table_prompt(
     *,
     style: str = "markdown",
     instruction: str | None = None,
-    append_answer: bool = True,
-    last_k: int = 1,
-    add_special_tokens: bool = True,
+    encoding: PromptEncoding | None = None,
 ) -> Prompt:
     """A table as text, then an optional question.
 
@@ -31,7 +31,8 @@ def table_prompt(
     Spans: ``header_{col}`` (header cells; in "pairs" style the first row's labels),
     ``cell_{row}_{col}`` (the cell text only), ``row_{row}`` (the whole line), ``table``,
     ``instruction``, ``question``/``query`` (the question) and ``answer`` when appended
-    (then the query rows are its tokens, else the last ``last_k`` tokens).
+    (then the query rows are its tokens, else the last ``encoding.last_k`` tokens; ``encoding``:
+    :class:`repo_lens.data.spans.PromptEncoding`).
 
     Example:
         >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
@@ -47,6 +48,7 @@ def table_prompt(
         ('Rome', 'pop')
     """
     header = _checked_table(header, rows, style)
+    encoding = options_or_default(encoding, PromptEncoding, "encoding")
     b = PromptBuilder()
     if instruction:
         b.add(instruction, "instruction")
@@ -56,9 +58,9 @@ def table_prompt(
         b.add("\n")
         b.add(question, "question", "query")
     return b.build(
-        tokenizer, answer, append_answer=append_answer, last_k=last_k, trim_from="query",
+        tokenizer, answer, append_answer=encoding.append_answer, last_k=encoding.last_k, trim_from="query",
         meta={"task": "table", "style": style, "n_rows": len(rows), "n_cols": len(header)},
-        add_special_tokens=add_special_tokens,
+        add_special_tokens=encoding.add_special_tokens,
     )
 
 

@@ -17,8 +17,8 @@ Example:
     >>> attention_mass_hf(qwen, ids, {"needle": (10, 15)}, (40, 44)).per_token   # doctest: +SKIP
 """
 
-from repo_lens.hf.analysis import attention_mass_hf, trace_hf
+from repo_lens.hf.analysis import HFLoadOptions, attention_mass_hf, trace_hf
 from repo_lens.hf.model import HFLens, eager_attention_bytes, find_attention_paths, load_hf, memory_message
 
-__all__ = ["HFLens", "attention_mass_hf", "eager_attention_bytes", "find_attention_paths", "load_hf",
+__all__ = ["HFLens", "HFLoadOptions", "attention_mass_hf", "eager_attention_bytes", "find_attention_paths", "load_hf",
            "memory_message", "trace_hf"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -21,7 +22,25 @@ from repo_lens.capture import forward_lock
 from repo_lens.errors import InputError
 from repo_lens.hf import model as _model
 from repo_lens.hf.model import eager_attention_bytes, layer_kinds, load_hf, memory_message
+from repo_lens.options import grouped_keywords, options_or_default
 from repo_lens.trace import Trace
+
+
+@dataclass(frozen=True, kw_only=True)
+class HFLoadOptions:
+    """How :func:`attention_mass_hf` loads a model it is given as a directory or a ``PreTrainedModel``
+    (:func:`repo_lens.hf.load_hf`'s settings): its ``tokenizer`` (default: the one beside the weights),
+    ``device`` ("auto": CUDA + bf16 when present, else CPU + fp32) and ``dtype``. An :class:`HFLens` is used
+    as it is.
+
+    Example:
+        >>> HFLoadOptions(device="cpu").dtype is None
+        True
+    """
+
+    tokenizer: Any = None
+    device: Any = "auto"
+    dtype: Any = None
 
 
 def trace_hf(model: Any, text: Any, *, tokenizer: Any = None, truncate: bool = False,
@@ -37,9 +56,10 @@ def trace_hf(model: Any, text: Any, *, tokenizer: Any = None, truncate: bool = F
     return hf_lens.trace(text, truncate=truncate, allow_beyond_context=allow_beyond_context)
 
 
+@grouped_keywords("load", HFLoadOptions)
 def attention_mass_hf(model: Any, ids: Any, spans: Mapping[str, tuple[int, int]], query: tuple[int, int], *,
-                      layers: Sequence[int] | None = None, tokenizer: Any = None, allow_beyond_context: bool = False,
-                      device: Any = "auto", dtype: Any = None) -> AttentionMass:
+                      layers: Sequence[int] | None = None, allow_beyond_context: bool = False,
+                      load: HFLoadOptions | None = None) -> AttentionMass:
     """Attention mass per token that the query rows put on each span, for any HF causal LM.
 
     Same definition and result type as :func:`repo_lens.analysis.attention_mass` (RePo Table 4):
@@ -48,9 +68,10 @@ def attention_mass_hf(model: Any, ids: Any, spans: Mapping[str, tuple[int, int]]
     ``rest`` = every other key before ``query[0]``. Probabilities are the model's own eager
     attention weights (sliding windows, soft-capping and GQA included), reduced inside the nnsight
     trace. Memory: one layer's [heads, T, T] eager matrix at a time — a warning names the cost when
-    it exceeds 1 GiB.
+    it exceeds 1 GiB. ``load``: how a model given as a directory is loaded (:class:`HFLoadOptions`).
     """
-    hf_lens = load_hf(model, tokenizer=tokenizer, device=device, dtype=dtype)
+    load = options_or_default(load, HFLoadOptions, "load")
+    hf_lens = load_hf(model, tokenizer=load.tokenizer, device=load.device, dtype=load.dtype)
     array, (named, (q_start, q_end)) = checked_inputs(ids, spans, query, hf_lens.vocab_size, hf_lens.context_length,
                                                       allow_beyond_context)
     n_tokens = int(array.size)

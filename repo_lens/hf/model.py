@@ -6,16 +6,18 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from repo_lens.capture import forward_lock
 from repo_lens.errors import CheckpointError, InputError
-from repo_lens.inputs import check_text
+from repo_lens.inputs import check_batch_size, check_input_list, check_text
+from repo_lens.lens_inputs import prepare_ids
 from repo_lens.model.registry import NOPE_KIND, ROPE_KIND
-from repo_lens.protocol import prepare_ids, trace_each
+from repo_lens.protocol import LensProtocol
 from repo_lens.trace import Trace
 
 NNSIGHT_HINT = "pip install nnsight   (or: pip install 'repo_lens[hf]')"
@@ -33,12 +35,14 @@ def _require_nnsight() -> Any:
 
 
 @dataclass
-class HFLens:
+class HFLens(LensProtocol):
     """A transformers causal LM (eager attention), its nnsight wrapper and tokenizer; satisfies
-    :class:`repo_lens.protocol.LensProtocol` like :class:`repo_lens.Lens`.
+    :class:`repo_lens.protocol.LensProtocol` like :class:`repo_lens.Lens`, and inherits ``trace`` from it.
 
     ``hf_model``: the ``PreTrainedModel``; ``nn``: ``nnsight.NNsight(hf_model)``;
-    ``layer_paths``: module path of each decoder layer's attention module.
+    ``layer_paths``: module path of each decoder layer's attention module. It has no repo_lens model
+    (no ``.model``, no hook points), so it is no :class:`repo_lens.protocol.HookedLensProtocol`: what
+    reads or edits a model through repo_lens' hooks refuses it.
     """
 
     hf_model: Any
@@ -91,22 +95,17 @@ class HFLens:
             return [str(int(i)) for i in ids]
         return self.tokenizer.batch_decode([[int(i)] for i in ids])
 
-    @overload
-    def trace(self, inputs: str | Sequence[int] | np.ndarray | torch.Tensor, *, truncate: bool = False,
-              allow_beyond_context: bool = False, progress: bool = True) -> Trace: ...
-    @overload
-    def trace(self, inputs: list[str] | tuple[str, ...], *, truncate: bool = False,
-              allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]: ...
-    @overload
-    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace | list[Trace]: ...
-    def trace(self, inputs: Any, *, truncate: bool = False, allow_beyond_context: bool = False,
-              progress: bool = True) -> Trace | list[Trace]:
-        """Positions (n_layers, n_heads, T): the ``position_ids`` the model gives its rotary embedding
-        (every head of a layer shares them), ``layer_kinds`` "rope" (or "nope" for layers a config
-        marks RoPE-free, position 0.0). Text, token ids or a list of texts, as :meth:`repo_lens.Lens.trace`.
+    def trace_batch(self, inputs: Sequence[Any], *, batch_size: int = 8, truncate: bool = False,
+                    allow_beyond_context: bool = False, progress: bool = True) -> list[Trace]:
+        """One Trace per input (a text or a sequence of token ids), in input order, one input per forward
+        pass (``batch_size`` is checked; the generic path never pads inputs together). Positions
+        (n_layers, n_heads, T): the ``position_ids`` the model gives its rotary embedding (every head of a
+        layer shares them), ``layer_kinds`` "rope" (or "nope" for layers a config marks RoPE-free,
+        position 0.0).
         """
-        return trace_each(lambda one: self._trace_one(one, truncate, allow_beyond_context), inputs, progress=progress)
+        check_batch_size(batch_size)
+        return [self._trace_one(one, truncate, allow_beyond_context)
+                for one in tqdm(check_input_list(inputs), desc="tracing", unit="text", disable=not progress)]
 
     def _trace_one(self, inputs: Any, truncate: bool, allow_beyond_context: bool) -> Trace:
         ids, meta = prepare_ids(self, inputs, truncate=truncate, allow_beyond_context=allow_beyond_context)
@@ -134,7 +133,7 @@ class HFLens:
             "rope_parameters": _jsonable(getattr(text_config, "rope_parameters", None)
                                          or {"rope_theta": getattr(text_config, "rope_theta", None),
                                              "rope_scaling": getattr(text_config, "rope_scaling", None)}),
-            "repo_dim": None,
+            "d_position": None,
         }
         return Trace(tokens=self.display_tokens(ids), token_ids=np.asarray(ids, dtype=np.int64), positions=positions,
                      layer_kinds=kinds, meta=meta)

@@ -14,11 +14,18 @@ import numpy as np
 import torch
 
 from repo_lens.errors import InputError
+from repo_lens.interventions.deprecation import keyword_dataclass
+from repo_lens.interventions.options import TokenSelection
 from repo_lens.model.registry import PositionEdit, learned_layers, position_edit
+from repo_lens.model.transformer import LensModel
 from repo_lens.validation import check_indices
 
+# layers or heads: an index, indices (negatives count from the end), or None (see each function)
+Indices = int | Iterable[int] | None
 
-@dataclass(frozen=True)
+
+@keyword_dataclass
+@dataclass(frozen=True, kw_only=True)
 class Site:
     """Layer ``layer``'s writable positions: the hook ``hook`` and its mechanism's ``edit``."""
 
@@ -36,7 +43,7 @@ def _indices(value: Any, size: int, name: str) -> list[int]:
     return sorted(set(check_indices(value, size, name, owner="model")))
 
 
-def select_sites(model: Any, layers: int | Iterable[int] | None) -> list[Site]:
+def select_sites(model: LensModel, layers: Indices) -> list[Site]:
     """The sites of ``layers`` (an index, indices, or None: every layer whose positions are learned, or
     every layer of a model without learned positions, e.g. a RoPE baseline).
 
@@ -52,13 +59,13 @@ def select_sites(model: Any, layers: int | Iterable[int] | None) -> list[Site]:
     sites = []
     for layer in chosen:
         try:
-            sites.append(Site(layer, kinds[layer], position_edit(kinds[layer])))
+            sites.append(Site(layer=layer, kind=kinds[layer], edit=position_edit(kinds[layer])))
         except KeyError as error:
             raise InputError(f"layer {layer}: {error.args[0]}; pick other layers") from None
     return sites
 
 
-def head_mask(model: Any, heads: int | Iterable[int] | None) -> torch.Tensor:
+def head_mask(model: LensModel, heads: Indices) -> torch.Tensor:
     """Boolean [n_heads], True for the selected heads (None: every head).
 
     >>> from repo_lens.model.tiny import tiny_model
@@ -135,7 +142,7 @@ def token_indices(tokens: Any) -> list[int]:
         raise InputError(f"tokens={tokens!r:.60}: {error}; {_HELP}") from None
 
 
-def token_mask(tokens: Any, prompts: list, lengths: list[int], width: int) -> torch.Tensor | None:
+def token_mask(tokens: TokenSelection, prompts: list, lengths: list[int], width: int) -> torch.Tensor | None:
     """Boolean [batch, width]: the selected tokens of each row (None when ``tokens`` is None: every token).
 
     >>> token_mask(slice(1, 3), [None], [4], 4).int().tolist()
@@ -156,7 +163,8 @@ def token_mask(tokens: Any, prompts: list, lengths: list[int], width: int) -> to
     return mask
 
 
-@dataclass(frozen=True)
+@keyword_dataclass
+@dataclass(frozen=True, kw_only=True)
 class Cell:
     """One grid cell: a ``layer``, one ``head`` (None: every selected head) and one ``token`` (None:
     every token; for a pairwise quantity, the token's row: the positions it sees)."""
@@ -182,17 +190,17 @@ def grid_cells(grid: str, sites: Sequence[Site], heads: Sequence[int], tokens: S
     """
     layers = [site.layer for site in sites]
     if grid == "layer":
-        return [Cell(layer) for layer in layers]
+        return [Cell(layer=layer) for layer in layers]
     if grid == "layer_head":
-        return [Cell(layer, head) for layer in layers for head in heads]
-    return [Cell(layer, head, token) for layer in layers for head in heads for token in tokens]
+        return [Cell(layer=layer, head=head) for layer in layers for head in heads]
+    return [Cell(layer=layer, head=head, token=token) for layer in layers for head in heads for token in tokens]
 
 
 def cell_mask(cell: Cell, heads: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """Boolean mask shaped like one row of the quantity ([head, pos] or [head, query, key]): the
     entries ``cell`` writes (``heads``: the selected heads, for cells of every head).
 
-    >>> cell_mask(Cell(0, head=1, token=2), torch.ones(2, dtype=torch.bool), torch.Size([2, 3])).int().tolist()
+    >>> cell_mask(Cell(layer=0, head=1, token=2), torch.ones(2, dtype=torch.bool), torch.Size([2, 3])).int().tolist()
     [[0, 0, 0], [0, 0, 1]]
     """
     mask = torch.zeros(shape, dtype=torch.bool)

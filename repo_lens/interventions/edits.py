@@ -1,82 +1,22 @@
-"""What an edit does to the positions: the modes, the scale edits and the edited values.
+"""What an edit does to the positions: the scale edits and the edited values.
 
-The first stage of the data path: ``parse_mode`` reads a mode, ``scale_edit`` and ``edit_values`` say what
-the edited positions of a layer become (what to edit: here; where: ``edit_targets``).
+The first stage of the data path: ``parse_mode`` (``modes``) reads a mode, ``scale_edit`` and ``edit_values``
+say what the edited positions of a layer become (what to edit: here; where: ``edit_targets``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from repo_lens.errors import InputError
+from repo_lens.interventions.modes import DEFAULT_WINDOW as DEFAULT_WINDOW  # re-exported: their home is modes
+from repo_lens.interventions.modes import MODES as MODES
+from repo_lens.interventions.modes import TARGETS as TARGETS
+from repo_lens.interventions.modes import Interpolate, Mode, Shift, Stretch, Window
+from repo_lens.interventions.modes import parse_mode as parse_mode
 from repo_lens.model.registry import PositionEdit
-
-
-MODES = ("integer", "constant", "mean", "shuffle", "interpolate", "affine", "rank", "scaled", "random", "window")
-TARGETS = ("integer", "constant")
-DEFAULT_WINDOW = 8  # tokens: "window" permutes positions within consecutive blocks of this many tokens
-_HELP = ('mode is one of "integer", "constant", "mean", "shuffle", "affine", "rank", "scaled", "random", '
-         '"window" (or ("window", width) with a width of at least 2 tokens), or ("interpolate", p) with p in [0, 1] '
-         '(optionally ("interpolate", p, "constant") to move toward a constant instead of the integers)')
-
-
-@dataclass(frozen=True)
-class Mode:
-    """A parsed mode: ``name`` in MODES; for "interpolate", ``p`` and the ``toward`` target
-    (z' = (1 − p)·z + p·target, the RePo authors' ``dynamic_pe_pdrop`` when toward="integer"); for
-    "window", ``width``, the size of the blocks whose tokens are permuted."""
-
-    name: str
-    p: float = 1.0
-    toward: str = "integer"
-    width: int = DEFAULT_WINDOW
-
-    @property
-    def label(self) -> str:
-        """A short name for tables, e.g. ``interpolate 0.5``."""
-        if self.name == "window":
-            return f"window {self.width}"
-        if self.name != "interpolate":
-            return self.name
-        return f"interpolate {self.p:g}" + ("" if self.toward == "integer" else f" to {self.toward}")
-
-
-def parse_mode(mode: Any) -> Mode:
-    """``mode`` as a :class:`Mode`; anything else is an InputError that lists the modes.
-
-    >>> parse_mode("integer").name, parse_mode(("interpolate", 0.25)).p
-    ('integer', 0.25)
-    >>> parse_mode(("interpolate", 1, "constant")).label, parse_mode(("window", 4)).width
-    ('interpolate 1 to constant', 4)
-    """
-    if isinstance(mode, Mode):
-        return mode
-    if isinstance(mode, str):
-        if mode in MODES and mode != "interpolate":
-            return Mode(mode)
-        extra = "; interpolate needs p: pass (\"interpolate\", p)" if mode == "interpolate" else ""
-        raise InputError(f"unknown mode {mode!r}{extra}; {_HELP}")
-    if isinstance(mode, (tuple, list)) and len(mode) in (2, 3) and mode[0] == "interpolate":
-        p = mode[1]
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 <= p <= 1:
-            raise InputError(f"interpolation weight p must be a number in [0, 1], got {p!r}; {_HELP}")
-        toward = mode[2] if len(mode) == 3 else "integer"
-        if toward not in TARGETS:
-            raise InputError(f"interpolation target {toward!r} is not one of {TARGETS}; {_HELP}")
-        return Mode("interpolate", float(p), toward)
-    if isinstance(mode, (tuple, list)) and len(mode) == 2 and mode[0] == "window":
-        width = mode[1]
-        if isinstance(width, bool) or not isinstance(width, int) or width < 2:
-            raise InputError(f"window width must be an integer of at least 2 tokens, got {width!r}; {_HELP}")
-        return Mode("window", width=width)
-    raise InputError(f"unknown mode {mode!r:.60}; {_HELP}")
-
 
 SCALE_MODES = ("affine", "rank", "scaled", "random")
 _SEED_BITS = 63  # what torch.Generator.manual_seed takes (any non-negative int below 2**64; 63 bits stay in int64)
@@ -346,9 +286,30 @@ def token_orders(mode: Mode, lengths: list[int], width: int, seeds: Sequence[int
     per prompt (``seeds``: :func:`prompt_seeds`) and the same in every layer and head; None otherwise."""
     if mode.name == "shuffle":
         return shuffle_orders(lengths, width, seeds)
-    if mode.name == "window":
+    if isinstance(mode, Window):
         return window_orders(lengths, width, mode.width, seeds)
     return None
+
+
+def moved_positions(value: torch.Tensor, mode: Shift | Stretch, edit: PositionEdit,
+                    lengths: list[int] | None) -> torch.Tensor:
+    """``value`` (the hooked quantity) with its positions shifted by ``mode.offset`` or multiplied by
+    ``mode.factor`` in every head (worked on the positions summed as the registry's ``sum`` says, then
+    turned back; an exclusive sum starts at 0 by construction, so a shift leaves it as it is).
+
+    >>> from repo_lens.model.registry import position_edit
+    >>> z = torch.tensor([[[0.0, 1.0, 2.0]]])
+    >>> moved_positions(z, Shift(offset=3), position_edit("repo"), None).tolist()
+    [[[3.0, 4.0, 5.0]]]
+    >>> moved_positions(z, Stretch(factor=0.5), position_edit("repo"), None).tolist()
+    [[[0.0, 0.5, 1.0]]]
+    """
+    mask = valid_mask(value, lengths, edit.pairwise).expand_as(value)
+    positions = to_positions(value.float(), edit.sum, mask)
+    new = positions + mode.offset if isinstance(mode, Shift) else positions * mode.factor
+    if edit.sum == "suffix":  # CoPE's positions index an embedding table from 0 (see scale_edit)
+        new = new.clamp(min=SUFFIX_FLOOR)
+    return from_positions(new, value.float(), edit.sum, mask).to(value.dtype)
 
 
 def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: torch.Tensor | None = None,
@@ -361,15 +322,17 @@ def edit_values(value: torch.Tensor, mode: Mode, edit: PositionEdit, *, mean: to
 
     >>> from repo_lens.model.registry import position_edit
     >>> z = torch.full((1, 1, 3), 4.0)
-    >>> edit_values(z, Mode("interpolate", 0.25), position_edit("repo")).tolist()
+    >>> edit_values(z, Interpolate(p=0.25), position_edit("repo")).tolist()
     [[[3.0, 3.25, 3.5]]]
     """
     if mode.name in ("integer", "constant"):
         return target_values(edit, value, mode.name)
-    if mode.name == "interpolate":
+    if isinstance(mode, Interpolate):
         return (1.0 - mode.p) * value + mode.p * target_values(edit, value, mode.toward)
     if mode.name in SCALE_MODES:
         return scale_edit(value, mode.name, edit, target_values(edit, value, "integer"), lengths, seeds)
+    if isinstance(mode, (Shift, Stretch)):
+        return moved_positions(value, mode, edit, lengths)
     if mode.name == "mean":
         width = value.shape[2]
         assert mean is not None  # "mean" mode: the caller passes the reference mean

@@ -15,6 +15,7 @@ import torch
 
 from repo_lens.data.spans import Prompt
 from repo_lens.errors import InputError
+from repo_lens.interventions.deprecation import keyword_dataclass
 
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -197,11 +198,13 @@ def check_grid(grid: Any) -> str:
     return grid
 
 
-@dataclass
+@keyword_dataclass
+@dataclass(kw_only=True)
 class InterventionGrid:
     """One metric value per cell of a layer (× head (× token)) grid.
 
-    method: "patch" (exact: one patched run per cell) or "attribute" (the gradient estimate).
+    method: "patch" (exact: one patched run per cell), "attribute" (the gradient estimate) or "ablate"
+        (``ablation_grid``: one cell ablated at a time).
     values: the metric with the cell's clean positions written into the corrupted run (for
         "attribute", baseline + the estimate); shape (n_layers,), (n_layers, n_heads) or
         (n_layers, n_heads, corrupted tokens); NaN where there is no cell (layers and heads not
@@ -209,12 +212,12 @@ class InterventionGrid:
     baseline: the metric of the corrupted run, nothing patched. clean: of the clean run (NaN when the
         prompts differ in length, as the metric then reads other tokens).
     layers, heads: the layers and heads the grid covers. seconds: its wall time.
-    also: the grids of the further metrics measured on the same runs (``also=`` of patch / ablation_grid);
-        their baselines in ``meta["also_baseline"]``.
+    also: the grids of the further metrics measured on the same runs (``GridOptions(also=...)`` of patch and
+        ablation_grid); their baselines in ``meta["also_baseline"]``.
 
     Example:
-        >>> grid = InterventionGrid("patch", "layer", np.array([np.nan, 1.0]), baseline=0.5, clean=2.0,
-        ...                         layers=[1], heads=[0, 1])
+        >>> grid = InterventionGrid(method="patch", grid="layer", values=np.array([np.nan, 1.0]), baseline=0.5,
+        ...                         clean=2.0, layers=[1], heads=[0, 1])
         >>> grid.effects.tolist(), grid.normalized().tolist()
         ([nan, 0.5], [nan, 0.3333333333333333])
     """

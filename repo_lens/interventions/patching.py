@@ -1,13 +1,15 @@
 """The grids over a clean and a corrupted prompt: the pairs, ``patch`` and ``attribute``.
 
 ``prepare_pair`` runs a pair once; ``patch`` writes the clean positions into the corrupted run one grid cell
-at a time; ``attribute`` estimates the same grid from one forward and one backward pass.
+at a time; ``attribute`` estimates the same grid from one forward and one backward pass. Both run a repo_lens
+:class:`repo_lens.Lens` through its hooks, or the generic Hugging Face lens (:class:`repo_lens.hf.HFLens`)
+one layer at a time (:mod:`repo_lens.interventions.hf_grids`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,18 +19,22 @@ from tqdm.auto import tqdm
 
 from repo_lens.capture import forward_lock
 from repo_lens.errors import InputError
-from repo_lens.interventions.edit_targets import (REST, Cell, Site, cell_mask, grid_cells, head_mask, select_sites,
-                                                  token_mask)
+from repo_lens.hf.model import HFLens
+from repo_lens.interventions.edit_targets import Cell, Indices, Site, cell_mask, grid_cells, head_mask, select_sites
+from repo_lens.interventions.edited_runs import (Batch, Captured, Hook, Inputs, Prefix, as_single, block_inputs,
+                                                 capture_edited, first_changed, pair_mapping, run_from, run_prefix,
+                                                 shared_prefix, suffix_inputs, transplant, with_unread_rows)
+from repo_lens.interventions.edited_runs import span_names as span_names  # its home before edited_runs
+from repo_lens.interventions.hf_grids import attribute_hf, patch_hf
 from repo_lens.interventions.metrics import GRIDS, InterventionGrid, Metric, check_grid, first_logit_row, metric_values
-from repo_lens.interventions.runs import (Batch, Captured, Prefix, alignment, as_single, block_inputs, capture,
-                                          first_changed, run_from, run_prefix, shared_prefix, suffix_inputs, transplant,
-                                          with_unread_rows)
+from repo_lens.interventions.deprecation import keyword_dataclass
+from repo_lens.interventions.options import GridOptions, TokenSelection, old_call_forms
 from repo_lens.model.cache import KVCache
-from repo_lens.protocol import check_batch_size
-from repo_lens.validation import require_lens_model
+from repo_lens.protocol import HookedLensProtocol, LensProtocol, require_hooked_lens
 
 
-@dataclass
+@keyword_dataclass
+@dataclass(kw_only=True)
 class Pair:
     """A clean and a corrupted prompt (batches of one), the clean index of each corrupted token
     (``mapping``, −1: none), the ``sites`` and ``heads`` (mask) patched, the clean run's quantities
@@ -58,8 +64,8 @@ class Pair:
         return torch.nonzero(self.heads).flatten().tolist()
 
 
-def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: int | Iterable[int] | None,
-                 heads: int | Iterable[int] | None, align: str | Sequence[str] | None, tokens: Any = None) -> Pair:
+def prepare_pair(lens: HookedLensProtocol, clean: Inputs, corrupted: Inputs, metric: Metric, layers: Indices,
+                 heads: Indices, align: str | Sequence[str] | None, tokens: TokenSelection = None) -> Pair:
     """Check and align the pair, pick the sites, and run the clean prompt once (no gradient).
     ``tokens``: only these corrupted tokens take clean positions (see ``repo_lens.interventions.edit_targets``).
 
@@ -67,19 +73,13 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> from repo_lens.model.tiny import tiny_model
     >>> from repo_lens.interventions.metrics import logit_difference
-    >>> pair = prepare_pair(Lens(tiny_model("repo"), ByteTokenizer()), "abc", "abd", logit_difference(1, 2), None, None, None)
+    >>> pair = prepare_pair(Lens(tiny_model("repo"), ByteTokenizer()), "abc", "abd", logit_difference(1, 2), None, None,
+    ...                     None)
     >>> pair.first_layer, pair.aligned_tokens, tuple(pair.clean_quantities[2].shape), pair.prefix.length
     (2, [0, 1, 2], (1, 4, 3), 2)
     """
     clean_batch, corrupted_batch = as_single(lens, clean, "clean"), as_single(lens, corrupted, "corrupted")
-    names = span_names(tokens)
-    if align is None and names and all(prompt is not None and all(name in prompt.spans for name in names)
-                                       for prompt in (clean_batch.prompts[0], corrupted_batch.prompts[0])):
-        align = names  # a span takes its own clean positions, wherever it sits in the clean prompt
-    mapping = alignment(clean_batch, corrupted_batch, align)
-    selected = token_mask(tokens, corrupted_batch.prompts, corrupted_batch.lengths, corrupted_batch.lengths[0])
-    if selected is not None:
-        mapping = np.where(selected[0].numpy(), mapping, -1)
+    mapping = pair_mapping(clean_batch, corrupted_batch, align, tokens)
     sites = select_sites(lens.model, layers)
     heads_on = head_mask(lens.model, heads)
     shared = shared_prefix(clean_batch.ids, corrupted_batch.ids, mapping)
@@ -88,27 +88,13 @@ def prepare_pair(lens: Any, clean: Any, corrupted: Any, metric: Metric, layers: 
         same_length = clean_batch.lengths == corrupted_batch.lengths
         # prompts of other lengths: the metric reads other tokens, so only the positions are kept (and one row)
         rows_from = first_logit_row([metric], clean_batch.lengths[0]) if same_length else clean_batch.lengths[0] - 1
-        run = capture(lens.model, clean_batch.ids, sites, prefix=prefix, rows_from=rows_from)
+        run = capture_edited(lens.model, clean_batch.ids, sites, prefix=prefix, rows_from=rows_from)
         clean_metric = float(metric_values(metric, run.logits)[0]) if same_length else float("nan")
-    return Pair(clean_batch, corrupted_batch, mapping, sites, heads_on, run.quantities, clean_metric, prefix)
+    return Pair(clean=clean_batch, corrupted=corrupted_batch, mapping=mapping, sites=sites, heads=heads_on,
+                clean_quantities=run.quantities, clean_metric=clean_metric, prefix=prefix)
 
 
-def span_names(tokens: Any) -> list[str] | None:
-    """The span names ``tokens`` selects by name ("needle", ["needle", "question"]); None for a slice,
-    indices, "rest" or "~name" (tokens outside spans have no counterpart by name).
-
-    >>> span_names("needle"), span_names(["needle", "answer"]), span_names("rest"), span_names(slice(0, 3))
-    (['needle'], ['needle', 'answer'], None, None)
-    """
-    chosen = [tokens] if isinstance(tokens, str) else tokens
-    if not isinstance(chosen, (list, tuple)) or not chosen or not all(isinstance(name, str) for name in chosen):
-        return None
-    if any(name == REST or name.startswith("~") for name in chosen):
-        return None
-    return list(chosen)
-
-
-def _patch_hook(rows: slice, masks: torch.Tensor, patched: torch.Tensor):
+def _patch_hook(rows: slice, masks: torch.Tensor, patched: torch.Tensor) -> Any:
     """Write ``patched`` into rows ``rows`` of the quantity where ``masks`` [rows, …] is True."""
     def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
         out = value.clone()
@@ -119,10 +105,11 @@ def _patch_hook(rows: slice, masks: torch.Tensor, patched: torch.Tensor):
 
 
 def _hooks(pair: Pair, patched: dict[int, torch.Tensor], chunk: Sequence[Cell], counts: dict[int, int],
-           first: int) -> list[tuple[str, Any]]:
+           first: int) -> list[Hook]:
     """Per layer of ``chunk``, the hook that patches its cells' rows, for tokens ``first``.. only."""
     site_of = {site.layer: site for site in pair.sites}
-    hooks, before = [], 0
+    hooks: list[Hook] = []
+    before = 0
     for layer, count in counts.items():
         full = patched[layer]
         masks = torch.stack([cell_mask(cell, pair.heads, full.shape[1:]) for cell in chunk if cell.layer == layer])
@@ -136,7 +123,7 @@ class _Prefixes:
     """The corrupted run's KV cache up to a token: the pair's shared prefix, or one run for the chunks
     that start later (kept for the next chunk that starts there too)."""
 
-    def __init__(self, lens: Any, pair: Pair) -> None:
+    def __init__(self, lens: HookedLensProtocol, pair: Pair) -> None:
         self.lens, self.pair, self.last = lens, pair, pair.prefix
 
     def __call__(self, length: int) -> KVCache:
@@ -147,8 +134,8 @@ class _Prefixes:
         return self.last.cache
 
 
-def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, torch.Tensor], chunk: Sequence[Cell],
-              metrics: Mapping[str, Metric], prefixes: _Prefixes) -> dict[str, torch.Tensor]:
+def run_cells(lens: HookedLensProtocol, pair: Pair, corrupted: Captured, patched: dict[int, torch.Tensor],
+              chunk: Sequence[Cell], metrics: Mapping[str, Metric], prefixes: _Prefixes) -> dict[str, torch.Tensor]:
     """Each metric of each cell of ``chunk`` (ordered by layer) in one batched pass: from its layer on, and
     from the first token the chunk changes on (the tokens before it keep the corrupted run's state),
     computing the logits of only the tokens the metrics read (``first_row``; NaN before them)."""
@@ -175,24 +162,24 @@ def run_cells(lens: Any, pair: Pair, corrupted: Captured, patched: dict[int, tor
     return {name: metric_values(metric, logits) for name, metric in metrics.items()}
 
 
-def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = "layer_head",
-          layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
-          align: str | Sequence[str] | None = None, batch_size: int = 16, progress: bool = True,
-          also: Mapping[str, Metric] | None = None, tokens: Any = None) -> InterventionGrid:
+@old_call_forms(option_keywords=("align", "batch_size", "progress", "also", "tokens"))
+def patch(lens: LensProtocol, clean: Inputs, corrupted: Inputs, metric: Metric, *, grid: str = "layer_head",
+          layers: Indices = None, heads: Indices = None, options: GridOptions | None = None) -> InterventionGrid:
     """The metric of the corrupted run with the clean run's positions written into one cell at a time.
 
     ``grid``: "layer" (all selected heads of a layer), "layer_head" or "layer_head_position" (one
     token of one head; for CoPE / GRAPE-AP, the token's row of gates or potentials). ``layers=None``:
-    every learned layer. Prompts (text, token ids or Prompts) of equal length align token by token;
-    otherwise pass ``align`` = span names (e.g. ["needle", "query", "answer"]). ``metric`` maps logits
-    [batch, pos, vocab] to [batch] (see ``repo_lens.interventions.metrics``); ``also`` names further
-    metrics measured on the same runs (their grids in ``result.also``). ``batch_size`` patched copies
-    run per forward pass. ``tokens``: patch only these tokens of the corrupted prompt (a slice, indices,
-    or a span name of a Prompt: "needle", "question", "answer", "~needle", "rest"; a pairwise quantity takes
-    the entries whose query and key are both selected), to find which tokens' positions carry the effect.
-    Spans chosen by name (and ``align=None``) take their own clean positions wherever they sit in the clean
-    prompt: with the needle moved, ``tokens="needle"`` writes the clean needle's positions into the moved
-    needle, not those of the haystack tokens at the moved needle's indices.
+    every learned layer. ``metric`` maps logits [batch, pos, vocab] to [batch] (see
+    ``repo_lens.interventions.metrics``). ``options``: :class:`GridOptions`. Prompts (text, token ids or
+    Prompts) of equal length align token by token; otherwise pass ``align`` = span names (e.g.
+    ["needle", "query", "answer"]). ``also`` names further metrics measured on the same runs (their grids
+    in ``result.also``). ``batch_size`` patched copies run per forward pass. ``tokens``: patch only these
+    tokens of the corrupted prompt (a slice, indices, or a span name of a Prompt: "needle", "question",
+    "answer", "~needle", "rest"; a pairwise quantity takes the entries whose query and key are both
+    selected), to find which tokens' positions carry the effect. Spans chosen by name (and ``align=None``)
+    take their own clean positions wherever they sit in the clean prompt: with the needle moved,
+    ``tokens="needle"`` writes the clean needle's positions into the moved needle, not those of the
+    haystack tokens at the moved needle's indices. On an HFLens, ``grid="layer"`` only.
 
     Example:
         >>> from repo_lens.lens import Lens
@@ -200,46 +187,54 @@ def patch(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = 
         >>> from repo_lens.model.tiny import tiny_model
         >>> from repo_lens.interventions.metrics import logit_difference
         >>> lens = Lens(tiny_model("repo"), ByteTokenizer())
-        >>> result = patch(lens, "the cat sat", "the dog sat", logit_difference(99, 100), progress=False)
+        >>> result = patch(lens, "the cat sat", "the dog sat", logit_difference(99, 100),
+        ...                options=GridOptions(progress=False))
         >>> result.values.shape, bool(np.isnan(result.values[:2]).all())
         ((4, 4), True)
     """
-    require_lens_model(lens, "patch")
-    grid, batch_size = check_grid(grid), check_batch_size(batch_size)
+    grid, options = check_grid(grid), options or GridOptions()
+    if isinstance(lens, HFLens):
+        return patch_hf(lens, clean, corrupted, metric, grid, layers, heads, options)
+    native = require_hooked_lens(lens, "patch")
     started = time.perf_counter()
-    pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
+    pair = prepare_pair(native, clean, corrupted, metric, layers, heads, options.align, options.tokens)
     with torch.no_grad():
-        metrics = {"metric": metric, **(also or {})}
-        run = capture(lens.model, pair.corrupted.ids, pair.sites, inputs_from=pair.first_layer, prefix=pair.prefix,
-                      rows_from=first_logit_row(list(metrics.values()), pair.corrupted.lengths[0]))
+        metrics = {"metric": metric, **(options.also or {})}
+        run = capture_edited(native.model, pair.corrupted.ids, pair.sites, inputs_from=pair.first_layer,
+                             prefix=pair.prefix,
+                             rows_from=first_logit_row(list(metrics.values()), pair.corrupted.lengths[0]))
     patched = {site.layer: transplant(pair.clean_quantities[site.layer], run.quantities[site.layer], pair.mapping,
                                       site.edit.pairwise) for site in pair.sites}
-    values, baselines = grid_values(lens, pair, run, patched, grid, metrics, batch_size, progress, "patching")
-    return InterventionGrid("patch", grid, values.pop("metric"), baselines.pop("metric"), pair.clean_metric,
-                            [s.layer for s in pair.sites], pair.head_list, round(time.perf_counter() - started, 4),
-                            {"also_baseline": baselines} if also else {}, also=values)
+    values, baselines = grid_values(native, pair, run, patched, grid, metrics, options=options, what="patching")
+    return InterventionGrid(method="patch", grid=grid, values=values.pop("metric"), baseline=baselines.pop("metric"),
+                            clean=pair.clean_metric, layers=[s.layer for s in pair.sites], heads=pair.head_list,
+                            seconds=round(time.perf_counter() - started, 4),
+                            meta={"also_baseline": baselines} if options.also else {}, also=values)
 
 
-def grid_values(lens: Any, pair: Pair, run: Captured, patched: dict[int, torch.Tensor], grid: str,
-                metrics: Mapping[str, Metric], batch_size: int, progress: bool,
+@old_call_forms(keep=6, positional=("batch_size", "progress", "what"), option_keywords=("batch_size", "progress"))
+def grid_values(lens: HookedLensProtocol, pair: Pair, run: Captured, patched: dict[int, torch.Tensor],
+                grid: str, metrics: Mapping[str, Metric], *, options: GridOptions,
                 what: str) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Each metric of every cell of ``grid`` with ``patched`` [1, head, pos (, pos)] written in its
     entries of the run ``run`` (captured with the pair's prefix, block inputs from the first site layer
-    on), and each metric of the run itself."""
+    on), and each metric of the run itself; ``options.batch_size`` cells a pass, ``what`` names the progress bar."""
     baselines = {name: float(metric_values(metric, run.logits)[0]) for name, metric in metrics.items()}
     cells = grid_cells(grid, pair.sites, pair.head_list, pair.aligned_tokens)
     shape = (lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1]
     values = {name: np.full(shape, np.nan) for name in metrics}
-    chunks = [cells[first:first + batch_size] for first in range(0, len(cells), batch_size)]
+    size = options.batch_size
+    chunks = [cells[first:first + size] for first in range(0, len(cells), size)]
     prefixes = _Prefixes(lens, pair)
-    for chunk in tqdm(chunks, desc=f"{what} {grid}", unit="batch", disable=not progress):
+    for chunk in tqdm(chunks, desc=f"{what} {grid}", unit="batch", disable=not options.progress):
         for name, result in run_cells(lens, pair, run, patched, chunk, metrics, prefixes).items():
             for cell, value in zip(chunk, result.tolist()):
                 values[name][cell.index] = value
     return values, baselines
 
 
-def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+def _gradients(lens: HookedLensProtocol, pair: Pair,
+               metric: Metric) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
     """The corrupted run's metric, and per site layer its quantity (every token) and the metric's
     gradient there (the tokens after the shared prefix, whose quantities the clean run can change)."""
     model, first, prefix = lens.model, pair.first_layer, pair.prefix
@@ -256,7 +251,7 @@ def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, 
 
         return hook
 
-    hooks = [(site.hook, leaf_hook(site.layer)) for site in pair.sites]
+    hooks: list[Hook] = [(site.hook, leaf_hook(site.layer)) for site in pair.sites]
     rest = suffix_inputs(prefix.cache, start[-1], prefix.length)
     unread = max(0, first_logit_row([metric], pair.corrupted.lengths[0]) - prefix.length)
     with torch.enable_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
@@ -277,7 +272,7 @@ def _gradients(lens: Any, pair: Pair, metric: Metric) -> tuple[float, dict[int, 
     return float(values[0].detach()), quantities, gradients
 
 
-def _per_token(pair: Pair, site: Any, corrupted: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+def _per_token(pair: Pair, site: Site, corrupted: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """[head, pos] estimated effect of each token's entries (0 in the unselected heads and the shared prefix)."""
     moved = transplant(pair.clean_quantities[site.layer], corrupted, pair.mapping, site.edit.pairwise)
     change = (moved - corrupted)[:, :, pair.prefix.length:]
@@ -289,13 +284,15 @@ def _per_token(pair: Pair, site: Any, corrupted: torch.Tensor, gradient: torch.T
     return torch.where(pair.heads[:, None], per_token, 0.0)
 
 
-def attribute(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: str = "layer_head",
-              layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None,
-              align: str | Sequence[str] | None = None, tokens: Any = None) -> InterventionGrid:
+@old_call_forms(option_keywords=("align", "tokens"))
+def attribute(lens: LensProtocol, clean: Inputs, corrupted: Inputs, metric: Metric, *, grid: str = "layer_head",
+              layers: Indices = None, heads: Indices = None, options: GridOptions | None = None) -> InterventionGrid:
     """The gradient estimate of :func:`repo_lens.interventions.patch`'s grid (same arguments, same
     layout; ``values`` = baseline + estimated effect), from one forward and one backward pass of the
     corrupted prompt from the first selected layer. Exact where the metric is linear in the positions.
-    ``tokens``: only these tokens' positions are patched (as in :func:`repo_lens.interventions.patch`).
+    ``options``: :class:`GridOptions` (``tokens``: only these tokens' positions are patched, ``align``, as
+    in :func:`repo_lens.interventions.patch`; ``batch_size`` and ``also`` are for the patched grids).
+    On an HFLens, ``grid="layer"`` only.
 
     Example:
         >>> from repo_lens.lens import Lens
@@ -307,21 +304,25 @@ def attribute(lens: Any, clean: Any, corrupted: Any, metric: Metric, *, grid: st
         >>> estimate.method, estimate.values.shape
         ('attribute', (4,))
     """
-    require_lens_model(lens, "attribute")
-    grid = check_grid(grid)
+    grid, options = check_grid(grid), options or GridOptions()
+    options.refuse("attribute", "batch_size", "also")
+    if isinstance(lens, HFLens):
+        return attribute_hf(lens, clean, corrupted, metric, grid, layers, heads, options)
+    native = require_hooked_lens(lens, "attribute")
     started = time.perf_counter()
     with torch.inference_mode(False):  # a backward pass, also when called under torch.inference_mode()
-        pair = prepare_pair(lens, clean, corrupted, metric, layers, heads, align, tokens)
-        baseline, quantities, gradients = _gradients(lens, pair, metric)
-    values = np.full((lens.n_layers, lens.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1], np.nan)
-    heads, tokens = pair.head_list, pair.aligned_tokens
+        pair = prepare_pair(native, clean, corrupted, metric, layers, heads, options.align, options.tokens)
+        baseline, quantities, gradients = _gradients(native, pair, metric)
+    values = np.full((native.n_layers, native.n_heads, pair.corrupted.lengths[0])[:GRIDS.index(grid) + 1], np.nan)
+    heads_on, tokens = pair.head_list, pair.aligned_tokens
     for site in pair.sites:
         per_token = _per_token(pair, site, quantities[site.layer], gradients[site.layer]).numpy()
         if grid == "layer":
             values[site.layer] = baseline + per_token.sum()
         elif grid == "layer_head":
-            values[site.layer, heads] = baseline + per_token.sum(-1)[heads]
+            values[site.layer, heads_on] = baseline + per_token.sum(-1)[heads_on]
         else:
-            values[site.layer][np.ix_(heads, tokens)] = baseline + per_token[np.ix_(heads, tokens)]
-    return InterventionGrid("attribute", grid, values, baseline, pair.clean_metric, [s.layer for s in pair.sites],
-                            pair.head_list, round(time.perf_counter() - started, 4))
+            values[site.layer][np.ix_(heads_on, tokens)] = baseline + per_token[np.ix_(heads_on, tokens)]
+    return InterventionGrid(method="attribute", grid=grid, values=values, baseline=baseline, clean=pair.clean_metric,
+                            layers=[s.layer for s in pair.sites], heads=pair.head_list,
+                            seconds=round(time.perf_counter() - started, 4))

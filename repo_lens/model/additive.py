@@ -71,7 +71,8 @@ class ForgetGatePositions(KeyMinusQueryBias, nn.Module):
         super().__init__()
         self.forget_gate = nn.Linear(cfg.d_model, cfg.n_heads)
         nn.init.constant_(self.forget_gate.bias, cfg.forget_bias_init)
-        self.hook_delta = HookPoint()  # [batch, head, pos]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_delta = HookPoint()
 
     def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
                 shared: torch.Tensor | None = None) -> torch.Tensor:
@@ -93,10 +94,11 @@ class _QueryKeyPositions(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hook_delta = HookPoint()  # [batch, head, key_pos] (the last query's view)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_delta = HookPoint()
         # every query's increments over the keys (hook_delta is the last row); a read-out, so a
         # right-padded batch can take each sequence's own last query
-        self.hook_query_delta = HookPoint()  # [batch, head, query_pos, key_pos]
+        self.hook_query_delta = HookPoint()
 
     def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
@@ -118,7 +120,8 @@ class ContextualPositions(_QueryKeyPositions):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.hook_gates = HookPoint()  # [batch, head, query_pos, key_pos]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_gates = HookPoint()
         self.max_position = int(cfg.cope_max_position)
         self.position_embeddings = nn.Parameter(torch.zeros(cfg.d_head, self.max_position + 1))
 
@@ -144,7 +147,8 @@ class PathIntegralPositions(_QueryKeyPositions):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.hook_potential = HookPoint()  # [batch, head, query_pos, key_pos]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_potential = HookPoint()
         self.potential_bias = nn.Parameter(torch.full((cfg.n_heads,), float(cfg.forget_bias_init)))
 
     def forward(self, q: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,7 @@
-"""Causal self-attention whose rotary positions come from a pluggable mechanism."""
+"""Causal self-attention whose rotary positions come from a pluggable mechanism: the projections, the layer's
+positions from its mechanism, the rotation at those positions (:func:`apply_rotary`, or PoPE's
+:func:`apply_pope`), and the scores and pattern, materialised only for the hooks that ask for them
+(:func:`hooked_attention`). The rotation's frequencies are in :mod:`repo_lens.model.rotary`."""
 
 from __future__ import annotations
 
@@ -13,16 +16,16 @@ from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.compat.attention import AttentionWeights
 from repo_lens.model.decay import LEVELS_STATE, DecayRows, decay_bias, decay_levels, missing_decay
-from repo_lens.model.hooking import editable, project_heads, wants
+from repo_lens.model.former_names import FormerMechanismName
+from repo_lens.model.hooking import editable, project_heads, through, wants
 from repo_lens.model.layers import RMSNorm
-from repo_lens.model.pattern import causal_mask, hooked_attention
 from repo_lens.model.registry import NO_DECAY, build_position_mechanism
-from repo_lens.model.rotary import RopeSettings, apply_rotary, rope_frequencies, rotary_cos_sin
+from repo_lens.model.rotary import RopeSettings, rope_frequencies
 
-__all__ = ["Attention", "causal_mask"]
+__all__ = ["Attention", "apply_pope", "apply_rotary", "causal_mask", "hooked_attention", "rotary_cos_sin"]
 
 
-class Attention(AttentionWeights, nn.Module):
+class Attention(FormerMechanismName, AttentionWeights, nn.Module):
     """Multi-head (or grouped-query) attention. OLMo-2 adds RMSNorm over the whole q and k
     projections. Where learned positions differ between the query heads of a GQA group, keys are
     repeated to one per query head before rotation (each head rotates the shared key by its own
@@ -38,7 +41,7 @@ class Attention(AttentionWeights, nn.Module):
     In a model with a decay (``ModelConfig.decay``, :mod:`repo_lens.model.decay`), the layer sums the model's
     log α into its levels A (``hook_decay``) and adds A_i − A_j to its scores."""
 
-    positions: Any  # the layer's position mechanism (the registry's nn.Module: role, logit_bias, … by kind)
+    mechanism: Any  # the layer's position mechanism (the registry's nn.Module: role, logit_bias, … by kind)
     inv_freq: torch.Tensor  # a buffer
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
@@ -55,27 +58,29 @@ class Attention(AttentionWeights, nn.Module):
         if self.qk_norm:
             self.q_norm = RMSNorm(q_width, cfg.rms_norm_eps, weight_before_cast=True)
             self.k_norm = RMSNorm(kv_width, cfg.rms_norm_eps, weight_before_cast=True)
-        self.positions = build_position_mechanism(self.kind, cfg)
+        self.mechanism = build_position_mechanism(self.kind, cfg)
         inv_freq, self.attention_scaling = rope_frequencies(
             self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings
         )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.rope = RopeSettings(self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
 
-        self.hook_pos = HookPoint()  # [batch, head, pos]
-        self.hook_q = HookPoint()  # [batch, pos, head, d_head] (q_proj's output: before q_norm and rotation)
-        self.hook_k = HookPoint()  # [batch, pos, kv_head, d_head] (k_proj's output: before k_norm and rotation)
-        self.hook_v = HookPoint()  # [batch, pos, kv_head, d_head] (v_proj's output)
-        self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (the queries q·k uses: normed, rotated)
-        self.hook_rot_k = HookPoint()  # [batch, pos, kv_head, d_head] (the keys q·k uses; per query head where positions differ in a group)
-        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
-        self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
-        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output; only when hooked)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_pos = HookPoint()
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_rot_q = HookPoint()
+        self.hook_rot_k = HookPoint()
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        self.hook_result = HookPoint()
         self.decay_name = cfg.decay
         self.decay_rows = DecayRows() if cfg.decay != NO_DECAY else None
         if self.decay_rows is not None:
-            self.hook_decay = HookPoint()  # [batch, head, pos]
+            # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+            self.hook_decay = HookPoint()
 
     def _project(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [batch, head, pos, d_head], k and v [batch, kv_head, pos, d_head] of the block input ``h``,
@@ -115,7 +120,7 @@ class Attention(AttentionWeights, nn.Module):
         the residual stream entering the block, which a mechanism with ``reads_residual`` reads instead of ``h``.
         ``decay``: the model's log α [batch, head, pos] of these tokens, in a model with a decay."""
         batch, pos, _ = h.shape
-        mechanism = self.positions
+        mechanism = self.mechanism
         state = cache.position_states[self.layer] if cache is not None else None
         q, k, v = self._project(h)
         positions = None
@@ -159,14 +164,14 @@ class Attention(AttentionWeights, nn.Module):
             k = self._per_query_head(k)
         cos, sin = rotary_cos_sin(positions, inv_freq, self.attention_scaling)
         group = self.n_heads // k.shape[1]
-        encode = getattr(self.positions, "encode", apply_rotary)  # PoPE kinds keep only the pair norms' phase
+        encode = getattr(self.mechanism, "encode", apply_rotary)  # PoPE kinds keep only the pair norms' phase
         return encode(q, cos, sin), encode(k, cos[:, ::group], sin[:, ::group])
 
     def _mechanism_bias(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None,
                         allowed: torch.Tensor | None, state: dict | None) -> torch.Tensor | None:
         """The bias an additive or contextual mechanism adds to q·k/√d (None for a rotary one); a contextual
         mechanism's positions pass through ``hook_pos`` here."""
-        mechanism = self.positions
+        mechanism = self.mechanism
         if mechanism.role == "additive":
             assert positions is not None  # an additive mechanism's forward gave them
             key_positions = positions
@@ -197,3 +202,90 @@ class Attention(AttentionWeights, nn.Module):
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return (q.float() @ k.float().transpose(-1, -2)) / self.d_head**0.5
+
+
+# the rotation at real-valued positions, then the pattern: the steps of the forward above, in its order
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def rotary_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the angles z·inv_freq, fp32, shape [batch, head, pos, head_dim] (NeoX layout)."""
+    angles = positions.float().unsqueeze(-1) * inv_freq.to(positions.device, torch.float32)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos() * attention_scaling, angles.sin() * attention_scaling
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [batch, head, pos, head_dim] (NeoX rotate-half convention); result in x's dtype."""
+    rotated = x.float() * cos + rotate_half(x.float()) * sin
+    return rotated.to(x.dtype)
+
+
+def apply_pope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """PoPE (Milsom et al., arXiv:2509.10534) in the half-split layout: each pair (x_i, x_{i+d/2}) becomes
+    softplus(‖pair‖)·(cos, sin) of the position's angle alone, so q·k = Σ_i m_i(q) m_i(k) cos((p_q − p_k) θ_i);
+    x [batch, head, pos, head_dim], cos/sin from :func:`rotary_cos_sin`; result in x's dtype.
+
+    >>> x = torch.tensor([[[[3.0, 0.0, 4.0, 1.0]]]])
+    >>> cos, sin = rotary_cos_sin(torch.zeros(1, 1, 1), torch.ones(2))
+    >>> [round(v, 4) for v in apply_pope(x, cos, sin).flatten().tolist()]
+    [5.0067, 1.3133, 0.0, 0.0]
+    """
+    half = x.shape[-1] // 2
+    x32 = x.float()
+    magnitude = torch.nn.functional.softplus(torch.sqrt(x32[..., :half].square() + x32[..., half:].square()))
+    return torch.cat((magnitude * cos[..., :half], magnitude * sin[..., :half]), dim=-1).to(x.dtype)
+
+
+def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
+    """Boolean [n_queries, n_keys], True where query i (the last n_queries of the keys) may attend.
+
+    >>> causal_mask(2, 3, torch.device("cpu")).tolist()
+    [[True, True, False], [True, True, True]]
+    """
+    query_index = torch.arange(n_keys - n_queries, n_keys, device=device)[:, None]
+    return torch.arange(n_keys, device=device)[None, :] <= query_index
+
+
+def hooked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fused: torch.Tensor,
+                     allowed: torch.Tensor | None, bias: torch.Tensor | None, hook_attn_scores: HookPoint,
+                     hook_pattern: HookPoint) -> torch.Tensor:
+    """The attention output [batch, head, query, d_head] given the fused kernel's ``fused``: the scores
+    (q·k/√d_head + bias, −inf where masked, fp32) and the pattern pass through their hooks when asked for,
+    and the output is recomputed from the pattern only if a hook replaced or edited either, or a backward
+    hook needs their gradient; otherwise ``fused`` itself, so reading hooks leave the output bit-identical.
+    With autograd on, a reading hook's pattern is on the gradient's path (``retain_grad`` works): the
+    output keeps the fused value and takes its gradient through the pattern.
+
+    >>> q = k = v = torch.ones(1, 1, 2, 4)
+    >>> out = hooked_attention(q, k, v, v, None, None, HookPoint(), HookPoint())
+    >>> out is v
+    True
+    """
+    if not (wants(hook_attn_scores) or wants(hook_pattern)):
+        return fused
+    scores = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
+    if bias is not None:
+        scores = scores + bias
+    if allowed is None:
+        allowed = causal_mask(q.shape[2], k.shape[2], q.device)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    edited_scores = through(hook_attn_scores, scores)
+    if edited_scores is not None:
+        scores = edited_scores
+    pattern = scores.softmax(dim=-1)
+    edited_pattern = through(hook_pattern, pattern)
+    if edited_pattern is None and edited_scores is None:
+        if not (torch.is_grad_enabled() and pattern.requires_grad):
+            return fused
+        # the hooks only read, but a gradient may be asked of what they saw (retain_grad): the output stays
+        # the fused kernel's, bit for bit, and its gradient flows through the pattern instead of the kernel
+        explicit = (pattern @ v.float()).to(v.dtype)
+        return fused.detach() + (explicit - explicit.detach())
+    pattern = pattern if edited_pattern is None else edited_pattern
+    return (pattern @ v.float()).to(v.dtype)

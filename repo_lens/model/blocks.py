@@ -36,11 +36,12 @@ class _Block(BlockNames, nn.Module):
         for name in self.NORMS:
             setattr(self, name, RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=self.WEIGHT_BEFORE_CAST))
         self._norm_at = {place: name for name, place in self.NORMS.items()}
-        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
-        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
-        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
 
     def _norm(self, place: str, x: torch.Tensor) -> torch.Tensor:
         name = self._norm_at.get(place)
@@ -55,7 +56,7 @@ class _Block(BlockNames, nn.Module):
         resid_pre = self.hook_resid_pre(x)
         normed = self._norm("before_attention", resid_pre)
         # a mechanism that reads the residual stream entering the block (not the normed input) gets it too
-        reads = {"residual": resid_pre} if getattr(getattr(self.attn, "positions", None), "reads_residual", False) else {}
+        reads = {"residual": resid_pre} if getattr(getattr(self.attn, "mechanism", None), "reads_residual", False) else {}
         if decay is not None:
             reads["decay"] = decay
         if rows_from and getattr(self.attn, "QUERY_ROWS", False):

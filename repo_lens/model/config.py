@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.compat.config import TransformerLensConfigFields
+from repo_lens.model.former_names import current_config_keys
+from repo_lens.model.mechanism_table import current_kinds, renamed_message
 
 BLOCK_FAMILIES = ("olmo2", "llama", "authors", "cope")  # authors: the GRAPE / FoX authors' pre-norm blocks; cope:
 # the CoPE authors' decoder (built by repo_lens.model.authors.cope_model.CopeModel)
@@ -45,8 +50,8 @@ class ModelConfig(TransformerLensConfigFields):
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     mlp_bias: bool = False
-    # RePo's d_p (width of the position representation); None means d_model // 8
-    repo_dim: int | None = None
+    # RePo's d_p (width of the position representation); None means d_model // 8, set when the config is built
+    d_position: int | None = None
     # position assigned by "nope" layers (RePo App. A: NoPE == RoPE at a constant position)
     nope_position: float = 0.0
     # learned position increments (the learned-increments post): DeltaMLP width (None = d_model // 4) and the
@@ -70,6 +75,8 @@ class ModelConfig(TransformerLensConfigFields):
             )
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+        if self.d_position is None:
+            self.d_position = self.d_model // 8
         if self.head_dim is None:
             if self.d_model % self.n_heads:
                 raise CheckpointError(
@@ -86,8 +93,17 @@ class ModelConfig(TransformerLensConfigFields):
                 f"layer_mechanisms has {len(self.layer_mechanisms)} entries for "
                 f"{self.n_layers} layers; give one mechanism per layer"
             )
-        self.layer_mechanisms = list(self.layer_mechanisms)
+        self.layer_mechanisms = self._current_kinds(list(self.layer_mechanisms))
         self._check_decay()
+
+    def _current_kinds(self, kinds: list[str]) -> list[str]:
+        """``kinds`` under their current names: a kind the registry renamed (its ``formerly`` trait) is read
+        as its new name in a config of the block family that wrote the old one, with a DeprecationWarning."""
+        current = current_kinds(kinds, family=self.family)
+        if current != kinds:
+            warnings.warn(renamed_message(kinds, current, f"a model config of block family {self.family!r}"),
+                          DeprecationWarning, stacklevel=4)
+        return current
 
     def _check_decay(self) -> None:
         """``decay`` a name (which decays exist, the registry says when the model is built: ``build_decay``);
@@ -104,8 +120,11 @@ class ModelConfig(TransformerLensConfigFields):
         return int(self.head_dim)  # type: ignore[arg-type]
 
     @property
-    def d_position(self) -> int:
-        return self.repo_dim if self.repo_dim is not None else self.d_model // 8
+    def repo_dim(self) -> int | None:
+        """Deprecated: RePo's d_p is ``d_position``."""
+        warnings.warn("ModelConfig.repo_dim is deprecated and stops working in the next release: use "
+                      "ModelConfig.d_position", DeprecationWarning, stacklevel=2)
+        return self.d_position
 
     @property
     def lpi_hidden_dim(self) -> int:
@@ -120,6 +139,7 @@ class ModelConfig(TransformerLensConfigFields):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        data = current_config_keys(data)  # configs saved with repo_dim (d_position's former name) load as they are
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -127,6 +147,23 @@ class ModelConfig(TransformerLensConfigFields):
                 f"unknown model config keys {unknown}; known keys: {sorted(names)}"
             )
         return cls(**data)
+
+
+def _former_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """ModelConfig's constructor, which also takes ``repo_dim`` (``d_position``'s former name) for one release."""
+
+    @functools.wraps(init)
+    def __init__(self: ModelConfig, *args: Any, **kwargs: Any) -> None:
+        if "repo_dim" in kwargs:
+            warnings.warn("ModelConfig(repo_dim=...) is deprecated and stops working in the next release: use "
+                          "ModelConfig(d_position=...)", DeprecationWarning, stacklevel=2)
+            kwargs = current_config_keys(kwargs, "ModelConfig(...)")
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+setattr(ModelConfig, "__init__", _former_keywords(ModelConfig.__init__))
 
 
 def repo_start_layer(n_layers: int) -> int:

@@ -49,7 +49,7 @@ class GraftDeltaMLP(DeltaMLP):
 class GraftIncrementPositions(SharedIncrementPositions):
     """The post's graft: δ = softplus(DeltaMLP(e)) from the base model's input embeddings, one δ per token for
     every layer and head, positions = Σ_{s<t} δ_s (exclusive). The DeltaMLP lives on the model
-    (``LensModel.increments``); its δ arrives as ``shared``."""
+    (``LensModel.shared_delta``); its δ arrives as ``shared``."""
 
     kind = "lpi-graft"
     exclusive = True
@@ -66,7 +66,7 @@ def token_deltas(model: nn.Module) -> torch.Tensor:
     """δ of every vocabulary id, [vocab] fp32: softplus(DeltaMLP(e)) of each row e of the embedding matrix (what
     the post's ``token_deltas`` and ``analyze_deltas`` compute), for a model whose layers share one DeltaMLP
     with one output (``lpi``, ``lpi-graft``); see the module's example."""
-    mlp = getattr(model, "increments", None)
+    mlp = getattr(model, "shared_delta", None)
     if not isinstance(mlp, DeltaMLP) or mlp.fc_out.out_features != 1:
         raise InputError("token_deltas needs a model whose layers share one DeltaMLP with one δ per token "
                          "(kind lpi or lpi-graft)")

@@ -56,7 +56,8 @@ class CumulativePositions(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
-        self.hook_delta = HookPoint()  # [batch, head, pos]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_delta = HookPoint()
 
     def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
@@ -74,13 +75,13 @@ class CumulativePositions(nn.Module):
 
 class SharedIncrementPositions(CumulativePositions):
     """The learned-increments post, shared variant: one δ per token from the embeddings, the same in every layer and
-    head. The DeltaMLP lives on the model (``LensModel.increments``); its δ arrives as ``shared``."""
+    head. The DeltaMLP lives on the model (``LensModel.shared_delta``); its δ arrives as ``shared``."""
 
     kind = "lpi"
 
     @staticmethod
     def shared_module(cfg: ModelConfig) -> nn.Module:
-        """The model-level module whose δ the layers of this kind share (``LensModel.increments``)."""
+        """The model-level module whose δ the layers of this kind share (``LensModel.shared_delta``)."""
         return shared_delta_mlp(cfg)
 
     def increments(self, h: torch.Tensor, shared: torch.Tensor | None) -> torch.Tensor:
@@ -124,7 +125,7 @@ class DeltaTable(nn.Module):
 
 class TableIncrementPositions(SharedIncrementPositions):
     """The post's frozen δ table: δ = deltas[token id] (per head), positions = Σ_{s≤t} δ_s, the same in every layer;
-    the table (``LensModel.increments``) holds ones, integer positions, until a checkpoint fills it."""
+    the table (``LensModel.shared_delta``) holds ones, integer positions, until a checkpoint fills it."""
 
     kind = "lpi-table"
 
@@ -188,10 +189,10 @@ def shared_delta_mlp(cfg: ModelConfig) -> DeltaMLP:
 
 def is_position_weight(name: str) -> bool:
     """Whether the LensModel weight ``name`` belongs to a position mechanism: a layer's own
-    (``blocks.{l}.attn.positions.``) or the increments the layers share (``increments.``).
+    (``blocks.{l}.attn.mechanism.``) or the increments the layers share (``shared_delta.``).
 
-    >>> [is_position_weight(name) for name in ("blocks.2.attn.positions.delta_mlp.fc_in.weight",
-    ...                                        "increments.fc_out.bias", "blocks.2.attn.q_proj.weight")]
+    >>> [is_position_weight(name) for name in ("blocks.2.attn.mechanism.delta_mlp.fc_in.weight",
+    ...                                        "shared_delta.fc_out.bias", "blocks.2.attn.q_proj.weight")]
     [True, True, False]
     """
-    return ".attn.positions." in name or name.startswith("increments.")
+    return ".attn.mechanism." in name or name.startswith("shared_delta.")

@@ -40,8 +40,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
         self.weight_before_cast = weight_before_cast
-        self.hook_scale = HookPoint()  # [batch, pos, one]
-        self.hook_normalized = HookPoint()  # [batch, pos, d_normed] (fp32, before the weight)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
@@ -65,9 +66,10 @@ class SwiGLU(MLPWeights, nn.Module):
         self.gate_proj = nn.Linear(d_model, d_mlp, bias=bias)
         self.up_proj = nn.Linear(d_model, d_mlp, bias=bias)
         self.down_proj = nn.Linear(d_mlp, d_model, bias=bias)
-        self.hook_pre = HookPoint()  # [batch, pos, d_mlp] (the gate before its activation)
-        self.hook_pre_linear = HookPoint()  # [batch, pos, d_mlp] (up_proj's output)
-        self.hook_post = HookPoint()  # [batch, pos, d_mlp] (what down_proj reads)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_pre = HookPoint()
+        self.hook_pre_linear = HookPoint()
+        self.hook_post = HookPoint()
 
     def activation(self, gate: torch.Tensor) -> torch.Tensor:
         return F.silu(gate)
@@ -85,8 +87,9 @@ class GeluMLP(MLPWeights, nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(d_model, d_mlp, bias=bias)
         self.down_proj = nn.Linear(d_mlp, d_model, bias=bias)
-        self.hook_pre = HookPoint()  # [batch, pos, d_mlp] (up_proj's output, before the activation)
-        self.hook_post = HookPoint()  # [batch, pos, d_mlp] (what down_proj reads)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.hook_post(F.gelu(self.hook_pre(self.up_proj(x)))))

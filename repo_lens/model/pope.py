@@ -7,7 +7,7 @@ rotary pair of q and k is replaced by its softplus magnitude at the position's p
 
 so q·k = Σ_i m_i(q) m_i(k) cos((p_q − p_k) θ_i): the content picks the weight of each band, the positions alone
 its phase. Every kind here takes its positions from the mechanism it extends and encodes with
-:func:`repo_lens.model.rotary.apply_pope` instead of the rotation (``encode``).
+:func:`repo_lens.model.attention.apply_pope` instead of the rotation (``encode``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from repo_lens.model.increments import (
 )
 from repo_lens.model.positions import IntegerPositions
 from repo_lens.model.residual_increments import ResidualHeadIncrementPositions, ResidualIncrementPositions
-from repo_lens.model.rotary import apply_pope
+from repo_lens.model.attention import apply_pope
 
 POPE = staticmethod(apply_pope)
 

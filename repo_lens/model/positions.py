@@ -10,6 +10,8 @@ to the attention logits); ``registry.py`` lists every mechanism and what it is.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -70,9 +72,10 @@ class RepoPositions(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.gate_map = nn.Linear(cfg.d_model, cfg.d_position, bias=False)
-        self.content_map = nn.Linear(cfg.d_model, cfg.d_position, bias=False)
-        self.final_map = nn.Linear(cfg.d_position, cfg.n_heads, bias=False)
+        d_position = int(cast(int, cfg.d_position))  # the config sets it (d_model // 8 when not given)
+        self.gate_map = nn.Linear(cfg.d_model, d_position, bias=False)
+        self.content_map = nn.Linear(cfg.d_model, d_position, bias=False)
+        self.final_map = nn.Linear(d_position, cfg.n_heads, bias=False)
 
     def forward(self, h: torch.Tensor, offset: int = 0, state: dict | None = None,
                 shared: torch.Tensor | None = None) -> torch.Tensor:

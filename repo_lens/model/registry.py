@@ -2,10 +2,12 @@
 
 Code outside ``repo_lens.model`` never names a mechanism kind; it asks this registry (is a layer's
 position learned, how does it bias attention, how is ``positions`` derived for display, which
-settings does a trace record, which colour slot does it take in figures). Adding a mechanism means:
-its module (an ``nn.Module`` with ``kind`` and ``role``), one entry in ``mechanisms.json`` beside
-this file (the fields of :class:`MechanismTraits` but ``kind``, which is the entry's key), and its
-tests; :func:`register` adds one at run time.
+settings does a trace record, which colour slot does it take in figures). It is also the one table from
+a kind to its module, in each attention that runs it: the zoo's (``module``) and the authors' attentions
+(``attention_modules``; :func:`mechanism_class`). Adding a mechanism means: its module (an ``nn.Module``
+with ``kind`` and ``role``), one entry in ``mechanisms.json`` beside this file (the fields of
+:class:`MechanismTraits` but ``kind``, which is the entry's key), and its tests; docs/architecture.md
+lists every place a new kind goes, and :func:`register` adds one at run time.
 
 The same file's ``"decays"`` section declares the decays (:class:`DecayTraits`): a recency bias a model
 computes once from its token embeddings and adds to the scores of every layer, on top of the rotation
@@ -27,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +36,28 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig, repo_start_layer
+from repo_lens.model.mechanism_table import DECAYS_SECTION, TABLE_FILE, read_table
 
 if TYPE_CHECKING:
     from torch import nn
 
 Role = Literal["rotary", "additive", "contextual"]
 ROLES: tuple[str, ...] = ("rotary", "additive", "contextual")
-BUILTINS_FILE = Path(__file__).with_name("mechanisms.json")  # the built-in mechanisms' traits, one entry each
+BUILTINS_FILE: Path = TABLE_FILE  # the built-in mechanisms' traits, one entry each
+ZOO_ATTENTION = "zoo"  # the attention of the zoo's block families (olmo2, llama): a kind's ``module`` runs there
+# (unless its ``attentions`` trait leaves the zoo's out)
+# the attentions that run position mechanisms, by the name ``attention_modules`` and mechanism_class use
+ATTENTIONS: dict[str, str] = {
+    ZOO_ATTENTION: "the zoo's attention (block families olmo2 and llama)",
+    "authors": "the GRAPE and FoX authors' attention (block family authors)",
+    "cope": "the CoPE authors' attention (block family cope)",
+}
+# the block families (ModelConfig.family) whose models run each attention, the first the one tiny models take
+ATTENTION_FAMILIES: dict[str, tuple[str, ...]] = {ZOO_ATTENTION: ("olmo2", "llama"), "authors": ("authors",),
+                                                  "cope": ("cope",)}
+# the loaders of checkpoints that other code trained (sub-packages of repo_lens/model/loaders/), by the name
+# the ``loaders`` trait uses
+LOADERS: tuple[str, ...] = ("grape", "fox", "cope", "increments_post", "repo_authors")
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,9 @@ class MechanismTraits:
     bias: one line on how the mechanism changes the attention logits.
     positions: one line on what ``Trace.positions`` holds for a layer of this kind.
     label: the human-readable name shown in figures and the app.
-    module: dotted path of the ``nn.Module`` class, e.g. ``"repo_lens.model.positions.RepoPositions"``.
+    module: dotted path of the ``nn.Module`` class that runs the kind in the zoo's attention (block families
+        olmo2 and llama), e.g. ``"repo_lens.model.positions.RepoPositions"``; for a kind the zoo's attention
+        does not run (``attentions``), the class of its equation (as ``attention_modules`` names it).
     increments: what the module publishes through ``hook_delta`` (and a trace stores in
         ``extras["increments"]``); None when it publishes none.
     settings: trace-meta key -> ``ModelConfig`` attribute, for the settings a trace records in
@@ -70,6 +88,22 @@ class MechanismTraits:
         that leaves no positional signal), ``quantity`` (what the hook holds), ``pairwise`` (the hook is
         [batch, head, query_pos, key_pos] instead of [batch, head, pos]), ``sum`` (how the positions are
         summed from the quantity, for edits on the positions' own scale; see :class:`PositionEdit`).
+    attention_modules: attention -> dotted path of the ``nn.Module`` class that runs the kind in one of the
+        authors' attentions (``"authors"``: the GRAPE and FoX authors', ``"cope"``: the CoPE authors'; see
+        :data:`ATTENTIONS`), with that code's parameter names and inputs; an attention not named here does not
+        run the kind.
+    attentions: the attentions that run the kind (:data:`ATTENTIONS`), where it is not the default, the zoo's
+        and those ``attention_modules`` names: e.g. ``("authors",)`` for an equation that reads what only the
+        authors' attention hands its mechanism (the layer input). Code that builds models of every kind asks
+        :func:`attentions_of` (or :func:`kinds_in_attention`).
+    loaders: the loaders of other code's checkpoints that produce layers of this kind (:data:`LOADERS`: the
+        sub-packages of ``repo_lens.model.loaders``); repo_lens' own checkpoints hold any kind.
+    recipe: what ``repo-lens train --base --mechanism KIND`` trains (the recipe that converts a pretrained RoPE
+        model, :mod:`repo_lens.train.reposition`), in a few words; None where the recipe cannot start from it.
+    formerly: the name this kind was written under before it had its own: ``kind`` (the old name), ``family``
+        (the block family of the model configs that wrote it so) and ``format`` (the loader format,
+        ``meta["format"]``, of the traces that did); read back, such kinds are renamed
+        (:func:`repo_lens.model.mechanism_table.current_kinds`).
     """
 
     kind: str
@@ -83,6 +117,11 @@ class MechanismTraits:
     settings: Mapping[str, str] = field(default_factory=dict)
     upper_layers_only: bool = False
     edit: Mapping[str, object] = field(default_factory=dict)
+    attention_modules: Mapping[str, str] = field(default_factory=dict)
+    attentions: tuple[str, ...] = ()
+    loaders: tuple[str, ...] = ()
+    recipe: str | None = None
+    formerly: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def biases_logits(self) -> bool:
@@ -139,9 +178,8 @@ class DecayTraits:
 
 
 _REGISTRY: dict[str, MechanismTraits] = {}
-_CLASSES: dict[str, type] = {}
+_CLASSES: dict[tuple[str, str], type] = {}  # (kind, attention) -> its module's class, imported on first use
 _DECAYS: dict[str, DecayTraits] = {}
-DECAYS_SECTION = "decays"  # the section of mechanisms.json that declares the decays (not a kind)
 NO_DECAY = "none"  # ModelConfig.decay of a model without a decay
 
 ROPE_KIND = "rope"  # integer positions: the kind of every layer of a plain RoPE model
@@ -157,17 +195,43 @@ def register(traits: MechanismTraits) -> MechanismTraits:
     """
     if traits.role not in ROLES:
         raise ValueError(f"mechanism {traits.kind!r}: role {traits.role!r} is not one of {ROLES}")
+    authors_attentions = set(ATTENTIONS) - {ZOO_ATTENTION}
+    unknown = sorted(set(traits.attention_modules) - authors_attentions)
+    if unknown:
+        raise ValueError(f"mechanism {traits.kind!r}: attention_modules names {unknown}; it names the authors' "
+                         f"attentions {sorted(authors_attentions)} (the zoo's attention runs 'module')")
+    _check_attentions(traits)
+    if set(traits.loaders) - set(LOADERS):
+        raise ValueError(f"mechanism {traits.kind!r}: loaders {sorted(set(traits.loaders) - set(LOADERS))} are not "
+                         f"loaders of other code's checkpoints {LOADERS}")
     _REGISTRY[traits.kind] = traits
-    _CLASSES.pop(traits.kind, None)
+    for attention in ATTENTIONS:
+        _CLASSES.pop((traits.kind, attention), None)
     return traits
 
 
+def _check_attentions(traits: MechanismTraits) -> None:
+    """``traits.attentions`` names known attentions, and an authors' attention among them has its module."""
+    if not traits.attentions:
+        return
+    if set(traits.attentions) - set(ATTENTIONS):
+        raise ValueError(f"mechanism {traits.kind!r}: attentions {sorted(set(traits.attentions) - set(ATTENTIONS))} "
+                         f"are not attentions that run mechanisms {list(ATTENTIONS)}")
+    moduleless = sorted(set(traits.attentions) - {ZOO_ATTENTION} - set(traits.attention_modules))
+    unlisted = sorted(set(traits.attention_modules) - set(traits.attentions))
+    if moduleless or unlisted:
+        raise ValueError(f"mechanism {traits.kind!r}: attentions {list(traits.attentions)} and attention_modules "
+                         f"{sorted(traits.attention_modules)} disagree; give each authors' attention that runs the "
+                         "kind its module in attention_modules, and list every attention_modules entry in attentions")
+
+
 def _register_builtins() -> None:
-    table = json.loads(BUILTINS_FILE.read_text(encoding="utf-8"))
+    table = read_table()
     for name, entry in table.pop(DECAYS_SECTION, {}).items():
         _DECAYS[name] = DecayTraits(name=name, **entry)
     for kind, entry in table.items():
-        register(MechanismTraits(kind=kind, **entry))
+        register(MechanismTraits(kind=kind, **{**entry, "loaders": tuple(entry.get("loaders", ())),
+                                               "attentions": tuple(entry.get("attentions", ()))}))
 
 
 _register_builtins()
@@ -264,9 +328,9 @@ def recorded_settings(cfg: ModelConfig) -> dict[str, object]:
     >>> cfg = ModelConfig(family="olmo2", vocab_size=8, d_model=32, n_layers=2, n_heads=4, d_mlp=8,
     ...                   layer_mechanisms=["rope", "repo"])
     >>> recorded_settings(cfg)
-    {'repo_dim': 4}
+    {'d_position': 4}
     >>> recorded_settings(ModelConfig(**{**cfg.to_dict(), "decay": "forget"}))
-    {'repo_dim': 4, 'decay': 'forget', 'decay_hidden': 8}
+    {'d_position': 4, 'decay': 'forget', 'decay_hidden': 8}
     """
     settings: dict[str, object] = {}
     for kind in dict.fromkeys(cfg.layer_mechanisms):
@@ -279,29 +343,117 @@ def recorded_settings(cfg: ModelConfig) -> dict[str, object]:
     return settings
 
 
-def mechanism_class(kind: str) -> type[nn.Module]:
-    """The ``nn.Module`` class of ``kind`` (imported on first use); unknown kinds raise CheckpointError.
+def attentions_of(kind: str) -> list[str]:
+    """The attentions that run ``kind`` (:data:`ATTENTIONS`; its ``attentions`` trait, by default the zoo's and
+    those its ``attention_modules`` names); CheckpointError for an unknown kind.
 
-    >>> mechanism_class("rope").__name__
-    'IntegerPositions'
+    >>> attentions_of("fox"), attentions_of("grape-ap-rotated")
+    (['zoo', 'authors'], ['authors'])
     """
     if kind not in _REGISTRY:
         raise _unknown(kind)
-    if kind not in _CLASSES:
-        module_name, class_name = _REGISTRY[kind].module.rsplit(".", 1)
-        _CLASSES[kind] = getattr(importlib.import_module(module_name), class_name)
-    return _CLASSES[kind]
+    traits = _REGISTRY[kind]
+    return list(traits.attentions) if traits.attentions else [ZOO_ATTENTION, *traits.attention_modules]
 
 
-def build_position_mechanism(kind: str, cfg: ModelConfig) -> nn.Module:
-    """A layer's position mechanism, built from ``cfg``.
+def kinds_in_attention(attention: str) -> list[str]:
+    """The kinds that ``attention`` runs (:data:`ATTENTIONS`), in registration order.
+
+    >>> kinds_in_attention("cope")
+    ['nope', 'cope', 'rel']
+    >>> "grape-ap-rotated" in kinds_in_attention("zoo"), "grape-ap-rotated" in kinds_in_attention("authors")
+    (False, True)
+    """
+    if attention not in ATTENTIONS:
+        raise CheckpointError(f"unknown attention {attention!r}; the attentions that run mechanisms: {list(ATTENTIONS)}")
+    return [kind for kind in _REGISTRY if attention in attentions_of(kind)]
+
+
+def family_attention(family: str) -> str:
+    """The attention (:data:`ATTENTIONS`) that the models of block family ``family`` (``ModelConfig.family``) run.
+
+    >>> family_attention("llama"), family_attention("authors")
+    ('zoo', 'authors')
+    """
+    for attention, families in ATTENTION_FAMILIES.items():
+        if family in families:
+            return attention
+    raise CheckpointError(f"unknown block family {family!r}; the families of the attentions: {ATTENTION_FAMILIES}")
+
+
+def block_families(kind: str) -> list[str]:
+    """The block families (``ModelConfig.family``) whose models run ``kind``, those of the zoo's attention first.
+
+    >>> block_families("fox"), block_families("grape-ap-rotated")
+    (['olmo2', 'llama', 'authors'], ['authors'])
+    """
+    return [family for attention in attentions_of(kind) for family in ATTENTION_FAMILIES[attention]]
+
+
+def module_path(kind: str, attention: str = ZOO_ATTENTION) -> str:
+    """Dotted path of the class that runs ``kind`` in ``attention``; CheckpointError for an unknown kind, or
+    one that attention does not run (naming where the kind runs and the kinds that attention runs).
+
+    >>> module_path("fox"), module_path("fox", attention="authors")
+    ('repo_lens.model.additive.ForgetGatePositions', 'repo_lens.model.authors.forget_gates.ForgetGates')
+    """
+    runs_in = attentions_of(kind)
+    if attention not in runs_in:
+        kinds_in_attention(attention)  # an unknown attention is refused there
+        raise CheckpointError(
+            f"layer kind {kind!r} does not run in {ATTENTIONS[attention]}; it runs "
+            f"{', '.join(kinds_in_attention(attention))}. {kind!r} runs in "
+            f"{' and '.join(ATTENTIONS[name] for name in runs_in)}: build its model of block family "
+            f"{block_families(kind)[0]!r}")
+    if attention == ZOO_ATTENTION:
+        return _REGISTRY[kind].module
+    return _REGISTRY[kind].attention_modules[attention]
+
+
+def mechanism_class(kind: str, attention: str = ZOO_ATTENTION) -> type[nn.Module]:
+    """The ``nn.Module`` class that runs ``kind`` in ``attention`` (:data:`ATTENTIONS`; imported on first use);
+    an unknown kind, or one the attention does not run, raises CheckpointError.
+
+    >>> mechanism_class("rope").__name__, mechanism_class("grape-m-context", attention="authors").__name__
+    ('IntegerPositions', 'ContextPhases')
+    """
+    key = (kind, attention)
+    if key not in _CLASSES:
+        module_name, class_name = module_path(kind, attention).rsplit(".", 1)
+        _CLASSES[key] = getattr(importlib.import_module(module_name), class_name)
+    return _CLASSES[key]
+
+
+def build_position_mechanism(kind: str, cfg: ModelConfig, attention: str = ZOO_ATTENTION) -> nn.Module:
+    """A layer's position mechanism in ``attention`` (the zoo's by default), built from ``cfg``.
 
     >>> cfg = ModelConfig(family="olmo2", vocab_size=8, d_model=32, n_layers=1, n_heads=4, d_mlp=8,
     ...                   layer_mechanisms=["fox"])
     >>> build_position_mechanism("fox", cfg).role
     'additive'
     """
-    return mechanism_class(kind)(cfg)
+    return mechanism_class(kind, attention)(cfg)
+
+
+def recipe_kinds() -> list[str]:
+    """The kinds ``repo-lens train --base`` converts a pretrained RoPE model to (those with a ``recipe``
+    trait), in registration order.
+
+    >>> recipe_kinds()
+    ['rope', 'repo', 'lpi-layer', 'grape-m', 'lpi-graft']
+    """
+    return [kind for kind, traits in _REGISTRY.items() if traits.recipe is not None]
+
+
+def loader_kinds(loader: str) -> list[str]:
+    """The kinds whose traits say ``loader`` (:data:`LOADERS`) produces them, in registration order.
+
+    >>> loader_kinds("cope")
+    ['nope', 'cope', 'rel']
+    """
+    if loader not in LOADERS:
+        raise KeyError(f"unknown loader {loader!r}; the loaders of other code's checkpoints: {LOADERS}")
+    return [kind for kind, traits in _REGISTRY.items() if loader in traits.loaders]
 
 
 def decay_names() -> list[str]:
@@ -339,12 +491,13 @@ def build_decay(cfg: ModelConfig) -> nn.Module | None:
 
 
 class _MechanismClasses(Mapping):
-    """kind -> nn.Module class, a live view of the registry (a class is imported when first looked up)."""
+    """kind -> nn.Module class (in the zoo's attention; a kind the zoo does not run: in the first attention that
+    runs it), a live view of the registry (a class is imported when first looked up)."""
 
     def __getitem__(self, kind: str) -> type:
         if kind not in _REGISTRY:
             raise KeyError(kind)
-        return mechanism_class(kind)
+        return mechanism_class(kind, attentions_of(kind)[0])
 
     def __iter__(self) -> Iterator[str]:
         return iter(_REGISTRY)

@@ -171,39 +171,3 @@ class RopeSettings:
         scaled, _ = rope_frequencies(self.head_dim, self.theta, self.rope_scaling, self.max_position_embeddings,
                                      seq_len=n_tokens)
         return scaled.to(inv_freq.device)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)
-
-
-def rotary_cos_sin(
-    positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the angles z·inv_freq, fp32, shape [batch, head, pos, head_dim] (NeoX layout)."""
-    angles = positions.float().unsqueeze(-1) * inv_freq.to(positions.device, torch.float32)
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos() * attention_scaling, angles.sin() * attention_scaling
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [batch, head, pos, head_dim] (NeoX rotate-half convention); result in x's dtype."""
-    rotated = x.float() * cos + rotate_half(x.float()) * sin
-    return rotated.to(x.dtype)
-
-
-def apply_pope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """PoPE (Milsom et al., arXiv:2509.10534) in the half-split layout: each pair (x_i, x_{i+d/2}) becomes
-    softplus(‖pair‖)·(cos, sin) of the position's angle alone, so q·k = Σ_i m_i(q) m_i(k) cos((p_q − p_k) θ_i);
-    x [batch, head, pos, head_dim], cos/sin from :func:`rotary_cos_sin`; result in x's dtype.
-
-    >>> x = torch.tensor([[[[3.0, 0.0, 4.0, 1.0]]]])
-    >>> cos, sin = rotary_cos_sin(torch.zeros(1, 1, 1), torch.ones(2))
-    >>> [round(v, 4) for v in apply_pope(x, cos, sin).flatten().tolist()]
-    [5.0067, 1.3133, 0.0, 0.0]
-    """
-    half = x.shape[-1] // 2
-    x32 = x.float()
-    magnitude = torch.nn.functional.softplus(torch.sqrt(x32[..., :half].square() + x32[..., half:].square()))
-    return torch.cat((magnitude * cos[..., :half], magnitude * sin[..., :half]), dim=-1).to(x.dtype)

@@ -8,6 +8,7 @@ import torch
 
 from repo_lens.errors import InputError
 from repo_lens.model.config import ModelConfig, repo_start_layer
+from repo_lens.model.registry import block_families
 from repo_lens.model.transformer import LensModel
 
 
@@ -49,14 +50,18 @@ def published_shape(name: str) -> PublishedShape:
 
 
 def tiny_model(mechanism: str = "repo", n_layers: int = 4, d_model: int = 64, n_heads: int = 4,
-               family: str = "olmo2", seed: int = 0, context: int = 512, shape: str | None = None) -> LensModel:
+               family: str | None = None, seed: int = 0, context: int = 512, shape: str | None = None) -> LensModel:
     """A byte-level model: RoPE below layer ⌈L/3⌉, ``mechanism`` from there on (RePo's default).
 
-    ``shape`` (e.g. "olmo2-1b") takes layers, heads, first learned layer and context from a
-    published model instead (see ``PUBLISHED_SHAPES``), with a small d_model.
+    ``family`` is the block family (``ModelConfig.family``); by default the first that runs ``mechanism``
+    (the registry's ``block_families``): "olmo2" for every kind the zoo's attention runs, "authors" for a kind
+    only the GRAPE and FoX authors' attention runs. ``shape`` (e.g. "olmo2-1b") takes layers, heads, first
+    learned layer and context from a published model instead (see ``PUBLISHED_SHAPES``), with a small d_model.
 
     >>> tiny_model("repo").cfg.layer_mechanisms
     ['rope', 'rope', 'repo', 'repo']
+    >>> tiny_model("repo").cfg.family, tiny_model("grape-ap-rotated").cfg.family
+    ('olmo2', 'authors')
     >>> cfg = tiny_model("repo", shape="olmo2-1b").cfg
     >>> cfg.n_layers, cfg.n_heads, cfg.layer_mechanisms.index("repo"), cfg.max_position_embeddings
     (16, 16, 5, 8192)
@@ -67,7 +72,7 @@ def tiny_model(mechanism: str = "repo", n_layers: int = 4, d_model: int = 64, n_
         n_layers, n_heads, d_model, context = layout.n_layers, layout.n_heads, layout.d_model, layout.context
         start, d_head, d_mlp = layout.first_learned_layer, layout.d_head, layout.d_mlp
     cfg = ModelConfig(
-        family=family, vocab_size=257, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_mlp=d_mlp,
+        family=block_families(mechanism)[0] if family is None else family, vocab_size=257, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_mlp=d_mlp,
         head_dim=d_head, max_position_embeddings=context,
         layer_mechanisms=["rope" if layer < start else mechanism for layer in range(n_layers)],
     )

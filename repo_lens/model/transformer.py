@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import cast
 
 import torch
@@ -17,9 +18,10 @@ from repo_lens.model.compat.weights import Embed, Unembed
 from repo_lens.model.compat.interface import TransformerLensInterface
 from repo_lens.model.config import ModelConfig
 from repo_lens.model.decay import Decay
+from repo_lens.model.former_names import rename_former_keys
 from repo_lens.model.increments import DeltaTable
 from repo_lens.model.hooking import editable
-from repo_lens.model.registry import build_decay, mechanism_class
+from repo_lens.model.registry import build_decay, family_attention, mechanism_class
 from repo_lens.model.layers import RMSNorm
 
 
@@ -47,24 +49,26 @@ class LensModel(TransformerLensInterface):
         super().__init__()
         self.cfg = cfg
         self.embed = Embed(cfg.vocab_size, cfg.d_model)
-        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_embed = HookPoint()
         shared = shared_modules(cfg)
         if shared is not None:  # the learned-increments post's shared DeltaMLP (read from the embeddings) or δ table
-            self.increments = shared
+            self.shared_delta = shared
             if _per_head(shared):
-                self.hook_head_delta = HookPoint()  # [batch, head, pos]
+                self.hook_head_delta = HookPoint()
             else:
-                self.hook_delta = HookPoint()  # [batch, pos]
+                self.hook_delta = HookPoint()
         decay = build_decay(cfg)
         if decay is not None:  # a decay (the learned-increments post's): log α of each head from the embeddings
             self.decay = cast(Decay, decay)
-            self.hook_log_forget = HookPoint()  # [batch, head, pos]
+            self.hook_log_forget = HookPoint()
         block = block_class(cfg.family)
         self.blocks = nn.ModuleList(block(cfg, layer) for layer in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.rms_norm_eps, weight_before_cast=block.WEIGHT_BEFORE_CAST)
         self.unembed = Unembed(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.unembed.weight = self.embed.weight
+        self._register_load_state_dict_pre_hook(rename_former_keys)  # checkpoints saved under former names load
         self.setup()
 
     ROWS_FROM = True  # forward takes rows_from
@@ -82,11 +86,11 @@ class LensModel(TransformerLensInterface):
         decay: dict[str, torch.Tensor] = {}
         if start_at_layer is None:
             x = self.hook_embed(self.embed(input_ids))
-            shared = self._hooked_shared(self.shared_increments(x, input_ids)) if hasattr(self, "increments") else None
+            shared = self._hooked_shared(self.shared_increments(x, input_ids)) if hasattr(self, "shared_delta") else None
             if hasattr(self, "decay"):
                 decay["decay"] = self.hook_log_forget(editable(self.hook_log_forget, self.decay.log_forget(x)))
-        elif hasattr(self, "increments") or hasattr(self, "decay"):
-            what = "learned increments are" if hasattr(self, "increments") else f"decay ({self.cfg.decay!r}) is"
+        elif hasattr(self, "shared_delta") or hasattr(self, "decay"):
+            what = "learned increments are" if hasattr(self, "shared_delta") else f"decay ({self.cfg.decay!r}) is"
             raise InputError(f"this model's {what} computed from the token embeddings, which a run from "
                              "start_at_layer does not have: run it from the tokens")
         else:
@@ -105,12 +109,12 @@ class LensModel(TransformerLensInterface):
         δ = softplus(DeltaMLP(e)) from the token embeddings [batch, pos, d_model], [batch, pos] for ``lpi`` (the
         same in every head) and [batch, pos, head] for ``lpi-head``; a frozen δ table's [batch, pos, head] from
         the token ids."""
-        if isinstance(self.increments, DeltaTable):
+        if isinstance(self.shared_delta, DeltaTable):
             if input_ids is None:
                 raise InputError("this model's increments come from a frozen δ table indexed by token id, not from the "
                                  "embeddings: no component of the residual stream changes them")
-            return self.increments(input_ids)
-        delta = F.softplus(self.increments(embedded))
+            return self.shared_delta(input_ids)
+        delta = F.softplus(self.shared_delta(embedded))
         return delta[..., 0] if delta.shape[-1] == 1 else delta
 
     def _hooked_shared(self, shared: torch.Tensor) -> torch.Tensor:
@@ -120,6 +124,16 @@ class LensModel(TransformerLensInterface):
             return self.hook_delta(shared)
         per_head = shared if shared.dim() == 3 else shared[..., None]
         return self.hook_head_delta(per_head.transpose(1, 2)).transpose(1, 2)
+
+    @property
+    def increments(self) -> nn.Module:
+        """Deprecated: the module whose increments the layers share is ``shared_delta``."""
+        shared = self._modules.get("shared_delta")
+        if shared is None:
+            raise AttributeError(f"{type(self).__name__} has no shared increments (its layers read none)")
+        warnings.warn("LensModel.increments is deprecated and stops working in the next release: use "
+                      "LensModel.shared_delta", DeprecationWarning, stacklevel=2)
+        return shared
 
     def new_cache(self) -> KVCache:
         return KVCache(self.cfg.n_layers)
@@ -137,8 +151,10 @@ def _per_head(shared: nn.Module) -> bool:
 def shared_modules(cfg: ModelConfig) -> nn.Module | None:
     """The model-level module whose increments the layers share (the kinds whose class has ``shared_module``),
     or None; layers that would need two different ones are refused."""
-    kinds = [kind for kind in dict.fromkeys(cfg.layer_mechanisms) if hasattr(mechanism_class(kind), "shared_module")]
+    attention = family_attention(cfg.family)  # the attention whose modules the layers run
+    kinds = [kind for kind in dict.fromkeys(cfg.layer_mechanisms)
+             if hasattr(mechanism_class(kind, attention), "shared_module")]
     if len(kinds) > 1:
         raise CheckpointError(f"layers {kinds} each need their own shared increments; a model holds one set "
                               "(use one of these kinds)")
-    return getattr(mechanism_class(kinds[0]), "shared_module")(cfg) if kinds else None
+    return getattr(mechanism_class(kinds[0], attention), "shared_module")(cfg) if kinds else None

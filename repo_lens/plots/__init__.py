@@ -26,12 +26,14 @@ from repo_lens.plots.encoding import variance_shares_figure
 from repo_lens.plots.export import (
     FORMATS,
     ExportError,
+    PaperStyle,
     export,
     export_unavailable,
     figure_bytes,
     start_export_server,
 )
 from repo_lens.plots.heatmaps import (
+    HeatmapColors,
     layer_head_heatmap,
     pattern_fractions_figure,
     pattern_strip_figure,
@@ -48,8 +50,8 @@ from repo_lens.plots.notebook import (
 )
 from repo_lens.plots.paper import FONT_FAMILIES, PAPER_LAYOUTS, PAPER_PRESETS
 from repo_lens.plots.paper_layout import paper_figure
-from repo_lens.plots.scatter import iqr_bounds, iqr_outliers, position_scatter_figure
-from repo_lens.plots.spaced_tokens import spaced_tokens_figure, suggested_scale
+from repo_lens.plots.scatter import ScatterStyle, iqr_bounds, iqr_outliers, position_scatter_figure
+from repo_lens.plots.spaced_tokens import SpacedTokensStyle, spaced_tokens_figure, suggested_scale
 from repo_lens.plots import spaced_tokens_paper  # noqa: F401,I001  (registers the spaced-token paper layout)
 from repo_lens.plots.style import (
     DIVERGING,
@@ -73,6 +75,10 @@ __all__ = [
     "STATIC_RENDERER",
     "TRACE_FIGURE_KINDS",
     "ExportError",
+    "HeatmapColors",
+    "PaperStyle",
+    "ScatterStyle",
+    "SpacedTokensStyle",
     "attention_mass_figure",
     "attention_mass_layers_figure",
     "attention_split_figure",

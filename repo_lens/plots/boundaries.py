@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
-from repo_lens.plots.heatmaps import check_layer_kinds, layer_head_heatmap, layer_head_values
+from repo_lens.plots.heatmaps import HeatmapColors, check_layer_kinds, layer_head_heatmap, layer_head_values
 from repo_lens.plots.style import DIVERGING
 from repo_lens.validation import check_int
 
@@ -36,8 +36,8 @@ def boundary_auc_figure(auc: np.ndarray, layer_kinds: Sequence[str] | None = Non
     title = "Chinese word-boundary AUC of position increments (0.5 = chance)"
     if n_scored is not None:
         title += f" — {check_int(n_scored, 'n_scored (scored gaps; None leaves it out)', minimum=0)} scored gaps"
-    fig = layer_head_heatmap(values, title=title, colorbar_title="AUC", colorscale=DIVERGING,
-                             zmin=0.0, zmax=1.0, zmid=0.5)
+    fig = layer_head_heatmap(values, title=title, colorbar_title="AUC",
+                             colors=HeatmapColors(colorscale=DIVERGING, zmin=0.0, zmax=1.0, zmid=0.5))
     labels = [f"L{layer}{' ' + kinds[layer] if kinds else ''} · mean {mean:.2f}" for layer, mean in enumerate(means)]
     fig.data[0].y = labels
     return fig

@@ -14,12 +14,14 @@ import threading
 import time
 import warnings
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import plotly.graph_objects as go
 
 from repo_lens.atomic import atomic_write_bytes
 from repo_lens.errors import InputError, RepoLensError
+from repo_lens.options import grouped_keywords, options_or_default
 from repo_lens.plots.style import DEFAULT_WIDTH
 from repo_lens.validation import check_int, check_positive_number
 
@@ -268,17 +270,38 @@ def png_with_dpi(data: bytes, dpi: float) -> bytes:
     return data[:end_of_header] + chunk + data[end_of_header:]
 
 
+@dataclass(frozen=True, kw_only=True)
+class PaperStyle:
+    """How :func:`export` lays a figure out for a paper (with ``layout=``): ``font_pt``-point text (default 8),
+    ``font`` "sans" (default), "serif" (Times) or "cm" (Computer Modern), and height ``aspect`` × width
+    (default: what the figure's content needs).
+
+    Example:
+        >>> import plotly.graph_objects as go
+        >>> export(go.Figure(go.Bar(y=[1, 2])), "/tmp/bars.pdf", layout="neurips",
+        ...        paper=PaperStyle(font="serif", aspect=0.5))                                 # doctest: +SKIP
+        PosixPath('/tmp/bars.pdf')
+        >>> PaperStyle(font="cm").font_pt is None
+        True
+    """
+
+    aspect: float | None = None
+    font_pt: float | None = None
+    font: str | None = None
+
+
+@grouped_keywords("paper", PaperStyle)
 def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None, height: int | None = None,
-           scale: float | None = None, layout: str | None = None, aspect: float | None = None,
-           font_pt: float | None = None, font: str | None = None, dpi: float | None = None) -> Path:
+           scale: float | None = None, layout: str | None = None, dpi: float | None = None,
+           paper: PaperStyle | None = None) -> Path:
     """Write ``fig`` to ``path``, the format picked from the suffix (.png, .svg, .pdf, .html), atomically.
 
     For a paper, ``layout`` names a venue's width (``"icml-column"``, ``"icml-text"``, ``"neurips"``,
     ``"iclr"``, ``"acl-column"``, ``"acl-text"``, ``"one-column"``, ``"two-column"``: see
     :data:`repo_lens.plots.paper.PAPER_PRESETS`) or gives one with a unit (``"3.3in"``, ``"240pt"``,
-    ``"8.5cm"``); the figure is laid out again for it (:func:`paper_figure`) with ``font_pt``-point text
-    (default 8), ``font`` "sans" (default), "serif" (Times) or "cm" (Computer Modern), and height
-    ``aspect`` × width (default: what the figure's content needs). PDF and SVG are vector: the PDF's
+    ``"8.5cm"``); the figure is laid out again for it (:func:`paper_figure`) with the text size, font face
+    and aspect of ``paper`` (:class:`PaperStyle`: 8-point sans text and the height the figure's content
+    needs by default). PDF and SVG are vector: the PDF's
     page is the figure at its size, its fonts embedded as outlines (an error names the package to install
     when the face asked for is missing), its heatmaps drawn as vector cells; a PNG has ``dpi`` pixels per
     inch (default 300 with a layout; it says so in the
@@ -290,6 +313,8 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
         >>> export(go.Figure(go.Bar(y=[1, 2])), "/tmp/bars.pdf", layout="icml-column")      # doctest: +SKIP
         PosixPath('/tmp/bars.pdf')
     """
+    paper = options_or_default(paper, PaperStyle, "paper")
+    aspect, font_pt, font = paper.aspect, paper.font_pt, paper.font
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
@@ -310,8 +335,8 @@ def export(fig: go.Figure, path: str | os.PathLike, *, width: int | None = None,
                            font=font or "sans")
         dpi = dpi or (None if scale is not None else PNG_DPI)
     elif aspect is not None or font_pt is not None or font is not None:
-        raise InputError("aspect, font_pt and font size a figure for a paper: pass layout= too (a preset such as "
-                         "'icml-column', or a width such as '3.3in')")
+        raise InputError("a PaperStyle (aspect, font_pt, font) sizes a figure for a paper: pass layout= too (a preset "
+                         "such as 'icml-column', or a width such as '3.3in')")
     if dpi is not None:
         scale = dpi / 96  # kaleido's scale: device pixels per CSS pixel (96 per inch)
     data = figure_bytes(fig, fmt, width=width, height=height, scale=scale,

@@ -86,7 +86,8 @@ def example_figures(trace: Any, *, chunk_size: int = 16) -> dict[str, go.Figure]
     return {
         "spaced_tokens_figure": plots.spaced_tokens_figure(trace, head=0),
         "spaced_tokens_figure (chunks, highlight)": plots.spaced_tokens_figure(
-            trace, head=0, patterns=codes[:, 0], chunk_size=chunk_size, highlight=(n_tokens // 2, 2)),
+            trace, head=0, patterns=codes[:, 0], highlight=(n_tokens // 2, 2),
+            style=plots.SpacedTokensStyle(chunk_size=chunk_size)),
         "position_scatter_figure": plots.position_scatter_figure(
             trace, layer=learned, head="all", highlight={"needle": needle, "query": query}),
         "layer_head_heatmap": plots.layer_head_heatmap(

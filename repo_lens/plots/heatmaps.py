@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from repo_lens.errors import InputError
+from repo_lens.options import grouped_keywords, options_or_default
 from repo_lens.plots.style import (
     COLORBAR_MARGIN_PX,
     PATTERN_COLORS,
@@ -91,20 +93,39 @@ def check_layer_kinds(layer_kinds: Any, n_layers: int) -> list[str] | None:
     return kinds
 
 
+@dataclass(frozen=True, kw_only=True)
+class HeatmapColors:
+    """The colour scale of :func:`layer_head_heatmap`: ``colorscale`` (a plotly name or [[position, colour], …];
+    default the sequential scale, ``DIVERGING`` for signed values), its ends ``zmin`` / ``zmax`` (default the
+    data's) and ``zmid``, the value at its centre (e.g. 0.0 for a diverging scale).
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens.plots.style import DIVERGING
+        >>> colors = HeatmapColors(colorscale=DIVERGING, zmid=0.0)
+        >>> layer_head_heatmap(np.array([[-1.0, 2.0]]), title="t", colorbar_title="Δ", colors=colors).data[0].zmid
+        0.0
+    """
+
+    colorscale: str | list[list[Any]] = SEQUENTIAL
+    zmin: float | None = None
+    zmax: float | None = None
+    zmid: float | None = None
+
+
+@grouped_keywords("colors", HeatmapColors)
 def layer_head_heatmap(
     values: np.ndarray,
     *,
     title: str,
     colorbar_title: str,
     layer_kinds: Sequence[str] | None = None,
-    colorscale: str | list[list[Any]] = SEQUENTIAL,
-    zmin: float | None = None,
-    zmax: float | None = None,
-    zmid: float | None = None,
+    colors: HeatmapColors | None = None,
     value_format: str = ".2f",
 ) -> go.Figure:
     """A heatmap of an (L, H) array: layers down (layer 0 on top), heads across, values written in
-    the cells when there are at most 400. NaN cells stay empty.
+    the cells when there are at most 400. NaN cells stay empty. ``colors``: the colour scale
+    (:class:`HeatmapColors`).
 
     Example:
         >>> import numpy as np
@@ -115,9 +136,11 @@ def layer_head_heatmap(
     v = layer_head_values(values)
     n_layers, n_heads = v.shape
     layer_kinds = check_layer_kinds(layer_kinds, n_layers)
+    colors = options_or_default(colors, HeatmapColors, "colors")
     heatmap = go.Heatmap(
         z=v, x=[f"h{h}" for h in range(n_heads)], y=[layer_label(layer, layer_kinds) for layer in range(n_layers)],
-        colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, colorbar=dict(title=dict(text=colorbar_title)),
+        colorscale=colors.colorscale, zmin=colors.zmin, zmax=colors.zmax, zmid=colors.zmid,
+        colorbar=dict(title=dict(text=colorbar_title)),
         hovertemplate="%{y}, %{x}: %{z:" + value_format + "}<extra></extra>", xgap=1, ygap=1,
     )
     if v.size <= 400:
@@ -142,7 +165,7 @@ def range_heatmap(ranges: np.ndarray, layer_kinds: Sequence[str] | None = None) 
         [[3.0, 0.0]]
     """
     return layer_head_heatmap(ranges, title="Position range d = max z − min z per layer and head",
-                              colorbar_title="d", layer_kinds=layer_kinds, zmin=0.0)
+                              colorbar_title="d", layer_kinds=layer_kinds, colors=HeatmapColors(zmin=0.0))
 
 
 def pattern_fractions_figure(fractions: Any, layer_kinds: Sequence[str] | None = None) -> go.Figure:

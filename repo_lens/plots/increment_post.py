@@ -16,7 +16,7 @@ from repo_lens.plots.increments import category_label
 from repo_lens.plots.labels import label_width_px
 from repo_lens.plots.paper import PaperTarget
 from repo_lens.plots.paper_layout import LINE_EM, register_relayout, relayout_plot
-from repo_lens.plots.spaced_tokens import spaced_tokens_figure
+from repo_lens.plots.spaced_tokens import SpacedTokensStyle, spaced_tokens_figure
 from repo_lens.plots.style import DEFAULT_WIDTH, series_style, styled
 from repo_lens.trace import Trace
 
@@ -53,7 +53,8 @@ def char_spacing_figure(text: str, increments: np.ndarray, layer_kinds: Sequence
         kinds[row] = kind
     spaced = Trace(tokens=list(text), token_ids=np.asarray([ord(char) for char in text], dtype=np.int64),
                    positions=positions, layer_kinds=kinds, extras={"increments": placed})
-    return spaced_tokens_figure(spaced, scale="shared", layers=rows, title=title, width=width, font_size=font_size)
+    return spaced_tokens_figure(spaced, scale="shared", layers=rows,
+                                style=SpacedTokensStyle(title=title, width=width, font_size=font_size))
 
 
 def _row_layers(layers: Sequence[int] | None, n_rows: int, n_kinds: int) -> list[int]:

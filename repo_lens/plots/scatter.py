@@ -11,6 +11,7 @@ starts in a browser without a GPU, and the app draws each figure twice (Streamli
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -18,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.options import grouped_keywords, options_or_default
 from repo_lens.plots.labels import LABEL_GAP_PX, label_width_px
 from repo_lens.plots.paper_layout import (
     LINE_EM,
@@ -76,22 +78,46 @@ def iqr_outliers(values: np.ndarray, k: float = 1.5) -> np.ndarray:
     return np.isfinite(v) & ((v < low) | (v > high))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScatterStyle:
+    """How :func:`position_scatter_figure` draws: ``title`` (default: one naming the layer, head and view),
+    ``k`` (the fences' multiple of the interquartile range in the focus view), at most ``max_points`` points
+    per head and ``max_total_points`` in all, ``context`` tokens either side of a token in its hover, and the
+    figure's ``width`` in pixels.
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens.trace import Trace
+        >>> t = Trace(tokens=list("abc"), token_ids=[97, 98, 99], layer_kinds=["repo"],
+        ...           positions=np.array([[[0.0, 1.0, 2.0]]], dtype=np.float32))
+        >>> position_scatter_figure(t, 0, style=ScatterStyle(title="z", width=500)).layout.width
+        500
+    """
+
+    title: str | None = None
+    k: float = 1.5
+    max_points: int = 4000
+    max_total_points: int = 6000
+    context: int = 8
+    width: int = DEFAULT_WIDTH
+
+
+@grouped_keywords("style", ScatterStyle)
 def position_scatter_figure(
     trace: Any, layer: int, head: int | Literal["all", "mean"] = 0, *, view: Literal["focus", "global"] = "focus",
-    k: float = 1.5, max_points: int = 4000, max_total_points: int = 6000, context: int = 8,
-    highlight: Mapping[str, tuple[int, int]] | None = None, title: str | None = None, width: int = DEFAULT_WIDTH,
+    highlight: Mapping[str, tuple[int, int]] | None = None, style: ScatterStyle | None = None,
 ) -> go.Figure:
     """Scatter of token index (x) against position (y) for one layer: one head, every head, or their mean.
 
     ``view="global"`` shows every finite position. ``view="focus"`` sets the y range to Tukey's
-    fences of the plotted positions (:func:`iqr_bounds` with ``k``, pooled over the plotted heads) and
+    fences of the plotted positions (:func:`iqr_bounds` with ``style.k``, pooled over the plotted heads) and
     draws the points outside them (:func:`iqr_outliers`) clipped onto the fences as triangles, in a trace
     named ``"clipped outliers"`` whose hover (and ``customdata``) holds the true value. Hover shows the
-    token and ``context`` tokens either side. Each head draws at most ``max_points`` points and all heads
-    together at most ``max_total_points`` (decimated as the module's description says). ``highlight``:
-    named token spans ``{name: (start, end)}`` (end exclusive, within the trace; e.g. needle, query)
-    shaded in the background, each named at its top left; names that would overlap on a
-    ``width``-pixel figure go one line lower.
+    token and ``style.context`` tokens either side. Each head draws at most ``style.max_points`` points and all
+    heads together at most ``style.max_total_points`` (decimated as the module's description says).
+    ``highlight``: named token spans ``{name: (start, end)}`` (end exclusive, within the trace; e.g. needle,
+    query) shaded in the background, each named at its top left; names that would overlap on a
+    ``style.width``-pixel figure go one line lower. ``style``: :class:`ScatterStyle`.
 
     Example:
         >>> import numpy as np
@@ -102,11 +128,14 @@ def position_scatter_figure(
         >>> [(d.name, d.x.tolist()) for d in fig.data]
         [('head 0', [0, 1, 2, 3]), ('clipped outliers', [4])]
     """
+    style = options_or_default(style, ScatterStyle, "style")
+    k, title, width = style.k, style.title, style.width
     positions, tokens, kinds = positions_of(trace)
     n_layers, n_heads, n_tokens = positions.shape
     layer = check_layer(layer, n_layers)
     spans = check_spans(highlight, n_tokens)
-    max_points, max_total_points, context = _check_options(view, k, max_points, max_total_points, context, width)
+    max_points, max_total_points, context = _check_options(view, k, style.max_points, style.max_total_points,
+                                                           style.context, width)
     heads, values = _head_values(positions[layer], head, n_heads)
     finite = np.isfinite(values)
     if not finite.any():

@@ -26,6 +26,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from repo_lens.errors import InputError
+from repo_lens.options import grouped_keywords, options_or_default
 from repo_lens.plots.heatmaps import PATTERN_NAMES, pattern_codes
 from repo_lens.plots.spaced_token_labels import RowLabels, place_rows
 from repo_lens.plots.style import (
@@ -89,12 +90,40 @@ def suggested_scale(positions: np.ndarray, head: int | Literal["mean"] = 0) -> L
     return "shared" if ranges.min() * SHARED_SCALE_RATIO >= ranges.max() else "row"
 
 
+@dataclass(frozen=True, kw_only=True)
+class SpacedTokensStyle:
+    """How :func:`spaced_tokens_figure` draws: ``title`` (default: one naming the head and scale), ``x_range``
+    (low, high) to zoom the x axis (in x units: [0, 1] with ``scale="row"``; labels are placed for that range),
+    ``chunk_size`` (tokens per chunk of the pattern strip), ``connect`` (faint lines following tokens down the
+    layers, at most ``max_connectors`` line segments' worth of evenly spaced tokens), ``max_tokens`` (beyond
+    it, tokens are sampled with an even stride), at most ``label_limit`` labels a row, placed for a
+    ``width``-pixel figure with ``font_size``-pixel text.
+
+    Example:
+        >>> import numpy as np
+        >>> from repo_lens.trace import Trace
+        >>> t = Trace(tokens=list("abc"), token_ids=[97, 98, 99], layer_kinds=["rope"],
+        ...           positions=np.array([[[0.0, 1.0, 2.0]]], dtype=np.float32))
+        >>> spaced_tokens_figure(t, style=SpacedTokensStyle(width=500, title="bytes")).layout.width
+        500
+    """
+
+    title: str | None = None
+    x_range: tuple[float, float] | None = None
+    chunk_size: int = 16
+    connect: bool = True
+    max_tokens: int = 8192
+    label_limit: int = 400
+    width: int = DEFAULT_WIDTH
+    font_size: int = 14
+    max_connectors: int = 200
+
+
+@grouped_keywords("style", SpacedTokensStyle)
 def spaced_tokens_figure(
     trace: Any, *, head: int | Literal["mean"] = 0, layers: Sequence[int] | None = None,
     scale: Literal["row", "shared"] = "row", window: tuple[int, int] | None = None, patterns: np.ndarray | None = None,
-    chunk_size: int = 16, connect: bool = True, max_tokens: int = 8192, label_limit: int = 400, title: str | None = None,
-    x_range: tuple[float, float] | None = None, highlight: tuple[int, int] | None = None, width: int = DEFAULT_WIDTH,
-    font_size: int = 14, max_connectors: int = 200,
+    highlight: tuple[int, int] | None = None, style: SpacedTokensStyle | None = None,
 ) -> go.Figure:
     """Each token drawn at x = its position, one row per layer, faint lines following tokens down the layers
     (how the rows are drawn: see the module's description).
@@ -104,14 +133,12 @@ def spaced_tokens_figure(
     raw positions on one axis (x equals the positions); ``"row"`` rescales each layer's positions over the
     shown tokens to [0, 1] (min to max), so layers with small and large ranges are both legible. The raw
     position is in the hover and in ``customdata[:, 1]``. ``window=(start, end)`` shows tokens start..end-1;
-    beyond ``max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
-    ``x_range=(low, high)`` (in x units: [0, 1] with ``scale="row"``) zooms the x axis and places labels for
-    that range. ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them
-    first and draws the connectors for those tokens only; otherwise connectors follow at most
-    ``max_connectors`` line segments' worth of evenly spaced tokens. ``patterns`` (L, n_chunks), from
+    beyond ``style.max_tokens`` tokens are sampled with an even stride. Non-finite positions are left out.
+    ``highlight=(token, k)`` rings the token and its ±k neighbours in every layer, labels them first and
+    draws the connectors for those tokens only. ``patterns`` (L, n_chunks), from
     :func:`repo_lens.analysis.chunk_patterns` for this head (labels or their codes 0, 1, 2), adds a strip
-    under each row coloured by the class of each token's chunk of ``chunk_size`` tokens. At most
-    ``label_limit`` labels a row, placed for a ``width``-pixel figure with ``font_size``-pixel text.
+    under each row coloured by the class of each token's chunk of ``style.chunk_size`` tokens. ``style``: the
+    title, zoom, connectors, limits and sizes (:class:`SpacedTokensStyle`).
 
     Example:
         >>> import numpy as np
@@ -122,6 +149,10 @@ def spaced_tokens_figure(
         >>> [d.name for d in fig.data if d.name], fig.data[-1].x.tolist()
         (['connectors', 'a token across layers', 'L0 rope', 'L1 repo'], [0.0, 0.25, 2.5, 2.75])
     """
+    style = options_or_default(style, SpacedTokensStyle, "style")
+    title, x_range, chunk_size, connect, max_tokens = (style.title, style.x_range, style.chunk_size, style.connect,
+                                                       style.max_tokens)
+    label_limit, width, font_size, max_connectors = style.label_limit, style.width, style.font_size, style.max_connectors
     _check_drawing_options(max_tokens=max_tokens, label_limit=label_limit, width=width, font_size=font_size,
                            max_connectors=max_connectors, chunk_size=chunk_size)
     chosen = _choose_tokens(trace, head=head, layers=layers, scale=scale, window=window, max_tokens=max_tokens,

@@ -10,7 +10,7 @@ scripts in ``analyses/`` all go through it.
 - :mod:`repo_lens.studies.registry`: the studies ``analyze`` knows (:class:`Study`, :class:`Option`,
   :func:`register_study`); :mod:`repo_lens.studies.builtin` registers ``niah``, ``positions`` and
   ``boundaries``, whose records and summaries are in :mod:`repo_lens.studies.items`.
-- :mod:`repo_lens.studies.runs`: resumable item runs (``run.json``, ``items/``, ``results.json``,
+- :mod:`repo_lens.studies.resumable`: resumable item runs (``run.json``, ``items/``, ``results.json``,
   ``results.csv``, ``summary.json``) for lists of items, e.g. ``reproduce``'s.
 - :mod:`repo_lens.studies.report`: tables for the terminal and for files (per-layer position
   summary, records as CSV).
@@ -32,10 +32,11 @@ from repo_lens.studies.registry import get_study, register_study, study_names
 from repo_lens.studies.study import Option, Study
 
 _LAZY = {"analyze": "repo_lens.studies.runner", "StudyResult": "repo_lens.studies.runner",
+         "RunOptions": "repo_lens.studies.runner", "WindowSpec": "repo_lens.data.windows",
          "trace_windows": "repo_lens.studies.items", "open_corpus": "repo_lens.data.corpus_sources",
          "Corpus": "repo_lens.data.corpus_sources", "Window": "repo_lens.data.windows"}
 
-__all__ = ["Corpus", "Option", "Study", "StudyResult", "Window", "analyze", "get_study", "open_corpus",
+__all__ = ["Corpus", "Option", "RunOptions", "Study", "StudyResult", "Window", "WindowSpec", "analyze", "get_study", "open_corpus",
            "register_study", "study_names", "trace_windows"]
 
 

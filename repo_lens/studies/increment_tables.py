@@ -13,7 +13,7 @@ RePo models go through the same tables. Values are averaged over heads (LPI laye
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -30,8 +30,11 @@ from repo_lens.analysis.entities import ENTITY_PAIRS, token_at_char
 from repo_lens.data import encode_with_offsets
 from repo_lens.studies.items import boundary_items
 
+if TYPE_CHECKING:
+    from repo_lens.protocol import LensProtocol
 
-def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[str, Any]:
+
+def category_table(lens: LensProtocol, texts: Sequence[str], progress: bool = True) -> dict[str, Any]:
     """{"layers": [{category: mean}], "counts": {category: n}} pooled over ``texts`` (each cut to the
     model's context), head-averaged. The first byte of every text is left out (it has no gap)."""
     pooled_increments, pooled_categories = [], []
@@ -48,7 +51,7 @@ def category_table(lens, texts: Sequence[str], progress: bool = True) -> dict[st
     }
 
 
-def boundary_table(lens, sentences: Sequence[Any], progress: bool = True) -> dict[str, Any]:
+def boundary_table(lens: LensProtocol, sentences: Sequence[Any], progress: bool = True) -> dict[str, Any]:
     """Pooled ROC-AUC per layer of head-averaged increments at scored CJK gaps (the learned-increments post's protocol),
     against the sentences' gold words and against jieba (the records of :func:`boundary_items`)."""
     records = [compute() for _, compute in tqdm(boundary_items(lens, sentences), desc="word boundaries",
@@ -63,7 +66,8 @@ def boundary_table(lens, sentences: Sequence[Any], progress: bool = True) -> dic
     return out
 
 
-def entity_table(lens, pairs: Sequence[tuple[str, str]] = ENTITY_PAIRS, progress: bool = True) -> dict[str, Any]:
+def entity_table(lens: LensProtocol, pairs: Sequence[tuple[str, str]] = ENTITY_PAIRS,
+                 progress: bool = True) -> dict[str, Any]:
     """Increment at the space between the two words, real vs reversed order, per layer."""
     real, reversed_ = entity_prompts(pairs)
     values = []

@@ -4,7 +4,7 @@ boundaries.
 
 ``*_window_records`` make a corpus study's records from a batch of windows; ``summarize_*`` stream
 over the records once. ``niah_items``, ``position_items`` and ``boundary_items`` are the same
-records as resumable items of :func:`repo_lens.studies.runs.run_items` for small lists (texts
+records as resumable items of :func:`repo_lens.studies.resumable.run_items` for small lists (texts
 truncated to the context); ``analyses/smollm2_niah.py`` runs the same NIAH items.
 """
 
@@ -31,12 +31,14 @@ from repo_lens.analysis import (
 from repo_lens.data import Prompt, encode_with_offsets, niah_single
 from repo_lens.data.windows import Window
 from repo_lens.model.registry import learned_layers
-from repo_lens.protocol import LensProtocol, check_batch_size, trace_many
-from repo_lens.studies.runs import Item
+from repo_lens.inputs import check_batch_size
+from repo_lens.lens_inputs import trace_many
+from repo_lens.protocol import HookedLensProtocol, LensProtocol, require_hooked_lens
+from repo_lens.studies.resumable import Item
 from repo_lens.trace import Trace
 
 
-def niah_record(lens, length: int, depth: float, seed: int, beyond_context: bool = False,
+def niah_record(lens: LensProtocol, length: int, depth: float, seed: int, beyond_context: bool = False,
                 accuracy: bool = False) -> dict[str, Any]:
     """Attention mass per token on needle / query / rest (RePo Table 4) for one RULER niah_single prompt.
 
@@ -48,17 +50,19 @@ def niah_record(lens, length: int, depth: float, seed: int, beyond_context: bool
     return niah_records(lens, [(length, depth, seed)], beyond_context, accuracy)[0]
 
 
-def niah_records(lens, cells: list[tuple[int, float, int]], beyond_context: bool = False, accuracy: bool = False,
-                 batch_size: int = 1) -> list[dict[str, Any]]:
+def niah_records(lens: LensProtocol, cells: list[tuple[int, float, int]], beyond_context: bool = False,
+                 accuracy: bool = False, batch_size: int = 1) -> list[dict[str, Any]]:
     """:func:`niah_record` of each (length, depth, seed) cell, the attention mass of ``batch_size``
-    prompts per forward pass (:func:`repo_lens.analysis.attention_mass_batch`; the same numbers)."""
+    prompts per forward pass (:func:`repo_lens.analysis.attention_mass_batch`; the same numbers). Attention
+    mass reads the model's hooks: a lens without them (an HFLens) is an InputError naming the study."""
+    hooked = require_hooked_lens(lens, "the niah study")  # attention mass reads the model's hooks
     prompts = [niah_single(lens.tokenizer, length, depth, seed=seed) for length, depth, seed in cells]
     measured = [(prompt.ids, {"needle": prompt.spans[prompt.meta["targets"][0]], "query": prompt.spans["query"]},
                  prompt.query) for prompt in prompts]
     if batch_size > 1:
-        masses = attention_mass_batch(lens, measured, batch_size=batch_size, allow_beyond_context=beyond_context)
+        masses = attention_mass_batch(hooked, measured, batch_size=batch_size, allow_beyond_context=beyond_context)
     else:
-        masses = [attention_mass(lens, *one, allow_beyond_context=beyond_context) for one in measured]
+        masses = [attention_mass(hooked, *one, allow_beyond_context=beyond_context) for one in measured]
     records = []
     for (length, depth, seed), prompt, mass in zip(cells, prompts, masses):
         record: dict[str, Any] = {
@@ -72,12 +76,12 @@ def niah_records(lens, cells: list[tuple[int, float, int]], beyond_context: bool
             "per_token_by_layer": {name: mass.by_layer_head[name].mean(axis=1) for name in mass.per_token},
         }
         if accuracy:
-            record.update(answer_accuracy(lens, prompt))
+            record.update(answer_accuracy(hooked, prompt))
         records.append(record)
     return records
 
 
-def answer_accuracy(lens, prompt: Prompt) -> dict[str, float]:
+def answer_accuracy(lens: HookedLensProtocol, prompt: Prompt) -> dict[str, float]:
     """Teacher-forced: the share of answer tokens the model's argmax predicts, and whether it gets all.
 
     >>> import numpy as np, torch
@@ -97,7 +101,7 @@ def answer_accuracy(lens, prompt: Prompt) -> dict[str, float]:
     return {"token_accuracy": float(hits.mean()), "exact": float(hits.all())}
 
 
-def niah_items(lens, lengths: list[int], depths: list[float], seeds: list[int],
+def niah_items(lens: LensProtocol, lengths: list[int], depths: list[float], seeds: list[int],
                beyond_context: bool = False, accuracy: bool = False, batch_size: int = 1) -> list[Item]:
     """:func:`niah_record` over lengths × depths × seeds, one resumable item each; ``batch_size``
     prompts share a forward pass (the first item of each batch computes the batch)."""
@@ -150,7 +154,8 @@ def position_record(trace: Trace, chunk: int = 16, eps: float = 0.2) -> dict[str
     return record
 
 
-def position_items(lens, texts: list[str], chunk: int = 16, eps: float = 0.2, batch_size: int = 1) -> list[Item]:
+def position_items(lens: LensProtocol, texts: list[str], chunk: int = 16, eps: float = 0.2,
+                   batch_size: int = 1) -> list[Item]:
     """:func:`position_record` per text (truncated to the context), with its layer kinds and pattern labels;
     ``batch_size`` texts share a forward pass (the same records). ``repo-lens analyze --study positions``
     cuts long texts into windows instead (:func:`position_window_records`)."""
@@ -191,7 +196,7 @@ def boundary_record(text: str, spans: Sequence[tuple[int, int]] | np.ndarray, se
     return record
 
 
-def boundary_items(lens, sentences, batch_size: int = 1) -> list[Item]:
+def boundary_items(lens: LensProtocol, sentences, batch_size: int = 1) -> list[Item]:
     """Position increments at scored CJK gaps, with gold and jieba labels (the learned-increments post), per sentence
     (truncated to the context); ``batch_size`` sentences share a forward pass (the same records).
 

@@ -18,7 +18,7 @@ Example:
     >>> from repo_lens.model.tiny import tiny_model
     >>> lens = Lens(tiny_model("repo", context=64), ByteTokenizer())
     >>> texts = ["A first document, longer than one window of 64 bytes: it is cut into two.", "", "Short."]
-    >>> result = analyze(lens, "positions", texts, out=tempfile.mkdtemp(), progress=False)
+    >>> result = analyze(lens, "positions", texts, out=tempfile.mkdtemp(), run=RunOptions(progress=False))
     >>> {key: result.counts[key] for key in ("documents_analysed", "documents_skipped", "documents_cut", "windows")}
     {'documents_analysed': 2, 'documents_skipped': 1, 'documents_cut': 1, 'windows': 3}
     >>> result.records()[["document", "window", "token_start", "token_end"]].values.tolist()
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,13 +47,15 @@ from repo_lens.data.windows import (
     special_prefix,
 )
 from repo_lens.errors import InputError, RepoLensError
-from repo_lens.protocol import LensProtocol, check_batch_size
+from repo_lens.options import grouped_keywords, options_or_default
+from repo_lens.inputs import check_batch_size
+from repo_lens.protocol import LensProtocol
 from repo_lens.run_lock import run_lock
 from repo_lens.studies import distributed
 from repo_lens.studies.distributed import Ranks, idle_ranks_warning, ranks_from_env, share, shard_size_for_ranks
 from repo_lens.studies.registry import Study, get_study
 from repo_lens.studies.report import records_to_csv
-from repo_lens.studies.runs import claim_run, write_summary
+from repo_lens.studies.resumable import claim_run, write_summary
 from repo_lens.studies.shards import (
     RECORDS,
     SHARDS,
@@ -98,6 +100,29 @@ class Plan:
 
     def shard_length(self, index: int) -> int:
         return min(self.shard_size, self.total - index * self.shard_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How a run of :func:`analyze` goes, besides what it analyses and how documents are cut: which documents
+    (``limit``: the first N, or ``sample`` N at random drawn with ``seed``; default all), ``shard_size`` documents
+    (or items) per shard (default the study's), ``batch_size`` inputs per forward pass (same records; not part
+    of the run's settings), a ``progress`` bar, ``settings`` (more to store in run.json, e.g. the model's name)
+    and ``figures`` (write the study's figures, if it has any, as vector PDF and SVG beside summary.json).
+
+    Example:
+        >>> RunOptions(sample=100, seed=3, progress=False).shard_size is None
+        True
+    """
+
+    limit: int | None = None
+    sample: int | None = None
+    seed: int = 0
+    shard_size: int | None = None
+    batch_size: int = 1
+    progress: bool = True
+    settings: Mapping[str, Any] | None = None
+    figures: bool = True
 
 
 @dataclass
@@ -153,13 +178,15 @@ def _corpus_fix() -> str:
     return FIX
 
 
+@grouped_keywords("run", RunOptions, names=("limit", "sample", "seed", "shard_size", "settings"))
 def plan_run(lens: LensProtocol, study: str | Study, corpus: Any = None, *, options: dict[str, Any] | None = None,
-             windows: WindowSpec | None = None, limit: int | None = None, sample: int | None = None, seed: int = 0,
-             shard_size: int | None = None, settings: dict[str, Any] | None = None,
-             ranks: Ranks | None = None) -> Plan:
-    """Check a run's inputs and fix its :class:`Plan` (nothing is written yet). Without ``shard_size``
-    the study's is used, made smaller when the ranks of a distributed run (``ranks``, default: the
-    launcher's) would otherwise not all get a share."""
+             windows: WindowSpec | None = None, run: RunOptions | None = None, ranks: Ranks | None = None) -> Plan:
+    """Check a run's inputs and fix its :class:`Plan` (nothing is written yet): the selection, shard size and
+    settings of ``run`` (:class:`RunOptions`). Without ``run.shard_size`` the study's is used, made smaller
+    when the ranks of a distributed run (``ranks``, default: the launcher's) would otherwise not all get a
+    share."""
+    run = options_or_default(run, RunOptions, "run")
+    limit, sample, seed, shard_size, settings = run.limit, run.sample, run.seed, run.shard_size, run.settings
     study = get_study(study)
     ranks = ranks_from_env() if ranks is None else ranks
     windows = windows or WindowSpec()
@@ -186,30 +213,31 @@ def plan_run(lens: LensProtocol, study: str | Study, corpus: Any = None, *, opti
     return Plan(study, options, base, shard_size, selection.size, corpus, selection, None, size, stride, prefix)
 
 
-def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: str | Path, options: dict[str, Any] | None = None,
-            window: int | None = None, stride: int | None = None, overlap: int | None = None,
-            beyond_context: bool = False, limit: int | None = None, sample: int | None = None, seed: int = 0,
-            shard_size: int | None = None, batch_size: int = 1, progress: bool = True,
-            settings: dict[str, Any] | None = None, figures: bool = True) -> StudyResult:
+@grouped_keywords("windows", WindowSpec, names={"window": "size", "stride": "stride", "overlap": "overlap",
+                                               "beyond_context": "beyond_context"})
+@grouped_keywords("run", RunOptions)
+def analyze(lens: LensProtocol, study: str | Study, corpus: Any = None, *, out: str | Path,
+            options: dict[str, Any] | None = None, windows: WindowSpec | None = None,
+            run: RunOptions | None = None) -> StudyResult:
     """Run ``study`` (a registered name or a :class:`Study`) with ``lens`` over ``corpus`` into ``out``.
 
     ``corpus``: anything :func:`repo_lens.data.corpus_sources.open_corpus` opens (a path, a glob, a
     named corpus, a list of texts, a Corpus); None for the study's default corpus, or for a study
-    that makes its own items. ``window`` / ``stride`` / ``overlap``: how long documents are cut
-    (default: windows of the model's context, side by side). ``limit`` or ``sample`` + ``seed``: an
-    explicit selection of documents. ``batch_size`` inputs share a forward pass (same records; not
-    part of the run's settings). ``settings``: more to store in run.json (e.g. the model's name).
-    ``figures``: write the study's figures, if it has any, as vector PDF and SVG beside summary.json
-    (they need Chromium; one that cannot be rendered is named under the summary's
-    ``figures_not_rendered``, with a warning). Rerun the same call to resume; under torchrun each rank
-    runs it and computes its share.
+    that makes its own items. ``windows``: how long documents are cut
+    (:class:`repo_lens.data.windows.WindowSpec`: size, stride or overlap, beyond_context; default: windows
+    of the model's context, side by side). ``run``: the selection of documents, shards, batch size,
+    progress bar, settings to store and figures (:class:`RunOptions`); the figures need Chromium, and one
+    that cannot be rendered is named under the summary's ``figures_not_rendered``, with a warning. Rerun
+    the same call to resume; under torchrun each rank runs it and computes its share.
     """
-    batch_size = check_batch_size(batch_size)
+    run = options_or_default(run, RunOptions, "run")
+    windows = options_or_default(windows, WindowSpec, "windows")
+    batch_size = check_batch_size(run.batch_size)
+    progress, figures = run.progress, run.figures
     out = Path(out)
     ranks = ranks_from_env()
-    plan = plan_run(lens, study, corpus, options=options, windows=WindowSpec(window, stride, overlap, beyond_context),
-                    limit=limit, sample=sample, seed=seed, shard_size=chosen_shard_size(out, shard_size),
-                    settings=settings, ranks=ranks)
+    plan = plan_run(lens, study, corpus, options=options, windows=windows,
+                    run=replace(run, shard_size=chosen_shard_size(out, run.shard_size)), ranks=ranks)
     idle = idle_ranks_warning(plan.n_shards, plan.total, ranks)
     if idle and ranks.is_main:
         warnings.warn(idle, stacklevel=2)

@@ -38,7 +38,7 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     ship_dtype: str = "float32"  # dtype of the saved weights; metrics are measured on those rounded weights
-    # the learned position modules (each layer's attn.positions, e.g. RePo's f): the std of their weights'
+    # the learned position modules (each layer's attn.mechanism, e.g. RePo's f): the std of their weights'
     # N(0, std) initialisation (None: 0.02 like every weight, which starts RePo's z at ~0.002, i.e. NoPE)
     # and a factor on their learning rate
     position_init_std: float | None = None

@@ -65,8 +65,8 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> LensModel:
 
 
 def is_position_parameter(name: str) -> bool:
-    """A parameter of a layer's learned position module (``blocks.N.attn.positions.*``, e.g. RePo's f)."""
-    return ".attn.positions." in f".{name}"
+    """A parameter of a layer's learned position module (``blocks.N.attn.mechanism.*``, e.g. RePo's f)."""
+    return ".attn.mechanism." in f".{name}"
 
 
 def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:

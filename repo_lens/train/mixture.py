@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from repo_lens.data.fewshot import fewshot_prompt
-from repo_lens.data.niah import niah_prompt
+from repo_lens.data.niah import NiahSpec, niah_prompt
+from repo_lens.data.spans import PromptEncoding
 from repo_lens.data.tables import table_prompt
 from repo_lens.errors import InputError
 from repo_lens.model.byte_tokenizer import ByteTokenizer
@@ -33,6 +34,7 @@ from repo_lens.model.byte_tokenizer import ByteTokenizer
 ROW_KINDS = ("text", "niah", "fewshot", "table", "recall", "repeat")
 DEFAULT_ROW_WEIGHTS = {"text": 0.35, "niah": 0.45, "fewshot": 0.1, "table": 0.1}
 EVAL_SEED_OFFSET = 10**9  # evaluation prompts use seeds from here on; training's are below
+_NO_SPECIAL_TOKENS = PromptEncoding(add_special_tokens=False)  # the rows carry no BOS: a prompt ends a row
 
 _FIRST_NAMES = ("Ada Ben Cleo Dan Eva Finn Gus Hana Ivo Jin Kai Lea Milo Nora Omar Pia Quin Rosa Sven Tara "
                 "Uma Vic Wen Xia Yuri Zoe").split()
@@ -127,15 +129,15 @@ class RetrievalMixTask:
         size, depth, seed = length - rng.randrange(0, length // 8), rng.random(), rng.randrange(EVAL_SEED_OFFSET)
         if num_keys * (110 if key_type == "uuids" else 75) + 380 > size:  # the needles and template do not fit
             num_keys, key_type = 1, "words"
-        return niah_prompt(self.tokenizer, size, depth=depth, num_keys=num_keys, key_type=key_type,
-                           haystack=haystack, seed=seed, add_special_tokens=False)
+        return niah_prompt(self.tokenizer, size, depth=depth, spec=NiahSpec(num_keys=num_keys, key_type=key_type),
+                           haystack=haystack, seed=seed, encoding=_NO_SPECIAL_TOKENS)
 
     def _fewshot(self, rng: random.Random, length: int):
         rule = FEWSHOT_RULES[rng.randrange(len(FEWSHOT_RULES))]
         count = rng.randint(2, min(40, length // 50))  # an example is at most ~45 bytes
         words = [rng.choice(self.words) for _ in range(count + 1)]
         return fewshot_prompt(self.tokenizer, [(word, rule(word)) for word in words[:-1]], words[-1],
-                              rule(words[-1]), add_special_tokens=False)
+                              rule(words[-1]), encoding=_NO_SPECIAL_TOKENS)
 
     def _table(self, rng: random.Random, length: int):
         count = rng.randint(2, min(len(_FIRST_NAMES), (length - 100) // 60))  # a row is at most ~55 bytes
@@ -145,7 +147,7 @@ class RetrievalMixTask:
         asked_row, asked_col = rng.randrange(len(rows)), rng.randint(1, 3)
         question = f"What is the {header[asked_col]} of {rows[asked_row][0]}?"
         return table_prompt(self.tokenizer, header, rows, question, rows[asked_row][asked_col],
-                            style=rng.choice(("markdown", "pairs")), add_special_tokens=False)
+                            style=rng.choice(("markdown", "pairs")), encoding=_NO_SPECIAL_TOKENS)
 
     def _recall(self, rng: random.Random, length: int):
         """Associative recall, dense: key-value pairs, then several questions whose answers are values,
@@ -236,8 +238,9 @@ class RetrievalMixTask:
         for index in range(count):
             rng = random.Random(f"eval-{haystack}-{length}-{num_keys}-{index}")
             text = None if haystack == "noise" else self._haystack(rng, haystack, 2 * length, self.val_text)
-            prompts.append(niah_prompt(self.tokenizer, length, depth=index / max(1, count - 1), num_keys=num_keys,
-                                       haystack=text, seed=EVAL_SEED_OFFSET + index, add_special_tokens=False))
+            prompts.append(niah_prompt(self.tokenizer, length, depth=index / max(1, count - 1),
+                                       spec=NiahSpec(num_keys=num_keys), haystack=text, seed=EVAL_SEED_OFFSET + index,
+                                       encoding=_NO_SPECIAL_TOKENS))
         return prompts
 
     @torch.no_grad()

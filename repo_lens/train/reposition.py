@@ -47,10 +47,11 @@ from tqdm.auto import tqdm
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
 from repo_lens.model.config import repo_start_layer
+from repo_lens.model.former_names import current_state_key
 from repo_lens.model.grafted_increments import GraftIncrementPositions
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions, is_position_weight
 from repo_lens.model.loaders.native.delta import DELTA_FILE, RECIPE_FILE
-from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
+from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND, mechanism_traits, recipe_kinds
 from repo_lens.model.transformer import LensModel
 from repo_lens.run_lock import run_lock
 from repo_lens.train.low_rank import add_low_rank, low_rank_factors
@@ -62,14 +63,15 @@ ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
 CONTENT_PHASE_KIND = ContentPhasePositions.kind  # GRAPE-M with a content-dependent phase: ω = softplus(W h + b)
 LAYER_INCREMENT_KIND = LayerIncrementPositions.kind  # per-layer learned increments: δ = max · sigmoid(MLP(h))
 GRAFT_KIND = GraftIncrementPositions.kind  # the learned-increments post's graft: exclusive Σ softplus(MLP(embedding))
-RECIPE_KINDS = (DEFAULT_KIND, ROPE_KIND, CONTENT_PHASE_KIND, LAYER_INCREMENT_KIND, GRAFT_KIND)  # RePo, its control,
-# and the mechanisms that start as the base's RoPE
+# the kinds the recipe trains (the registry's ``recipe`` trait), RePo first: its default, then RoPE (the control) and
+# the mechanisms that start as the base's RoPE, in registration order
+RECIPE_KINDS: tuple[str, ...] = tuple(sorted(recipe_kinds(), key=lambda kind: kind != DEFAULT_KIND))
 # the settings the learned-increments post's graft trains with (experiments/delta_graft: LoRA r 16, alpha 32 on
 # q/k/v/o of every layer, one learning rate 2e-4 for the adapters and the DeltaMLP)
 GRAFT_SETTINGS: dict[str, Any] = {"first_layer": 0, "lora_rank": 16, "lora_alpha": 32.0, "lr": 2e-4,
                                   "position_lr": 2e-4}
 GRAFT_FAMILIES = ("llama", "olmo2")  # Llama-family blocks: one rotary, fed by the positions
-SHARED_PREFIX = "increments."  # the weights of the increments every layer shares (LensModel.increments)
+SHARED_PREFIX = "shared_delta."  # the weights of the increments every layer shares (LensModel.shared_delta)
 
 
 @dataclass
@@ -115,6 +117,16 @@ _OPTIONAL_WHOLE = {"first_layer": 0, "threads": 1}  # None or a whole number ≥
 _POSITIVE = ("lr", "position_lr", "lora_alpha", "position_init_std", "grad_clip")
 _NOT_NEGATIVE = ("weight_decay",)
 _TEXT = ("base", "corpus", "mechanism")
+
+
+def recipe_choices() -> str:
+    """The mechanisms the recipe trains, each with what it is (its ``recipe`` trait), for messages.
+
+    >>> recipe_choices().split(", ")[:2]
+    ["RePo ('--mechanism repo')", "the RoPE control ('--mechanism rope')"]
+    """
+    described = [f"{mechanism_traits(kind).recipe} ('--mechanism {kind}')" for kind in RECIPE_KINDS]
+    return ", ".join(described[:-1]) + (" or " if len(described) > 1 else "") + described[-1]
 
 
 def recipe_config(mechanism: str = DEFAULT_KIND, **settings: Any) -> RepositionConfig:
@@ -195,8 +207,8 @@ def check_recipe(cfg: RepositionConfig, base: LensModel) -> None:
     if problems:
         raise InputError(f"the recipe's settings are out of range: {'; '.join(problems)}")
     if cfg.mechanism not in RECIPE_KINDS:
-        raise InputError(f"mechanism must be one of {', '.join(RECIPE_KINDS)} ('repo': RePo from layer ⌈L/3⌉, "
-                         f"'rope': the control), got {cfg.mechanism!r}")
+        choices = ", ".join(f"{kind!r} ({mechanism_traits(kind).recipe})" for kind in RECIPE_KINDS)
+        raise InputError(f"mechanism must be one of {choices}, got {cfg.mechanism!r}")
     n_layers = base.cfg.n_layers
     first = first_layer_of(cfg, n_layers)
     if not 0 <= first < n_layers:
@@ -269,11 +281,11 @@ def start_position_modules(model: LensModel, cfg: RepositionConfig) -> None:
     The model starts as the base whenever the mechanism allows (RePo through the anneal).
     """
     torch.manual_seed(cfg.seed)
-    start_shared = getattr(getattr(model, "increments", None), "start_as_post", None)
+    start_shared = getattr(getattr(model, "shared_delta", None), "start_as_post", None)
     if start_shared is not None:  # the post's graft: the DeltaMLP every layer shares
         start_shared()
     for block in model.blocks:
-        module = block.attn.positions
+        module = block.attn.mechanism
         if hasattr(module, "start_at_integers"):  # GRAPE-M, the per-layer increments
             module.start_at_integers()
         elif module.kind == DEFAULT_KIND:
@@ -287,7 +299,7 @@ class PositionAnneal:
 
     def __init__(self, model: LensModel) -> None:
         self.value = 0.0
-        self.handles = [block.attn.positions.register_forward_hook(self._blend)
+        self.handles = [block.attn.mechanism.register_forward_hook(self._blend)
                         for block in model.blocks if block.attn.kind == DEFAULT_KIND]
 
     def _blend(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
@@ -544,7 +556,7 @@ class _StateCheck:
         """The tensors of ``trainable.safetensors``, each named, shaped and typed as ``expected`` and finite."""
         file = "trainable.safetensors"
         try:
-            weights = load_file(str(self.state / file))
+            weights = {current_state_key(name): tensor for name, tensor in load_file(str(self.state / file)).items()}
         except (OSError, SafetensorError, ValueError, RuntimeError) as error:
             raise self.fail(file, f"it is not a readable safetensors file ({type(error).__name__}: "
                                   f"{str(error)[:120]})") from None

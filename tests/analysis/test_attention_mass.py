@@ -27,11 +27,11 @@ def make_model(family: str = "olmo2", kinds=("rope", "nope", "repo"), n_kv_heads
     with torch.no_grad():  # spread the RePo positions so that they matter
         for block in model.blocks:
             if block.attn.kind == "repo":
-                block.attn.positions.final_map.weight.mul_(30.0)
+                block.attn.mechanism.final_map.weight.mul_(30.0)
             if block.attn.kind == "cope":  # e[p] start at zero: make the positions matter
-                block.attn.positions.position_embeddings.normal_(std=1.0)
+                block.attn.mechanism.position_embeddings.normal_(std=1.0)
             if block.attn.kind == "fox":
-                block.attn.positions.forget_gate.weight.mul_(10.0)
+                block.attn.mechanism.forget_gate.weight.mul_(10.0)
     return model
 
 

@@ -107,7 +107,7 @@ def test_the_gradient_is_reverse_mode_autograd_times_the_component(kind, family)
     block = lens.model.blocks[layer]
     for column, token in enumerate(found.tokens):
         x = resid.clone().requires_grad_(True)
-        z = block.attn.positions(block._norm("before_attention", x[None]), 0)[0, 2, token]
+        z = block.attn.mechanism(block._norm("before_attention", x[None]), 0)[0, 2, token]
         (gradient,) = torch.autograd.grad(z, x)
         for index, label in enumerate(found.labels):
             expected = float((gradient * parts[label]).sum())
@@ -123,7 +123,7 @@ def test_shared_increments_move_only_with_the_embedding():
     embed = found.labels.index("embed")
     others = [i for i in range(len(found.labels)) if i != embed]
     assert np.abs(found.values[..., others]).max() == 0.0
-    mlp = lens.model.increments
+    mlp = lens.model.shared_delta
     with torch.no_grad():
         zero_delta = torch.nn.functional.softplus(mlp.fc_out(torch.nn.functional.gelu(mlp.fc_in.bias)))[0]
     expected = found.positions - np.cumsum(np.full(len(IDS), float(zero_delta)))
@@ -156,7 +156,7 @@ def test_token_attribution_is_exact_where_the_position_is_linear_in_the_embeddin
     torch.manual_seed(0)
     lens = repo_lens.Lens(LensModel(cfg).eval(), None)
     found = token_attribution(lens, IDS[:6], layer=0, head=1, token=4)
-    weight = lens.model.blocks[0].attn.positions.dynamic_map.weight.detach().double().numpy()
+    weight = lens.model.blocks[0].attn.mechanism.dynamic_map.weight.detach().double().numpy()
     expected = np.zeros((5, 16))
     expected[4] = weight[1]
     np.testing.assert_allclose(found.gradient, expected, atol=1e-7)

@@ -128,7 +128,7 @@ def test_vocabulary_increments_of_a_shared_delta_mlp_are_the_embedding_deltas():
     model = tiny_model("lpi", n_layers=3, seed=4)
     lens = Lens(model, ByteTokenizer())
     with torch.no_grad():
-        direct = F.softplus(model.increments(model.embed.weight)).squeeze(-1).numpy()
+        direct = F.softplus(model.shared_delta(model.embed.weight)).squeeze(-1).numpy()
     got = vocabulary_increments(lens, batch_size=64)
     assert got.shape == (3, 257)
     learned = [layer for layer, kind in enumerate(lens.layer_kinds) if kind == "lpi"]

@@ -23,7 +23,7 @@ from repo_lens import InputError, interventions
 from repo_lens.analysis import ScoreDecomposition, score_decomposition
 from repo_lens.model.alibi import alibi_slopes
 from repo_lens.model.registry import mechanism_kinds, mechanism_traits
-from repo_lens.model.rotary import apply_rotary, rotary_cos_sin
+from repo_lens.model.attention import apply_rotary, rotary_cos_sin
 from repo_lens.model.tiny import tiny_model
 
 IDS = [5, 9, 2, 33, 4, 4, 80, 1, 7, 19, 26, 3]
@@ -37,15 +37,19 @@ def _perturbed(model, seed: int = 1):
     """The position module's weights moved off their initialisation (CoPE's and the relative embeddings start at 0)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for parameter in model.blocks[LAYER].attn.positions.parameters():
+        for parameter in model.blocks[LAYER].attn.mechanism.parameters():
             parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
     return model
 
 
 def _hooks(model, ids=IDS):
     _, cache = model.run_with_cache(torch.tensor([ids]))
-    return {name.removeprefix(f"blocks.{LAYER}.attn."): value[0].detach().double()
-            for name, value in cache.items() if name.startswith(f"blocks.{LAYER}.attn.")}
+    hooks = {name.removeprefix(f"blocks.{LAYER}.attn."): value[0].detach().double()
+             for name, value in cache.items() if name.startswith(f"blocks.{LAYER}.attn.")}
+    if hasattr(model.blocks[LAYER], "ln1"):  # the attention input of a pre-norm block: ln1's weight × normalised
+        hooks["layer_input"] = model.blocks[LAYER].ln1.weight.detach().double() * cache[
+            f"blocks.{LAYER}.ln1.hook_normalized"][0].detach().double()
+    return hooks
 
 
 @pytest.fixture(scope="module", params=mechanism_kinds())
@@ -87,7 +91,7 @@ def rotary_brute_force(model, hooks) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if attn.qk_norm:
         q = attn.q_norm(q.reshape(n_tokens, -1)).view(n_tokens, -1, d_head)
         k = attn.k_norm(k.reshape(n_tokens, -1)).view(n_tokens, -1, d_head)
-    encode = getattr(attn.positions, "encode", apply_rotary)
+    encode = getattr(attn.mechanism, "encode", apply_rotary)
     cos0, sin0 = rotary_cos_sin(torch.zeros(1, 1, n_tokens), attn.inv_freq, attn.attention_scaling)
     u = encode(q.transpose(0, 1)[None], cos0, sin0)[0].double()  # what q·k would use at position 0
     w = encode(per_query_head(k, n_heads)[None], cos0, sin0)[0].double()
@@ -109,7 +113,7 @@ def rotary_brute_force(model, hooks) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def bias_brute_force(kind: str, model, hooks) -> torch.Tensor:
     """[head, T, T] bias of an additive or contextual layer, by the mechanism's formula (the registry's bias)."""
     attn = model.blocks[LAYER].attn
-    mechanism = attn.positions
+    mechanism = attn.mechanism
     n_heads, d_head, n_tokens = attn.n_heads, attn.d_head, len(IDS)
     q, k = rotated_qk(hooks, n_heads)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d_head)
@@ -129,6 +133,16 @@ def bias_brute_force(kind: str, model, hooks) -> torch.Tensor:
         return logits.gather(-1, floor) * (1 - weight) + logits.gather(-1, ceil) * weight
     if kind == "grape-ap":
         psi = F.logsigmoid(scores + mechanism.potential_bias.double()[:, None, None]).masked_fill(~allowed, 0.0)
+        return psi.flip(-1).cumsum(-1).flip(-1) - psi  # Σ_{l=j+1}^{i} ψ(i, l)
+    if kind == "grape-ap-rotated":  # the GRAPE authors': ψ(i, l) = m_h·logsigmoid(p_i·R(l) p̂_l / d_p), p = c_p(input)
+        p = (hooks["layer_input"] @ mechanism.c_p.weight.double().T).view(n_tokens, n_heads, -1).transpose(0, 1)
+        d_p, half = p.shape[-1], p.shape[-1] // 2
+        p_hat = p * torch.rsqrt(p.pow(2).mean(-1, keepdim=True) + torch.finfo(torch.float64).eps)
+        angle = index.double()[:, None]  # the key's index l, in every plane (frequency 1)
+        p1, p2 = p_hat[..., :half], p_hat[..., half:]
+        p_rot = torch.cat((p1 * angle.cos() + p2 * angle.sin(), -p1 * angle.sin() + p2 * angle.cos()), dim=-1)
+        slopes = torch.tensor(alibi_slopes(n_heads), dtype=torch.float64)[:, None, None]
+        psi = (slopes * F.logsigmoid(p @ p_rot.transpose(-1, -2) / d_p)).masked_fill(~allowed, 0.0)
         return psi.flip(-1).cumsum(-1).flip(-1) - psi  # Σ_{l=j+1}^{i} ψ(i, l)
     if kind == "grape-a":  # query-gated in a zoo model: −(i − j)·softplus(ω_h)·m_h·softplus(v̂_h·q_i/√d)
         rate = F.softplus((q * F.normalize(mechanism.v.double(), dim=-1)[:, None, :]).sum(-1) / math.sqrt(d_head))

@@ -16,7 +16,7 @@ from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.registry import mechanism_kinds
 from repo_lens.model.tiny import tiny_model
 from repo_lens.studies.items import boundary_items, summarize_boundaries
-from repo_lens.studies.runs import run_items
+from repo_lens.studies.resumable import run_items
 
 
 @pytest.mark.parametrize("kind", mechanism_kinds())

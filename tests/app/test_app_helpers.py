@@ -166,7 +166,7 @@ def test_model_list_has_the_zoo_the_installed_external_models_and_local_checkpoi
 def test_the_app_uses_only_the_public_api():
     """Besides its own modules (repo_lens.app.*), the app imports only the public API of repo_lens."""
     allowed = {"repo_lens", "repo_lens.analysis", "repo_lens.data", "repo_lens.model.registry", "repo_lens.plots",
-               "repo_lens.validation", "repo_lens.zoo",
+               "repo_lens.protocol", "repo_lens.validation", "repo_lens.zoo",
                "repo_lens.model.loaders.hf.hub"}  # Hub ids checked and fetched without a load (download_snapshot)
     used = set()
     for path in APP.parent.rglob("*.py"):

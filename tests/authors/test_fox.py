@@ -77,5 +77,5 @@ def test_a_missing_forget_gate_is_refused(tmp_path):
 
     del weights["model.layers.1.attn.fgate_proj.bias"]
     save_file(weights, str(tmp_path / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"missing weights.*blocks\.1\.attn\.positions\.fgate_proj\.bias"):
+    with pytest.raises(CheckpointError, match=r"missing weights.*blocks\.1\.attn\.mechanism\.fgate_proj\.bias"):
         _load(tmp_path)

@@ -21,7 +21,7 @@ from .reference_grape import grape_forward
 
 IDS = [3, 17, 5, 60, 1, 2, 90, 44, 8, 8, 21, 33, 70, 9, 0, 12]
 KINDS = {"rope": "rope", "alibi": "alibi", "fox": "fox", "grape-a-keygated": "grape-a", "grape-a-querygated": "grape-a",
-         "grape-a-querykeygated": "grape-a", "grape-ap-v1": "grape-ap", "grape-m-ctx": "grape-m",
+         "grape-a-querykeygated": "grape-a", "grape-ap-v1": "grape-ap-rotated", "grape-m-ctx": "grape-m-context",
          "grape-m-nonctx": "rope"}
 
 
@@ -161,9 +161,10 @@ def test_grape_ap_runs_in_their_attention_inside_their_block(tmp_path):
     assert isinstance(attention, repo_lens.model.authors.attention.AuthorsAttention)
     assert isinstance(attention, repo_lens.model.compat.attention.AttentionWeights)
     assert tuple(attention.W_Q.shape) == (4, 64, 16)  # TransformerLens' [head, d_model, d_head]
-    potentials = attention.positions
+    potentials = attention.mechanism
     assert isinstance(potentials, repo_lens.model.authors.path_potentials.PathPotentials)
     assert (potentials.tied, potentials.d_p, potentials.slopes) == ("none", 8, (2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8))
+    assert potentials.kind == attention.kind == "grape-ap-rotated"  # not the zoo's grape-ap (ψ of q·k)
     assert tuple(potentials.c_p.weight.shape) == (4 * 8, 64)
     with pytest.raises(TypeError, match="reads the layer input"):
         potentials(torch.zeros(1, 4, 3, 16), torch.zeros(1, 4, 3, 3), torch.ones(3, 3, dtype=torch.bool))

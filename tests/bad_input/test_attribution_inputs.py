@@ -254,7 +254,7 @@ def test_gradient_position_attribution_works_with_autograd_off(lens, mode):
 # --- NaN or infinite weights: the warning Lens.trace gives --------------------------------------------------
 
 @pytest.mark.parametrize("parameter", ["embed.weight", "blocks.0.mlp.down_proj.weight",
-                                       "blocks.2.attn.positions.final_map.weight"])
+                                       "blocks.2.attn.mechanism.final_map.weight"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
 def test_non_finite_weights_warn_as_the_trace_warns(parameter, bad):
     broken = small_lens(seed=1)
@@ -285,11 +285,16 @@ def test_finite_weights_give_no_warning(lens):
 
 # --- interventions.attribute --------------------------------------------------------------------------------
 
+def _selection(argument: str, value) -> dict:
+    """``heads=`` or ``layers=`` as keywords; ``tokens`` in the grid's options."""
+    return {"options": interventions.GridOptions(tokens=value)} if argument == "tokens" else {argument: value}
+
+
 @pytest.mark.parametrize("value", NOT_INTEGERS + OUT_OF_RANGE)
 @pytest.mark.parametrize("argument", ["heads", "layers", "tokens"])
 def test_attribute_refuses_a_bad_index_in_a_selection(lens, argument, value):
     with pytest.raises(InputError) as caught:
-        interventions.attribute(lens, CLEAN, CORRUPTED, METRIC, **{argument: [1, value]})
+        interventions.attribute(lens, CLEAN, CORRUPTED, METRIC, **_selection(argument, [1, value]))
     _named(caught, argument[:-1])
 
 
@@ -297,7 +302,7 @@ def test_attribute_refuses_a_bad_index_in_a_selection(lens, argument, value):
 @pytest.mark.parametrize("argument", ["heads", "layers", "tokens"])
 def test_attribute_refuses_what_is_no_selection(lens, argument, value):
     with pytest.raises(InputError) as caught:
-        interventions.attribute(lens, CLEAN, CORRUPTED, METRIC, **{argument: value})
+        interventions.attribute(lens, CLEAN, CORRUPTED, METRIC, **_selection(argument, value))
     _named(caught, argument[:-1], "span")
 
 
@@ -314,7 +319,8 @@ def per_token(lens):
         "negative-token", "tensor-heads-ranges"])
 def test_attribute_takes_integer_selections(lens, per_token, heads, layers, tokens):
     """Every selection is the sum of the per-token estimates of its cells (computed once, for every cell)."""
-    found = interventions.attribute(lens, CLEAN, CORRUPTED, METRIC, heads=heads, layers=layers, tokens=tokens)
+    found = interventions.attribute(lens, CLEAN, CORRUPTED, METRIC, heads=heads, layers=layers,
+                                    options=interventions.GridOptions(tokens=tokens))
     chosen_heads = sorted({h % N_HEADS for h in np.atleast_1d(np.asarray(heads if heads is not None else range(4)))})
     chosen_layers = sorted({int(l) for l in np.atleast_1d(np.asarray(layers if layers is not None else [1, 2]))})
     width = per_token.values.shape[-1]

@@ -99,7 +99,7 @@ def test_corrupt_trace_files(lens, tmp_path):
 def test_nonfinite_positions_are_flagged(repo_dir):
     lens = repo_lens.load(repo_dir, device="cpu")
     with torch.no_grad():
-        lens.model.blocks[3].attn.positions.final_map.weight[1].fill_(float("nan"))
+        lens.model.blocks[3].attn.mechanism.final_map.weight[1].fill_(float("nan"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trace = lens.trace("hello world")

@@ -1,7 +1,8 @@
 """Bad input on the generic Hugging Face path (repo_lens.hf): the entry points that edit a repo_lens model
 through its hooks refuse an HFLens (and anything else that is no repo_lens Lens) with one InputError naming
-the function, what it needs and the alternative; a weight file load_hf cannot read (empty, truncated,
-corrupt, not a file) is a CheckpointError naming the file.
+the function, what it needs and the alternative (the interventions run on an HFLens: what they refuse there is
+in tests/interventions/test_hf_lens.py); a weight file load_hf cannot read (empty, truncated, corrupt, not a
+file) is a CheckpointError naming the file.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ from repo_lens.hf import load_hf, trace_hf  # noqa: E402  (after the skip: needs
 METRIC = interventions.logit_difference(1, 2)
 IDS = [1, 5, 9, 12, 7, 3]
 
-ENTRY_POINTS: list[tuple[str, Callable]] = [
+INTERVENTIONS: list[tuple[str, Callable]] = [
     ("ablate", lambda lens: interventions.ablate(lens, IDS, mode="constant")),
     ("ablated_positions", lambda lens: interventions.ablated_positions(lens, IDS, mode="integer")),
-    ("ablation_grid", lambda lens: interventions.ablation_grid(lens, IDS, METRIC, mode="constant", progress=False)),
-    ("patch", lambda lens: interventions.patch(lens, IDS, IDS[::-1], METRIC, progress=False)),
+    ("ablation_grid", lambda lens: interventions.ablation_grid(lens, IDS, METRIC, mode="constant",
+                                                               options=interventions.GridOptions(progress=False))),
+    ("patch", lambda lens: interventions.patch(lens, IDS, IDS[::-1], METRIC,
+                                               options=interventions.GridOptions(progress=False))),
     ("attribute", lambda lens: interventions.attribute(lens, IDS, IDS[::-1], METRIC)),
+]
+HOOKED_ONLY: list[tuple[str, Callable]] = [
     ("position_attribution", lambda lens: position_attribution(lens, IDS, 1)),
     ("token_attribution", lambda lens: token_attribution(lens, IDS, 1, 0, 2)),
 ]
@@ -46,7 +51,7 @@ def hf_lens(llama_dir):
     return load_hf(llama_dir, device="cpu")
 
 
-@pytest.mark.parametrize("name,call", [pytest.param(*case, id=case[0]) for case in ENTRY_POINTS])
+@pytest.mark.parametrize("name,call", [pytest.param(*case, id=case[0]) for case in HOOKED_ONLY])
 def test_an_hf_lens_is_refused_naming_what_is_needed_and_the_alternative(hf_lens, name, call):
     with pytest.raises(InputError) as caught:
         call(hf_lens)
@@ -60,7 +65,7 @@ NOT_LENSES = [pytest.param(None, id="none"), pytest.param("/models/llama", id="p
 
 
 @pytest.mark.parametrize("lens", NOT_LENSES)
-@pytest.mark.parametrize("name,call", [pytest.param(*case, id=case[0]) for case in ENTRY_POINTS])
+@pytest.mark.parametrize("name,call", [pytest.param(*case, id=case[0]) for case in INTERVENTIONS + HOOKED_ONLY])
 def test_what_is_no_lens_is_refused_naming_it(lens, name, call):
     with pytest.raises(InputError) as caught:
         call(lens)

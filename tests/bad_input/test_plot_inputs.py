@@ -25,11 +25,12 @@ from repo_lens.data import parse_peoples_daily
 from repo_lens.errors import CheckpointError, InputError
 from repo_lens.model.registry import mechanism_kinds
 from repo_lens.analysis import AttentionMass
-from repo_lens.plots import (attention_mass_layers_figure, boundary_auc_figure, category_increments_figure, export, layer_series_figure,
+from repo_lens.plots import (ScatterStyle, SpacedTokensStyle, attention_mass_layers_figure, boundary_auc_figure,
+                             category_increments_figure, export, layer_series_figure,
                              paper_figure, pattern_strip_figure, position_scatter_figure, range_heatmap,
                              spaced_tokens_figure)
 from repo_lens.plots.export import figure_bytes
-from repo_lens.studies.runs import run_items
+from repo_lens.studies.resumable import run_items
 from repo_lens.trace import Trace
 
 NAN, INF = float("nan"), float("inf")
@@ -120,25 +121,29 @@ PLOT_CASES: list[tuple[str, Callable, str]] = [
      "unknown pattern label 'flat' in patterns; labels are ('constant', 'mono', 'hybrid')"),
     ("plot-spaced-pattern-rows", lambda t, tmp: spaced_tokens_figure(t, patterns=np.zeros((3, 2), dtype=int)),
      "patterns must be (n_layers=2, n_chunks) for the shown head, got shape (3, 2)"),
-    ("plot-spaced-chunk-zero", lambda t, tmp: spaced_tokens_figure(t, chunk_size=0),
+    ("plot-spaced-chunk-zero", lambda t, tmp: spaced_tokens_figure(t, style=SpacedTokensStyle(chunk_size=0)),
      "chunk_size (tokens per chunk) must be an int >= 1, got 0"),
-    ("plot-spaced-chunk-negative", lambda t, tmp: spaced_tokens_figure(t, patterns=np.zeros((2, 2), int), chunk_size=-4),
+    ("plot-spaced-chunk-negative", lambda t, tmp: spaced_tokens_figure(t, patterns=np.zeros((2, 2), int),
+                                                                       style=SpacedTokensStyle(chunk_size=-4)),
      "chunk_size (tokens per chunk) must be an int >= 1, got -4"),
-    ("plot-spaced-chunk-float", lambda t, tmp: spaced_tokens_figure(t, chunk_size=2.5),
+    ("plot-spaced-chunk-float", lambda t, tmp: spaced_tokens_figure(t, style=SpacedTokensStyle(chunk_size=2.5)),
      "chunk_size (tokens per chunk) must be an int >= 1, got 2.5 (float)"),
-    ("plot-spaced-max-tokens-one", lambda t, tmp: spaced_tokens_figure(t, max_tokens=1),
+    ("plot-spaced-max-tokens-one", lambda t, tmp: spaced_tokens_figure(t, style=SpacedTokensStyle(max_tokens=1)),
      "max_tokens (tokens drawn) must be an int >= 2, got 1"),
-    ("plot-spaced-label-limit-negative", lambda t, tmp: spaced_tokens_figure(t, label_limit=-1),
+    ("plot-spaced-label-limit-negative", lambda t, tmp: spaced_tokens_figure(t,
+                                                                             style=SpacedTokensStyle(label_limit=-1)),
      "label_limit (labels per row) must be an int >= 0, got -1"),
-    ("plot-spaced-width-tiny", lambda t, tmp: spaced_tokens_figure(t, width=20), "width (pixels) must be an int >= 100, got 20"),
-    ("plot-spaced-font-zero", lambda t, tmp: spaced_tokens_figure(t, font_size=0), "font_size must be a finite number > 0"),
-    ("plot-scatter-max-points-one", lambda t, tmp: position_scatter_figure(t, 0, max_points=1),
+    ("plot-spaced-width-tiny", lambda t, tmp: spaced_tokens_figure(t,
+                                                                   style=SpacedTokensStyle(width=20)), "width (pixels) must be an int >= 100, got 20"),
+    ("plot-spaced-font-zero", lambda t, tmp: spaced_tokens_figure(t,
+                                                                  style=SpacedTokensStyle(font_size=0)), "font_size must be a finite number > 0"),
+    ("plot-scatter-max-points-one", lambda t, tmp: position_scatter_figure(t, 0, style=ScatterStyle(max_points=1)),
      "max_points (points drawn per head) must be an int >= 2, got 1"),
-    ("plot-scatter-max-points-zero", lambda t, tmp: position_scatter_figure(t, 0, max_points=0),
+    ("plot-scatter-max-points-zero", lambda t, tmp: position_scatter_figure(t, 0, style=ScatterStyle(max_points=0)),
      "max_points (points drawn per head) must be an int >= 2, got 0"),
-    ("plot-scatter-max-points-float", lambda t, tmp: position_scatter_figure(t, 0, max_points=2.5),
+    ("plot-scatter-max-points-float", lambda t, tmp: position_scatter_figure(t, 0, style=ScatterStyle(max_points=2.5)),
      "max_points (points drawn per head) must be an int >= 2, got 2.5 (float)"),
-    ("plot-scatter-max-points-bool", lambda t, tmp: position_scatter_figure(t, 0, max_points=True),
+    ("plot-scatter-max-points-bool", lambda t, tmp: position_scatter_figure(t, 0, style=ScatterStyle(max_points=True)),
      "max_points (points drawn per head) must be an int >= 2, got True (bool)"),
     ("plot-scatter-span-past-end", lambda t, tmp: position_scatter_figure(t, 0, highlight={"needle": (4, 9)}),
      "highlight span 'needle' = (4, 9) is outside the trace: spans must satisfy 0 <= start < end <= 6"),
@@ -152,9 +157,9 @@ PLOT_CASES: list[tuple[str, Callable, str]] = [
      "highlight span 'query' must be (start, end), two token indices; got 3"),
     ("plot-scatter-spans-list", lambda t, tmp: position_scatter_figure(t, 0, highlight=[(1, 3)]),
      "highlight must map span names to (start, end) token spans"),
-    ("plot-scatter-context-negative", lambda t, tmp: position_scatter_figure(t, 0, context=-1),
+    ("plot-scatter-context-negative", lambda t, tmp: position_scatter_figure(t, 0, style=ScatterStyle(context=-1)),
      "context (tokens either side in the hover) must be an int >= 0, got -1"),
-    ("plot-scatter-k-str", lambda t, tmp: position_scatter_figure(t, 0, k="1.5"),
+    ("plot-scatter-k-str", lambda t, tmp: position_scatter_figure(t, 0, style=ScatterStyle(k="1.5")),
      "k (the fences' multiple of the interquartile range) must be a finite number >= 0, got '1.5' (str)"),
     ("plot-spaced-highlight-float", lambda t, tmp: spaced_tokens_figure(t, highlight=(3.5, 1)),
      "highlight token must be an int, got 3.5 (float)"),
@@ -186,9 +191,11 @@ def test_valid_plot_inputs_near_the_new_checks_still_work(trace, tmp_path):
     assert round(paper_figure(bars(), font_pt=np.float32(9)).layout.font.size, 2) == 12.0  # 9 pt = 12 px
     assert list(range_heatmap(TABLE, ("a", "b")).data[0].y) == ["L0 a", "L1 b"]
     assert boundary_auc_figure(TABLE, n_scored=np.int64(0)).layout.title.text.endswith("— 0 scored gaps")
-    assert position_scatter_figure(trace, 0, max_points=2, highlight={"needle": (np.int64(4), 6)}).layout.meta[
+    assert position_scatter_figure(trace, 0, style=ScatterStyle(max_points=2),
+                                   highlight={"needle": (np.int64(4), 6)}).layout.meta[
         "spans"] == {"needle": [4, 6]}  # the smallest budget, and a span ending at the last token
-    assert spaced_tokens_figure(trace, patterns=np.array([["mono", "hybrid"]] * 2), chunk_size=np.int64(3)).data
+    assert spaced_tokens_figure(trace, patterns=np.array([["mono", "hybrid"]] * 2),
+                                style=SpacedTokensStyle(chunk_size=np.int64(3))).data
     written = export(bars(), tmp_path / "f.html", width=300, height=200, scale=1)
     assert written.read_bytes().startswith(b"<!doctype html>")
 

@@ -179,7 +179,7 @@ def test_the_init_std_reaches_the_position_module(places):
 
     base = repo_lens.load(places["rope"], device="cpu").model
     wide, narrow = (repositioned_model(base, RepositionConfig(base="x", position_init_std=std)) for std in (1.0, 0.01))
-    spread = [float(model.blocks[1].attn.positions.gate_map.weight.detach().std()) for model in (wide, narrow)]
+    spread = [float(model.blocks[1].attn.mechanism.gate_map.weight.detach().std()) for model in (wide, narrow)]
     assert spread[0] == pytest.approx(1.0, rel=0.2) and spread[1] == pytest.approx(0.01, rel=0.2)
 
 

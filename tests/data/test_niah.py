@@ -7,12 +7,14 @@ import pytest
 
 from repo_lens.data.niah import (
     NOISE,
+    NiahSpec,
     niah_multikey,
     niah_multiquery,
     niah_multivalue,
     niah_prompt,
     niah_single,
 )
+from repo_lens.data.spans import PromptEncoding
 from repo_lens.errors import InputError
 from prompt_tokenizers import bpe_tokenizer, byte_tokenizer, tokenizer, word_tokenizer  # noqa: F401  (fixtures)
 
@@ -140,7 +142,7 @@ def test_seed_is_deterministic(byte_tokenizer):
 
 
 def test_numbers_as_keys_and_last_token_rows(tokenizer):
-    prompt = niah_single(tokenizer, 800, key_type="numbers", append_answer=False)
+    prompt = niah_single(tokenizer, 800, spec=NiahSpec(key_type="numbers"), encoding=PromptEncoding(append_answer=False))
     assert prompt.meta["keys"][0].isdigit()
     assert "answer" not in prompt.spans
     assert prompt.query[1] == len(prompt.ids) and prompt.query[0] == len(prompt.ids) - 1
@@ -167,8 +169,9 @@ def test_attention_mass_on_a_niah_prompt(byte_tokenizer):
     (dict(length=100), r"length=100 is too short: the prompt without any haystack already takes"),
     (dict(length=800, depth=1.5), r"needle depth 1.5 must be a fraction of the haystack in \[0.0, 1.0\]"),
     (dict(length=800, depth=[0.1, 0.2]), "got 2 depths for 1 needles"),
-    (dict(length=800, num_keys=0), "num_keys must be a positive integer"),
-    (dict(length=800, key_type="colours"), "unknown key_type 'colours'"),
+    (dict(length=800, spec=NiahSpec(num_keys=0)), "num_keys must be a positive integer"),
+    (dict(length=800, spec=NiahSpec(key_type="colours")), "unknown key_type 'colours'"),
+    (dict(length=800, spec={"num_keys": 2}), r"spec must be a NiahSpec \(e.g. spec=NiahSpec\(num_keys=...\)\), not dict"),
     (dict(length=800, haystack=""), "the haystack text is empty"),
     (dict(length=-5), "length must be a positive number of tokens"),
 ])

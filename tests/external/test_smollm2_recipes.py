@@ -41,7 +41,7 @@ def test_layer_increments_at_step_0_are_the_base_rotated_from_one(base):
     model = repositioned_model(base.model, RepositionConfig(mechanism="lpi-layer", autocast=False))
     assert model.cfg.layer_mechanisms == ["rope"] * 10 + ["lpi-layer"] * 20
     tokens = torch.tensor([base.tokenizer.encode(TEXT)])
-    handles = [block.attn.positions.register_forward_hook(lambda module, args, out: out + 1.0)
+    handles = [block.attn.mechanism.register_forward_hook(lambda module, args, out: out + 1.0)
                for block in base.model.blocks[10:]]
     try:
         with torch.no_grad():

@@ -17,7 +17,7 @@ import pytest
 
 import repo_lens
 from repo_lens.run_lock import LOCK_NAME, run_lock
-from repo_lens.studies.runs import run_items
+from repo_lens.studies.resumable import run_items
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = textwrap.dedent("""

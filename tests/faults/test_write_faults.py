@@ -155,7 +155,7 @@ def test_analyze_into_an_unwritable_path_prints_one_error_line(tmp_path):
 
 
 def test_a_resumable_run_resumes_once_the_write_works_again(tmp_path, monkeypatch):
-    from repo_lens.studies.runs import run_items
+    from repo_lens.studies.resumable import run_items
 
     computed = []
 

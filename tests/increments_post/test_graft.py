@@ -47,7 +47,7 @@ def test_the_kind_starts_as_the_post_starts_its_graft():
     assert GraftIncrementPositions.kind == "lpi-graft" and GraftIncrementPositions.exclusive
     assert POST_OUTPUT_BIAS == POST_BIAS
     model = tiny_model("lpi-graft", n_layers=2, d_model=D_MODEL, family="llama")
-    assert torch.count_nonzero(model.increments.fc_out.weight) == 0
+    assert torch.count_nonzero(model.shared_delta.fc_out.weight) == 0
     expected = torch.nn.functional.softplus(torch.tensor(POST_BIAS))
     assert torch.equal(token_deltas(model), expected.expand(model.cfg.vocab_size))
     assert abs(float(expected) - 0.999984) < 1e-6  # not exactly 1: the start is the base at 0.999984·t
@@ -115,9 +115,9 @@ def test_meta_says_what_the_file_holds_and_lacks(base_dir, graft_file):
 def test_a_bf16_base_keeps_the_delta_mlp_in_fp32(base_dir, graft_file):
     lens = repo_lens.load(base_dir, device="cpu", dtype="bfloat16", graft=graft_file)
     assert lens.model.embed.weight.dtype == torch.bfloat16
-    assert {p.dtype for p in lens.model.increments.parameters()} == {torch.float32}
+    assert {p.dtype for p in lens.model.shared_delta.parameters()} == {torch.float32}
     state = torch.load(graft_file, weights_only=True)["delta_mlp_state_dict"]
-    assert torch.equal(lens.model.increments.fc_out.bias, state["fc2.bias"])
+    assert torch.equal(lens.model.shared_delta.fc_out.bias, state["fc2.bias"])
     assert any("fp32" in note for note in lens.meta["authors"]["notes"])
 
 

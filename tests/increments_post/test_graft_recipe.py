@@ -55,8 +55,8 @@ def test_the_recipe_takes_the_posts_settings():
 def test_at_step_0_the_graft_is_the_base_at_the_posts_start_positions(base):
     model = repositioned_model(base, small_config())
     assert model.cfg.layer_mechanisms == ["lpi-graft"] * 3  # every layer, as the post's position_ids reach all
-    assert torch.count_nonzero(model.increments.fc_out.weight) == 0
-    assert float(model.increments.fc_out.bias.detach()) == pytest.approx(POST_BIAS, abs=1e-7)
+    assert torch.count_nonzero(model.shared_delta.fc_out.weight) == 0
+    assert float(model.shared_delta.fc_out.bias.detach()) == pytest.approx(POST_BIAS, abs=1e-7)
     adapters = {name.rsplit(".", 1)[0] for name in trainable_state(model) if name.endswith(".lora_A")}
     assert adapters == {f"blocks.{layer}.attn.{proj}" for layer in range(3) for proj in ADAPTED}
     factors = model.blocks[0].attn.q_proj.parametrizations.weight[0]
@@ -84,10 +84,10 @@ def test_a_few_steps_train_delta_and_ship_a_delta_that_loads_back(base, tmp_path
     summary = train_repositioned(cfg, base, small_text(), run, progress=False)
     assert summary["first_layer"] == 0 and all(math.isfinite(entry["train_bits"]) for entry in summary["log"][1:])
     shipped = load_file(str(run / "delta.safetensors"))
-    increments = {name: tensor for name, tensor in shipped.items() if name.startswith("increments.")}
-    assert set(increments) == {f"increments.fc_{part}.{kind}" for part in ("in", "out") for kind in ("weight", "bias")}
+    increments = {name: tensor for name, tensor in shipped.items() if name.startswith("shared_delta.")}
+    assert set(increments) == {f"shared_delta.fc_{part}.{kind}" for part in ("in", "out") for kind in ("weight", "bias")}
     assert {tensor.dtype for tensor in increments.values()} == {torch.float32}  # positions are running sums of δ
-    assert torch.count_nonzero(increments["increments.fc_out.weight"]) > 0  # δ learned something
+    assert torch.count_nonzero(increments["shared_delta.fc_out.weight"]) > 0  # δ learned something
     loaded = load_checkpoint(run, device="cpu")
     assert loaded.model.cfg.layer_mechanisms == ["lpi-graft"] * 3 and loaded.meta["info"]["lora_rank"] == 16
     reference = repositioned_model(base, cfg)  # the recipe's model with the shipped weights put in by hand

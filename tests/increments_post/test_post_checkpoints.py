@@ -147,12 +147,12 @@ def test_gpt2_vocabulary_runs_on_token_ids(tmp_path):
 
 
 def test_written_increments_set_the_positions(tmp_path):
-    """δ passes through blocks.{l}.attn.positions.hook_delta: writing 1 there gives integer positions 1..T."""
+    """δ passes through blocks.{l}.attn.mechanism.hook_delta: writing 1 there gives integer positions 1..T."""
     cfg = post_config(pos_encoding="selective_rope", per_layer_delta=True, per_head_delta=True)
     path, _ = write_post_checkpoint(tmp_path, cfg, seed=6)
     model = repo_lens.load(path, device="cpu").model
     seen = {}
-    hooks = [("blocks.1.attn.positions.hook_delta", lambda delta, hook: torch.ones_like(delta)),
+    hooks = [("blocks.1.attn.mechanism.hook_delta", lambda delta, hook: torch.ones_like(delta)),
              ("blocks.1.attn.hook_pos", lambda pos, hook: seen.setdefault("pos", pos.clone()))]
     with torch.no_grad():
         model.run_with_hooks(torch.tensor([IDS]), fwd_hooks=hooks)

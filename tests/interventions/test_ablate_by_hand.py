@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from repo_lens import interventions
+from repo_lens.interventions import Constant, Integer, Interpolate, Mean, Shuffle
 from repo_lens.interventions.edits import prompt_seeds
 from repo_lens.model.registry import position_edit
 
@@ -52,22 +53,22 @@ def _reference_mean(lens, kind: str, layer: int) -> torch.Tensor:
 
 
 def _by_hand(lens, kind: str, mode, layers: list[int], heads: list[int]) -> torch.Tensor:
-    means = {layer: _reference_mean(lens, kind, layer) for layer in layers} if mode == "mean" else {}
+    means = {layer: _reference_mean(lens, kind, layer) for layer in layers} if mode.name == "mean" else {}
 
     def edit(layer: int):
         def hook(value, hook):
-            if mode == "integer":
+            if mode.name == "integer":
                 new = _integer(kind, value)
-            elif mode == "constant":
+            elif mode.name == "constant":
                 new = torch.full_like(value, HAND_EDITS[kind][2])
-            elif mode == "shuffle":
-                new = _shuffled(kind, value, seed=7)
-            elif mode == "mean":
+            elif mode.name == "shuffle":
+                new = _shuffled(kind, value, seed=mode.seed)
+            elif mode.name == "mean":
                 width = value.shape[2]
                 mean = means[layer]
                 new = (mean[:, :, :width, :width] if HAND_EDITS[kind][3] else mean[:, :, :width]).expand_as(value)
             else:  # the RePo authors' dynamic_pe_pdrop: (1 - p) * z + p * t
-                new = (1 - mode[1]) * value + mode[1] * _integer(kind, value)
+                new = (1 - mode.p) * value + mode.p * _integer(kind, value)
             out = value.clone()
             out[:, heads] = new[:, heads]
             return out
@@ -80,14 +81,14 @@ def _by_hand(lens, kind: str, mode, layers: list[int], heads: list[int]) -> torc
 
 
 @pytest.mark.parametrize("kind", LEARNED)
-@pytest.mark.parametrize("mode", ["integer", "constant", "mean", "shuffle", ("interpolate", 0.3)])
+@pytest.mark.parametrize("mode", [Integer(), Constant(), Mean(reference=REFERENCE), Shuffle(seed=7),
+                                  Interpolate(p=0.3)], ids=lambda mode: mode.label)
 def test_each_mode_equals_the_edit_by_hand(kind, mode):
     lens = tiny_lens(kind)
     with torch.no_grad():
         plain = lens.model(ids_of(TEXT))
     for layers, heads in ((None, None), ([2], [1, 3])):
-        ablated = interventions.ablate(lens, TEXT, mode=mode, layers=layers, heads=heads, reference=REFERENCE,
-                                       seed=7)
+        ablated = interventions.ablate(lens, TEXT, mode=mode, layers=layers, heads=heads)
         expected = _by_hand(lens, kind, mode, [1, 2] if layers is None else layers,
                             list(range(4)) if heads is None else heads)
         torch.testing.assert_close(ablated, expected, atol=2e-5, rtol=1e-5)
@@ -98,11 +99,11 @@ def test_interpolation_toward_the_constant_and_its_ends():
     lens = tiny_lens("repo")
     with torch.no_grad():
         plain = lens.model(ids_of(TEXT))
-    torch.testing.assert_close(interventions.ablate(lens, TEXT, mode=("interpolate", 0.0)), plain, atol=0, rtol=0)
+    torch.testing.assert_close(interventions.ablate(lens, TEXT, mode=Interpolate(p=0.0)), plain, atol=0, rtol=0)
     for toward in ("integer", "constant"):
-        torch.testing.assert_close(interventions.ablate(lens, TEXT, mode=("interpolate", 1.0, toward)),
+        torch.testing.assert_close(interventions.ablate(lens, TEXT, mode=Interpolate(p=1.0, toward=toward)),
                                    interventions.ablate(lens, TEXT, mode=toward), atol=1e-6, rtol=1e-6)
-    half = interventions.ablate(lens, TEXT, mode=("interpolate", 0.5, "constant"), layers=[1])
+    half = interventions.ablate(lens, TEXT, mode=Interpolate(p=0.5, toward="constant"), layers=[1])
 
     def hook(value, hook):
         return 0.5 * value
@@ -121,23 +122,21 @@ def test_a_metric_gives_one_number_per_row_and_a_batch_pads_after_each_row():
     assert interventions.ablate(lens, prompts[1], mode="constant", metric=metric).shape == (1,)
 
 
-@pytest.mark.parametrize("kind, mode", [("repo", "integer"), ("repo", "mean"), ("repo", ("interpolate", 0.4)),
-                                        ("cope", "shuffle"), ("cope", "constant"), ("lpi", "shuffle"),
-                                        ("fox", "mean")])
+@pytest.mark.parametrize("kind, mode", [("repo", Integer()), ("repo", Mean(reference=REFERENCE)),
+                                        ("repo", Interpolate(p=0.4)), ("cope", Shuffle(seed=3)), ("cope", Constant()),
+                                        ("lpi", Shuffle(seed=3)), ("fox", Mean(reference=REFERENCE))],
+                         ids=lambda value: getattr(value, "label", value))
 def test_ablation_grid_cells_equal_ablate_one_cell(kind, mode):
     lens = tiny_lens(kind)
     metric = interventions.logit_difference(ord("e"), ord("a"))
-    cells = interventions.ablation_grid(lens, TEXT, metric, mode=mode, reference=REFERENCE, seed=3, batch_size=3,
-                                        progress=False)
+    cells = interventions.ablation_grid(lens, TEXT, metric, mode=mode,
+                                        options=interventions.GridOptions(batch_size=3, progress=False))
     for layer in (1, 2):
         for head in range(4):
-            one = interventions.ablate(lens, TEXT, mode=mode, layers=[layer], heads=[head], metric=metric,
-                                       reference=REFERENCE, seed=3)[0]
+            one = interventions.ablate(lens, TEXT, mode=mode, layers=[layer], heads=[head], metric=metric)[0]
             assert cells.values[layer, head] == pytest.approx(one, abs=2e-4), (layer, head)
-    assert cells.clean == pytest.approx(interventions.ablate(lens, TEXT, mode=mode, metric=metric,
-                                                             reference=REFERENCE, seed=3)[0], abs=1e-5)
+    assert cells.clean == pytest.approx(interventions.ablate(lens, TEXT, mode=mode, metric=metric)[0], abs=1e-5)
     layers = interventions.ablation_grid(lens, TEXT, metric, mode=mode, grid="layer", heads=[0, 3],
-                                         reference=REFERENCE, seed=3, progress=False)
-    one = interventions.ablate(lens, TEXT, mode=mode, layers=[2], heads=[0, 3], metric=metric, reference=REFERENCE,
-                               seed=3)[0]
+                                         options=interventions.GridOptions(progress=False))
+    one = interventions.ablate(lens, TEXT, mode=mode, layers=[2], heads=[0, 3], metric=metric)[0]
     assert layers.values[2] == pytest.approx(one, abs=2e-4)

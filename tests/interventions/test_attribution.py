@@ -26,7 +26,7 @@ class _Zero(nn.Module):
 
 def _linear_attention(self, h, cache=None, offset=0, shared=None):
     """The attention sublayer replaced by z W: its output is linear in the layer's positions z."""
-    z = self.hook_pos(self.positions(h, offset))  # [batch, head, pos], z = h D^T
+    z = self.hook_pos(self.mechanism(h, offset))  # [batch, head, pos], z = h D^T
     return z.transpose(1, 2) @ self.readout
 
 
@@ -54,7 +54,7 @@ def by_hand(lens: Lens) -> np.ndarray:
     ∂metric/∂z0[h] = W0[h]·u + (W0[h] D1^T)·(W1 u) (through z1 = h1 D1^T) and ∂metric/∂z1[h] = W1[h]·u."""
     model = lens.model
     E, U = model.embed.weight.double(), model.unembed.weight.double()
-    D = [block.attn.positions.dynamic_map.weight.double() for block in model.blocks]  # [head, d]
+    D = [block.attn.mechanism.dynamic_map.weight.double() for block in model.blocks]  # [head, d]
     W = [block.attn.readout.double() for block in model.blocks]  # [head, d]
     u = U[CORRECT] - U[WRONG]
 
@@ -72,7 +72,8 @@ def by_hand(lens: Lens) -> np.ndarray:
 @pytest.mark.parametrize("grid", ["layer", "layer_head", "layer_head_position"])
 def test_attribution_equals_exact_patching_and_the_hand_computation_on_a_linear_model(grid):
     lens = linear_lens()
-    exact = interventions.patch(lens, CLEAN, CORRUPTED, metric, grid=grid, progress=False)
+    exact = interventions.patch(lens, CLEAN, CORRUPTED, metric, grid=grid,
+                                options=interventions.GridOptions(progress=False))
     estimate = interventions.attribute(lens, CLEAN, CORRUPTED, metric, grid=grid)
     hand = by_hand(lens)  # [layer, head, token]
     expected = {"layer": hand.sum((1, 2)), "layer_head": hand.sum(2), "layer_head_position": hand}[grid]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from repo_lens import InputError, interventions
+from repo_lens.interventions import GridOptions, Interpolate, Mean, Shift, Shuffle, Stretch, Window
 from repo_lens.data.spans import PromptBuilder
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 
@@ -21,19 +22,26 @@ def lens():
 
 
 @pytest.mark.parametrize("mode, message", [
-    ("zero", "unknown mode 'zero'"),
-    ("interpolate", "interpolate needs p"),
-    (("interpolate", 1.5), "p must be a number in [0, 1], got 1.5"),
-    (("interpolate", -0.1), "p must be a number in [0, 1]"),
-    (("interpolate", float("nan")), "p must be a number in [0, 1]"),
-    (("interpolate", "0.5"), "p must be a number in [0, 1]"),
-    (("interpolate", 0.5, "random"), "interpolation target 'random'"),
-    (("shuffle", 2), "unknown mode"),
-    (None, "unknown mode None"),
+    (lambda: "zero", "unknown mode 'zero'"),
+    (lambda: "interpolate", "interpolate needs p: pass Interpolate(p=...)"),
+    (lambda: Interpolate(p=1.5), "p must be a number in [0, 1], got 1.5"),
+    (lambda: Interpolate(p=-0.1), "p must be a number in [0, 1]"),
+    (lambda: Interpolate(p=float("nan")), "p must be a number in [0, 1]"),
+    (lambda: Interpolate(p="0.5"), "p must be a number in [0, 1]"),
+    (lambda: Interpolate(p=0.5, toward="random"), "interpolation target 'random'"),
+    (lambda: ("interpolate", 1.5), "p must be a number in [0, 1], got 1.5"),  # the deprecated form checks alike
+    (lambda: Window(width=1), "window width must be an integer of at least 2 tokens, got 1"),
+    (lambda: Window(width=4.0), "window width must be an integer of at least 2 tokens, got 4.0"),
+    (lambda: Shuffle(seed=-1), "seed must be an int >= 0, got -1"),
+    (lambda: Shift(offset=float("inf")), "offset must be a finite number, got inf"),
+    (lambda: Stretch(factor="2"), "factor must be a finite number, got '2'"),
+    (lambda: ("shuffle", 2), "unknown mode"),
+    (lambda: None, "unknown mode None"),
 ])
 def test_bad_modes(lens, mode, message):
-    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
-        interventions.ablate(lens, "some text", mode=mode)
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        interventions.ablate(lens, "some text", mode=mode())
 
 
 @pytest.mark.parametrize("layers, heads, message", [
@@ -55,7 +63,7 @@ def test_bad_grids_inputs_and_metrics(lens):
     with pytest.raises(InputError, match="unknown grid 'heads'; choose one of layer, layer_head, layer_head_position"):
         interventions.patch(lens, "abc", "abd", METRIC, grid="heads")
     with pytest.raises(InputError, match="batch_size must be a positive integer"):
-        interventions.patch(lens, "abc", "abd", METRIC, batch_size=0)
+        interventions.patch(lens, "abc", "abd", METRIC, options=interventions.GridOptions(batch_size=0))
     with pytest.raises(InputError, match="clean must be one prompt"):
         interventions.patch(lens, ["abc", "abd"], "abd", METRIC)
     with pytest.raises(InputError, match="the text is empty"):
@@ -68,10 +76,23 @@ def test_bad_grids_inputs_and_metrics(lens):
         interventions.patch(lens, "abc", "abd", "logprob")
     with pytest.raises(InputError, match="attribute needs a differentiable metric"):
         interventions.attribute(lens, "abc", "abd", lambda logits: np.zeros(logits.shape[0]))
-    with pytest.raises(InputError, match="seed must be an int >= 0"):
-        interventions.ablate(lens, "abc", mode="shuffle", seed=-1)
     with pytest.raises(InputError, match="mean ablation of 9 tokens needs a reference set at least as long"):
-        interventions.ablate(lens, "long text", mode="mean", reference=["short"])
+        interventions.ablate(lens, "long text", mode=Mean(reference=["short"]))
+
+
+def test_grid_options_a_function_has_no_use_for(lens):
+    with pytest.raises(InputError, match=r"ablation_grid has no use for GridOptions\(align=...\): align lines up two"):
+        interventions.ablation_grid(lens, "abc", METRIC, mode="constant", options=GridOptions(align=["needle"]))
+    with pytest.raises(InputError, match=r"attribute has no use for GridOptions\(batch_size=...\)"):
+        interventions.attribute(lens, "abc", "abd", METRIC, options=GridOptions(batch_size=4))
+    with pytest.raises(InputError, match=r"attribute has no use for GridOptions\(also=...\)"):
+        interventions.attribute(lens, "abc", "abd", METRIC, options=GridOptions(also={"same": METRIC}))
+    with pytest.raises(InputError, match="progress must be True or False, got 'no'"):
+        GridOptions(progress="no")
+    with pytest.raises(InputError, match="also must be a mapping of names to metrics"):
+        GridOptions(also=[METRIC])
+    with pytest.raises(InputError, match="not both"):
+        interventions.patch(lens, "abc", "abd", METRIC, options=GridOptions(), progress=False)
 
 
 def _prompt(filler: str, needle: str):
@@ -87,13 +108,13 @@ def test_prompts_whose_spans_do_not_align(lens):
     with pytest.raises(InputError, match="the clean prompt has 30 tokens and the corrupted one 35: .* align="):
         interventions.patch(lens, clean, corrupted, METRIC)
     with pytest.raises(InputError, match="span 'needle' has 8 tokens in the clean prompt and 9 in the corrupted"):
-        interventions.patch(lens, clean, corrupted, METRIC, align=["needle"])
+        interventions.patch(lens, clean, corrupted, METRIC, options=interventions.GridOptions(align=["needle"]))
     with pytest.raises(InputError, match="span 'value' is not in the clean and corrupted prompt"):
-        interventions.attribute(lens, clean, corrupted, METRIC, align=["value"])
+        interventions.attribute(lens, clean, corrupted, METRIC, options=interventions.GridOptions(align=["value"]))
     with pytest.raises(InputError, match="aligning by spans needs Prompt inputs"):
-        interventions.patch(lens, "abc", "abcd", METRIC, align=["needle"])
+        interventions.patch(lens, "abc", "abcd", METRIC, options=interventions.GridOptions(align=["needle"]))
     with pytest.raises(InputError, match="align must be None, 'index' or a list of span names"):
-        interventions.patch(lens, clean, corrupted, METRIC, align=[3])
+        interventions.patch(lens, clean, corrupted, METRIC, options=interventions.GridOptions(align=[3]))
 
 
 def test_metric_targets(lens):

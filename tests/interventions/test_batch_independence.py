@@ -5,11 +5,14 @@ at batch sizes 1 and 8 and in a shuffled order."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from repo_lens import interventions
+from repo_lens.interventions import Interpolate, Random, Shuffle, Window
 from repo_lens.interventions.edits import mixed_seed, prompt_seeds, scale_edit, target_values
 from repo_lens.model.registry import position_edit
 
@@ -17,15 +20,16 @@ from .helpers import LEARNED, tiny_lens
 
 TEXTS = ["the needle sits in the hay", "a short one", "the needle sits in the hay, far away from here",
          "the needle sits in the hay"[::-1], "0123456789 digits and words, then some more words"]
-MODES = ["random", ("window", 4), "shuffle"]
+MODES = [Random(), Window(width=4), Shuffle()]
 
 
 def _logits_by_prompt(lens, texts: list[str], mode, batch_size: int, order: list[int], seed: int = 5) -> list:
     """Each text's logits over its own tokens, the texts run in ``order``, ``batch_size`` at a time."""
+    mode = dataclasses.replace(mode, seed=seed) if mode.draws else mode
     out: dict[int, torch.Tensor] = {}
     for first in range(0, len(order), batch_size):
         rows = order[first:first + batch_size]
-        logits = interventions.ablate(lens, [texts[row] for row in rows], mode=mode, seed=seed)
+        logits = interventions.ablate(lens, [texts[row] for row in rows], mode=mode)
         for place, row in enumerate(rows):
             out[row] = logits[place, :len(texts[row].encode())]
     return [out[row] for row in range(len(texts))]
@@ -39,21 +43,21 @@ def test_a_prompts_random_edit_is_the_same_in_any_batch(kind):
         alone = _logits_by_prompt(lens, TEXTS, mode, 1, list(range(len(TEXTS))))
         together = _logits_by_prompt(lens, TEXTS, mode, len(TEXTS), list(range(len(TEXTS))))
         shuffled = _logits_by_prompt(lens, TEXTS, mode, 2, order)
-        plain = _logits_by_prompt(lens, TEXTS, ("interpolate", 0.0), 1, list(range(len(TEXTS))))
+        plain = _logits_by_prompt(lens, TEXTS, Interpolate(p=0.0), 1, list(range(len(TEXTS))))
         other_seed = _logits_by_prompt(lens, TEXTS, mode, 1, list(range(len(TEXTS))), seed=6)
         for row in range(len(TEXTS)):
             torch.testing.assert_close(together[row], alone[row], atol=2e-5, rtol=1e-5)
             torch.testing.assert_close(shuffled[row], alone[row], atol=2e-5, rtol=1e-5)
         # the check can fail: the edit changes the logits, and another seed draws something else ("random"
         # moves as far as "affine": not at all where the positions already lie on their line, as GRAPE-A's do)
-        if mode == "random" and _affine_moves_nothing(lens, plain):
+        if mode.name == "random" and _affine_moves_nothing(lens, plain):
             continue
         assert any(not torch.allclose(alone[row], plain[row], atol=1e-3) for row in range(len(TEXTS))), (kind, mode)
         assert any(not torch.allclose(alone[row], other_seed[row], atol=1e-3) for row in range(len(TEXTS))), (kind, mode)
 
 
 def _affine_moves_nothing(lens, plain: list) -> bool:
-    affine = _logits_by_prompt(lens, TEXTS, "affine", len(TEXTS), list(range(len(TEXTS))))
+    affine = _logits_by_prompt(lens, TEXTS, interventions.Affine(), len(TEXTS), list(range(len(TEXTS))))
     return all(torch.allclose(affine[row], plain[row], atol=1e-3) for row in range(len(TEXTS)))
 
 
@@ -126,7 +130,7 @@ def test_the_study_scorer_gives_each_prompt_its_own_numbers_in_a_shuffled_order(
     prompts = study_prompts(lens.tokenizer, 512, 2, None)
     order = list(np.random.default_rng(1).permutation(len(prompts)))
     in_order, shuffled = Scorer(lens, prompts, 8), Scorer(lens, [prompts[row] for row in order], 3)
-    for mode in ("random", ("window", 8), "shuffle"):
+    for mode in ("random", Window(width=8), "shuffle"):
         hits, logprobs = in_order(mode, layers=None, heads=None)
         other_hits, other_logprobs = shuffled(mode, layers=None, heads=None)
         back = np.argsort(order)

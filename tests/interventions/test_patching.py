@@ -42,7 +42,8 @@ def _by_hand(lens, kind: str, clean: str, corrupted: str, cells: list[tuple], he
 @pytest.mark.parametrize("kind", LEARNED)
 def test_head_grid_equals_one_forward_per_cell_by_hand(kind):
     lens = tiny_lens(kind)
-    result = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, batch_size=3, progress=False)
+    result = interventions.patch(lens, CLEAN, CORRUPTED, METRIC,
+                                 options=interventions.GridOptions(batch_size=3, progress=False))
     cells = [(layer, head, None) for layer in (1, 2) for head in range(4)]
     expected = _by_hand(lens, kind, CLEAN, CORRUPTED, cells)
     np.testing.assert_allclose(result.values[1:].ravel(), expected, atol=2e-4, rtol=1e-4)
@@ -56,11 +57,12 @@ def test_head_grid_equals_one_forward_per_cell_by_hand(kind):
 @pytest.mark.parametrize("kind", ["repo", "cope", "lpi"])
 def test_layer_and_position_grids_equal_the_edit_by_hand(kind):
     lens = tiny_lens(kind)
-    layer_grid = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, grid="layer", heads=[0, 2], progress=False)
+    layer_grid = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, grid="layer", heads=[0, 2],
+                                     options=interventions.GridOptions(progress=False))
     expected = _by_hand(lens, kind, CLEAN, CORRUPTED, [(1, None, None), (2, None, None)], heads=[0, 2])
     np.testing.assert_allclose(layer_grid.values[1:], expected, atol=2e-4, rtol=1e-4)
-    tokens = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, grid="layer_head_position", layers=[2],
-                                 heads=[3], batch_size=7, progress=False)
+    tokens = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, grid="layer_head_position", layers=[2], heads=[3],
+                                 options=interventions.GridOptions(batch_size=7, progress=False))
     cells = [(2, 3, token) for token in range(len(CORRUPTED))]
     np.testing.assert_allclose(tokens.values[2, 3], _by_hand(lens, kind, CLEAN, CORRUPTED, cells), atol=2e-4, rtol=1e-4)
     assert tokens.values.shape == (3, 4, len(CORRUPTED)) and np.isnan(tokens.values[2, :3]).all()
@@ -73,7 +75,8 @@ def test_layer_and_position_grids_equal_the_edit_by_hand(kind):
 def test_identical_prompts_change_nothing(kind):
     lens = tiny_lens(kind)
     for grid in ("layer", "layer_head"):
-        exact = interventions.patch(lens, CORRUPTED, CORRUPTED, METRIC, grid=grid, progress=False)
+        exact = interventions.patch(lens, CORRUPTED, CORRUPTED, METRIC, grid=grid,
+                                    options=interventions.GridOptions(progress=False))
         estimate = interventions.attribute(lens, CORRUPTED, CORRUPTED, METRIC, grid=grid)
         cells = np.isfinite(exact.values)
         assert cells.sum() == (2 if grid == "layer" else 8)
@@ -84,7 +87,8 @@ def test_identical_prompts_change_nothing(kind):
 
 def test_batch_size_does_not_change_the_grid():
     lens = tiny_lens("repo")
-    grids = [interventions.patch(lens, CLEAN, CORRUPTED, METRIC, batch_size=size, progress=False).values
+    grids = [interventions.patch(lens, CLEAN, CORRUPTED, METRIC,
+                                 options=interventions.GridOptions(batch_size=size, progress=False)).values
              for size in (1, 5, 64)]
     np.testing.assert_allclose(grids[0], grids[1], atol=1e-5)
     np.testing.assert_allclose(grids[0], grids[2], atol=1e-5)
@@ -104,7 +108,7 @@ def test_prompts_of_different_lengths_align_by_spans():
     clean, corrupted = _prompt("x ", "magic 42", "42"), _prompt("some more words ", "magic 17", "42")
     metric = interventions.answer_logprob(corrupted)
     result = interventions.patch(lens, clean, corrupted, metric, grid="layer_head",
-                                 align=["needle", "question", "answer"], progress=False)
+                                 options=interventions.GridOptions(align=["needle", "question", "answer"], progress=False))
     mapping = np.full(len(corrupted), -1)
     for name in ("needle", "question", "answer"):
         (a, b), (c, d) = clean.spans[name], corrupted.spans[name]
@@ -124,7 +128,7 @@ def test_prompts_of_different_lengths_align_by_spans():
             assert result.values[layer, head] == pytest.approx(float(metric(logits)[0]), abs=2e-4)
     assert np.isnan(result.clean)  # a metric of the corrupted prompt's answer span does not fit the clean prompt
     tokens = interventions.patch(lens, clean, corrupted, metric, grid="layer_head_position", layers=[2], heads=[0],
-                                 align=["needle"], progress=False)
+                                 options=interventions.GridOptions(align=["needle"], progress=False))
     assert np.isfinite(tokens.values[2, 0]).sum() == corrupted.spans["needle"][1] - corrupted.spans["needle"][0]
 
 
@@ -134,19 +138,20 @@ def test_a_metric_that_names_its_rows_gets_the_same_grid_as_one_that_does_not(ki
     user's callable reads every row. Both give the same grid, and the rows the metric said it
     would not read reach it as NaN."""
     lens = tiny_lens(kind)
-    declared = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, progress=False)
+    declared = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, options=interventions.GridOptions(progress=False))
     seen = []
 
     def plain(logits):
         seen.append(logits)
         return METRIC(logits)
 
-    every_row = interventions.patch(lens, CLEAN, CORRUPTED, plain, progress=False)
+    every_row = interventions.patch(lens, CLEAN, CORRUPTED, plain, options=interventions.GridOptions(progress=False))
     np.testing.assert_allclose(declared.values, every_row.values, atol=1e-5, rtol=1e-5)
     assert declared.baseline == pytest.approx(every_row.baseline, abs=1e-5)
     assert declared.clean == pytest.approx(every_row.clean, abs=1e-5)
     assert all(torch.isfinite(logits).all() for logits in seen)
-    also = interventions.patch(lens, CLEAN, CORRUPTED, METRIC, also={"plain": plain}, progress=False)
+    also = interventions.patch(lens, CLEAN, CORRUPTED, METRIC,
+                               options=interventions.GridOptions(also={"plain": plain}, progress=False))
     np.testing.assert_allclose(also.also["plain"], declared.values, atol=1e-5, rtol=1e-5)
 
     rows = []
@@ -156,5 +161,5 @@ def test_a_metric_that_names_its_rows_gets_the_same_grid_as_one_that_does_not(ki
         return METRIC(logits)
 
     last_row_only.first_row = lambda width: width - 1
-    interventions.patch(lens, CLEAN, CORRUPTED, last_row_only, progress=False)
+    interventions.patch(lens, CLEAN, CORRUPTED, last_row_only, options=interventions.GridOptions(progress=False))
     assert torch.isnan(rows[-1][:, 4:-1]).all() and torch.isfinite(rows[-1][:, -1]).all()

@@ -92,7 +92,7 @@ def test_pairwise_affine_is_linear_and_rank_keeps_order(lenses, kind):
 def test_random_moves_as_far_as_affine_in_another_direction(lenses, kind):
     lens = lenses[kind]
     before = _positions(lens)
-    affine, random_a, random_b = (_positions(lens, mode="random" if seed else "affine", seed=seed or 0)
+    affine, random_a, random_b = (_positions(lens, mode=interventions.Random(seed=seed) if seed else "affine")
                                   for seed in (0, 1, 2))
     for head in range(before.shape[0]):
         size = np.linalg.norm(affine[head] - before[head])
@@ -105,7 +105,7 @@ def test_random_moves_as_far_as_affine_in_another_direction(lenses, kind):
 def test_window_permutes_positions_only_within_blocks(lenses):
     lens = lenses["repo"]
     before = _positions(lens)
-    after = _positions(lens, mode=("window", 4))
+    after = _positions(lens, mode=interventions.Window(width=4))
     assert not np.allclose(after, before)
     for start in range(0, before.shape[1], 4):
         block = slice(start, start + 4)
@@ -114,7 +114,7 @@ def test_window_permutes_positions_only_within_blocks(lenses):
 
 def test_rope_positions_are_unchanged_by_affine_rank_and_scaled():
     lens = tiny_lens("rope")
-    before = interventions.ablated_positions(lens, TEXT, mode=("interpolate", 0.0))
+    before = interventions.ablated_positions(lens, TEXT, mode=interventions.Interpolate(p=0.0))
     for mode in ("affine", "rank", "scaled"):
         np.testing.assert_allclose(interventions.ablated_positions(lens, TEXT, mode=mode), before, atol=1e-4)
 
@@ -122,4 +122,4 @@ def test_rope_positions_are_unchanged_by_affine_rank_and_scaled():
 def test_bad_window_widths_are_refused():
     for width in (1, 2.5, "4"):
         with pytest.raises(InputError, match="window width"):
-            interventions.parse_mode(("window", width))
+            interventions.Window(width=width)

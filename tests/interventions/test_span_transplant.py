@@ -52,7 +52,7 @@ def by_hand(lens, clean, moved, span: str, layer: int) -> float:
 def test_a_named_span_takes_its_own_clean_positions(setup, span):
     lens, clean, moved = setup
     grid = interventions.patch(lens, clean, moved, interventions.answer_logprob(moved), grid="layer",
-                               tokens=span, progress=False)
+                               options=interventions.GridOptions(tokens=span, progress=False))
     assert grid.layers == [1, 2]
     for layer in grid.layers:
         assert grid.values[layer] == pytest.approx(by_hand(lens, clean, moved, span, layer), abs=1e-4)
@@ -62,7 +62,7 @@ def test_the_needle_is_not_given_the_haystacks_positions(setup):
     """What the earlier index alignment did: the clean run's positions at the moved needle's indices."""
     lens, clean, moved = setup
     grid = interventions.patch(lens, clean, moved, interventions.answer_logprob(moved), grid="layer",
-                               tokens="needle", progress=False)
+                               options=interventions.GridOptions(tokens="needle", progress=False))
     clean_positions = positions(lens, clean)[2]
     c, d = moved.spans["needle"]
 

@@ -59,7 +59,7 @@ def test_reversal_prompts_score_the_reversed_words(reversal):
 
 def test_task_hits_match_a_plain_forward_pass(flipflop):
     tasks = flipflop_set(int(flipflop.model.cfg.max_position_embeddings), 24)
-    hits, logprobs = TaskScorer(flipflop, tasks, 64)(("interpolate", 0.0))
+    hits, logprobs = TaskScorer(flipflop, tasks, 64)(interventions.Interpolate(p=0.0))
     expected_hits, expected_logprobs = [], []
     with torch.no_grad():
         for rows in tasks.families.values():
@@ -81,7 +81,7 @@ def test_teacher_forced_exact_match_is_greedy_decoding_accuracy(reversal):
     task = ReversalTask(batch_size=1)
     eos = task.index["<eos>"]
     tasks = reversal_set(12, (30,))  # beyond training: some right, some wrong
-    hits, _ = TaskScorer(reversal, tasks, 64)(("interpolate", 0.0))
+    hits, _ = TaskScorer(reversal, tasks, 64)(interventions.Interpolate(p=0.0))
     greedy = []
     with torch.no_grad():
         for ids, positions, expected in next(iter(tasks.families.values())):
@@ -97,7 +97,7 @@ def test_ablate_runs_beyond_the_context_only_when_asked(flipflop):
     ids = flipflop_set(128, 1).families["sparse, 256 tokens (2×)"][0][0]
     with pytest.raises(ContextLengthError, match="allow_beyond_context"):
         interventions.ablate(flipflop, ids, mode="constant")
-    logits = interventions.ablate(flipflop, ids, mode=("interpolate", 0.0), allow_beyond_context=True)
+    logits = interventions.ablate(flipflop, ids, mode=interventions.Interpolate(p=0.0), allow_beyond_context=True)
     with torch.no_grad():
         torch.testing.assert_close(logits, flipflop.model(torch.tensor([ids])), rtol=0, atol=1e-5)
     edited = interventions.ablated_positions(flipflop, ids, mode="constant", layers=1, allow_beyond_context=True)

@@ -51,20 +51,24 @@ def _patched_by_hand(lens, layer: int, head: int, tokens: list[int]) -> float:
 
 def test_patching_some_tokens_equals_the_hand_patch(lens):
     tokens = [4, 5, 6, 13]
-    grid = interventions.patch(lens, CLEAN, CORRUPTED, _metric, tokens=tokens, progress=False)
+    grid = interventions.patch(lens, CLEAN, CORRUPTED, _metric,
+                               options=interventions.GridOptions(tokens=tokens, progress=False))
     for layer, head in ((1, 0), (1, 3), (2, 1)):
         assert grid.values[layer, head] == pytest.approx(_patched_by_hand(lens, layer, head, tokens), abs=1e-4)
-    everything = interventions.patch(lens, CLEAN, CORRUPTED, _metric, progress=False)
+    everything = interventions.patch(lens, CLEAN, CORRUPTED, _metric,
+                                     options=interventions.GridOptions(progress=False))
     assert not np.allclose(grid.values[1:], everything.values[1:], atol=1e-4)
 
 
 def test_a_named_span_and_its_complement_patch_their_own_tokens(lens):
     clean, corrupted = _prompt(CLEAN), _prompt(CORRUPTED)
     start, end = corrupted.spans["needle"]
-    needle = interventions.patch(lens, clean, corrupted, _metric, tokens="needle", progress=False)
+    needle = interventions.patch(lens, clean, corrupted, _metric,
+                                 options=interventions.GridOptions(tokens="needle", progress=False))
     assert needle.values[1, 1] == pytest.approx(_patched_by_hand(lens, 1, 1, list(range(start, end))), abs=1e-4)
     outside = [t for t in range(len(corrupted)) if not start <= t < end]
-    rest = interventions.patch(lens, clean, corrupted, _metric, tokens="~needle", progress=False)
+    rest = interventions.patch(lens, clean, corrupted, _metric,
+                               options=interventions.GridOptions(tokens="~needle", progress=False))
     assert rest.values[2, 2] == pytest.approx(_patched_by_hand(lens, 2, 2, outside), abs=1e-4)
 
 
@@ -81,7 +85,8 @@ def test_ablating_some_tokens_equals_the_hand_edit_and_the_grid_agrees(lens):
     ablated = interventions.ablate(lens, CORRUPTED, mode="constant", layers=[1], heads=[1], tokens=slice(3, 9),
                                    metric=_metric)[0]
     assert ablated == pytest.approx(by_hand, abs=1e-4)
-    grid = interventions.ablation_grid(lens, CORRUPTED, _metric, mode="affine", tokens=slice(3, 9), progress=False)
+    grid = interventions.ablation_grid(lens, CORRUPTED, _metric, mode="affine",
+                                       options=interventions.GridOptions(tokens=slice(3, 9), progress=False))
     one = interventions.ablate(lens, CORRUPTED, mode="affine", layers=[2], heads=[2], tokens=slice(3, 9),
                                metric=_metric)[0]
     assert grid.values[2, 2] == pytest.approx(one, abs=1e-4)
@@ -89,7 +94,8 @@ def test_ablating_some_tokens_equals_the_hand_edit_and_the_grid_agrees(lens):
 
 def test_attribution_over_some_tokens_sums_the_per_token_estimates(lens):
     per_token = interventions.attribute(lens, CLEAN, CORRUPTED, _metric, grid="layer_head_position")
-    some = interventions.attribute(lens, CLEAN, CORRUPTED, _metric, tokens=[4, 5, 6])
+    some = interventions.attribute(lens, CLEAN, CORRUPTED, _metric,
+                                   options=interventions.GridOptions(tokens=[4, 5, 6]))
     expected = per_token.baseline + (per_token.values[1:, :, 4:7] - per_token.baseline).sum(-1)
     np.testing.assert_allclose(some.values[1:], expected, atol=1e-4)
 

@@ -19,11 +19,12 @@ from repo_lens.analysis import attention_mass
 from repo_lens.analysis.attention_mass import attention_mass_batch
 from repo_lens.capture import capture_batch
 from repo_lens.errors import InputError
+from repo_lens.inputs import length_batches
 from repo_lens.lens import Lens
+from repo_lens.lens_inputs import trace_many
 from repo_lens.model import LensModel, ModelConfig
 from repo_lens.model.byte_tokenizer import ByteTokenizer
-from repo_lens.model.registry import mechanism_kinds
-from repo_lens.protocol import length_batches, trace_many
+from repo_lens.model.registry import block_families, mechanism_kinds
 
 TEXTS = ["a", "the cat sat", "positions move when content moves", "短文本", "x" * 40, "one more, of medium size",
          "the last text of the set, long enough to pad every other one by a good margin"]
@@ -33,8 +34,9 @@ CLOSE = {"atol": TOLERANCE, "rtol": TOLERANCE}
 
 def make_lens(kind: str, seed: int = 0, std: float | None = 0.3, dtype: torch.dtype = torch.float64,
               **config) -> Lens:
-    """Layers rope, kind, kind; weights 0.3-normal (``std=None``: the default initialisation)."""
-    cfg = ModelConfig(family="olmo2", vocab_size=257, d_model=32, n_layers=3, n_heads=4, d_mlp=64,
+    """Layers rope, kind, kind (block family olmo2, or the family of the attention that runs ``kind``); weights
+    0.3-normal (``std=None``: the default initialisation)."""
+    cfg = ModelConfig(family=block_families(kind)[0], vocab_size=257, d_model=32, n_layers=3, n_heads=4, d_mlp=64,
                       layer_mechanisms=["rope", kind, kind], max_position_embeddings=config.pop("context", 128),
                       **config)
     torch.manual_seed(seed)

@@ -15,7 +15,8 @@ import repo_lens
 from conftest import WORDS
 from repo_lens.errors import InputError
 from repo_lens.inputs import fit_to_context, is_text_batch
-from repo_lens.protocol import LensProtocol, prepare_ids, trace_each
+from repo_lens.lens_inputs import prepare_ids
+from repo_lens.protocol import HookedLensProtocol, LensProtocol
 
 PACKAGE = Path(repo_lens.__file__).resolve().parent
 LONG_TEXT = "the cat sat on the mat . " * 30  # 1 + 7 × 30 = 211 word tokens, beyond the fixtures' 128
@@ -56,16 +57,45 @@ class ToyLens:
         return [len(word) for word in text.split()]
 
 
-def test_prepare_ids_and_trace_each():
+def test_prepare_ids_and_what_counts_as_a_list_of_texts():
     ids, meta = prepare_ids(ToyLens(), "a bb ccc dddd eeeee", truncate=True)
     assert ids == [1, 2, 3, 4]
     assert meta == {"name": "toy", "warnings": [], "truncation": {"original_tokens": 5, "kept_tokens": 4}}
     with pytest.raises(InputError, match=r"token ids must lie in 0..9"):
         prepare_ids(ToyLens(), [3, 12])
-    assert trace_each(len, ("ab", "cde"), progress=False) == [2, 3]
-    assert trace_each(len, [4, 5, 6]) == 3  # token ids are one input, not a batch
     assert [is_text_batch(value) for value in (["a"], [], "ab", ["a", 1], np.array(["a"]))] == [
         True, False, False, False, False]
+
+
+class CountingLens(LensProtocol):
+    """A lens that only implements trace_batch (one input per call recorded), to test the trace it inherits."""
+
+    tokenizer = None
+    meta: dict = {}
+    n_layers, n_heads, vocab_size, context_length, device = 1, 1, 10, None, torch.device("cpu")
+
+    def __init__(self):
+        self.calls = []
+
+    def encode(self, text):
+        return [len(word) for word in text.split()]
+
+    def display_tokens(self, ids):
+        return [str(i) for i in ids]
+
+    def trace_batch(self, inputs, *, batch_size=8, truncate=False, allow_beyond_context=False, progress=True):
+        self.calls.append((list(inputs), batch_size, truncate, allow_beyond_context, progress))
+        return [f"trace of {one!r}" for one in inputs]
+
+
+def test_the_inherited_trace_gives_one_trace_for_one_input_and_a_list_for_a_list_of_texts():
+    lens = CountingLens()
+    assert lens.trace("a bb", truncate=True) == "trace of 'a bb'"
+    assert lens.trace([4, 5, 6]) == "trace of [4, 5, 6]"  # token ids are one input, not a batch
+    assert lens.trace(("ab", "cde"), batch_size=2, progress=False) == ["trace of 'ab'", "trace of 'cde'"]
+    assert lens.calls == [(["a bb"], 1, True, False, False), ([[4, 5, 6]], 1, False, False, False),
+                          (["ab", "cde"], 2, False, False, False)]
+    assert isinstance(lens, LensProtocol) and not isinstance(lens, HookedLensProtocol)
 
 
 # ------------------------------------------------------------ both lenses on one checkpoint
@@ -80,6 +110,7 @@ def lenses(llama_dir):
 
 def test_both_lenses_satisfy_the_protocol(lenses):
     native, hf = lenses
+    assert isinstance(native, HookedLensProtocol) and not isinstance(hf, HookedLensProtocol)
     for lens in lenses:
         assert isinstance(lens, LensProtocol)
         assert (lens.n_layers, lens.n_heads, lens.vocab_size, lens.context_length) == (3, 4, 64, 128)
@@ -139,11 +170,10 @@ def test_attention_mass_is_the_same_from_both_lenses(lenses):
 # ------------------------------------------------------------ no private names across modules
 
 @pytest.mark.parametrize("module", ["hf/analysis.py", "hf/model.py", "lens.py", "protocol.py", "inputs.py",
-                                    "capture.py", "trace.py", "analysis/attention_mass.py",
+                                    "lens_inputs.py", "capture.py", "trace.py", "analysis/attention_mass.py",
                                     "analysis/mass_rows.py"])
 def test_lens_modules_import_no_private_names(module):
     tree = ast.parse((PACKAGE / module).read_text())
     private = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                and (node.module or "").startswith("repo_lens") for alias in node.names if alias.name.startswith("_")]
     assert private == []
-

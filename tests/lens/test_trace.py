@@ -27,7 +27,7 @@ def test_trace_of_text_follows_the_contract(lens):
     assert trace.tokens[1:4] == ["the", "cat", "sat"]
     assert trace.layer_kinds == ["rope", "rope", "repo", "repo"]
     np.testing.assert_array_equal(trace.positions[:2], np.broadcast_to(np.arange(n_tokens), (2, 4, n_tokens)))
-    assert trace.meta["mechanism"]["repo_dim"] == 8 and trace.meta["truncation"] is None
+    assert trace.meta["mechanism"]["d_position"] == 8 and trace.meta["truncation"] is None
 
 
 def test_ids_and_lists_of_texts(lens):

@@ -82,10 +82,10 @@ def test_positions_are_the_slope_times_the_index_and_the_increments_the_slope():
     expected = torch.tensor(SLOPES_4, dtype=torch.float64)[:, None] * torch.arange(T, dtype=torch.float64)
     for layer in (1, 2):
         torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_pos"][0].double(), expected, atol=1e-6, rtol=0)
-        torch.testing.assert_close(cache[f"blocks.{layer}.attn.positions.hook_delta"][0].double(),
+        torch.testing.assert_close(cache[f"blocks.{layer}.attn.mechanism.hook_delta"][0].double(),
                                    torch.tensor(SLOPES_4, dtype=torch.float64)[:, None].expand(4, T))
-    assert not [name for name, _ in model.named_parameters() if ".positions." in name]  # fixed, nothing learned
-    assert not [name for name in model.state_dict() if ".positions." in name]
+    assert not [name for name, _ in model.named_parameters() if ".mechanism." in name]  # fixed, nothing learned
+    assert not [name for name in model.state_dict() if ".mechanism." in name]
 
 
 def test_alibi_is_fox_with_a_constant_forget_gate():
@@ -95,7 +95,7 @@ def test_alibi_is_fox_with_a_constant_forget_gate():
     fox.load_state_dict(alibi.state_dict(), strict=False)
     with torch.no_grad():
         for layer in (1, 2):
-            gate = fox.blocks[layer].attn.positions.forget_gate
+            gate = fox.blocks[layer].attn.mechanism.forget_gate
             gate.weight.zero_()
             forget = torch.exp(-torch.tensor(SLOPES_4, dtype=torch.float64))
             gate.bias.copy_(torch.log(forget / (1 - forget)).float())  # sigmoid(bias) = f
@@ -103,7 +103,7 @@ def test_alibi_is_fox_with_a_constant_forget_gate():
         torch.testing.assert_close(fox(ids), alibi(ids), atol=2e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("hook_name", ["positions.hook_delta", "hook_pos"])
+@pytest.mark.parametrize("hook_name", ["mechanism.hook_delta", "hook_pos"])
 def test_zero_increments_or_positions_through_the_hooks_turn_the_layers_into_nope(hook_name):
     alibi = make_model()
     nope = make_model(layers=("rope", "nope", "nope"))

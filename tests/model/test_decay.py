@@ -228,7 +228,7 @@ def test_position_attribution_and_ablate_work_on_the_positions_and_keep_the_deca
     attribution = position_attribution(lens, ids, 2)
     np.testing.assert_allclose(attribution.positions, lens.trace(ids, progress=False).positions[2], rtol=1e-5, atol=1e-6)
     ablated = interventions.ablate(lens, ids, mode="constant", layers=[1, 2])
-    hooks = [("blocks.1.attn.positions.hook_delta", lambda t, hook: torch.zeros_like(t)),
+    hooks = [("blocks.1.attn.mechanism.hook_delta", lambda t, hook: torch.zeros_like(t)),
              ("blocks.2.attn.hook_pos", lambda t, hook: torch.zeros_like(t))]
     with torch.no_grad():
         expected = model.run_with_hooks(torch.tensor([ids]), fwd_hooks=hooks)
@@ -238,4 +238,5 @@ def test_position_attribution_and_ablate_work_on_the_positions_and_keep_the_deca
     assert (ablated - without_decay).abs().max() > 0.1
     metric = interventions.logit_difference(3, 4)
     with pytest.raises(InputError, match="adds the model's decay .*cannot run a model with a decay"):
-        interventions.patch(lens, ids, ids[:-1] + [5], metric, grid="layer", progress=False)
+        interventions.patch(lens, ids, ids[:-1] + [5], metric, grid="layer",
+                            options=interventions.GridOptions(progress=False))

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from repo_lens.model import LensModel, ModelConfig
-from repo_lens.model.registry import decay_names, mechanism_kinds, mechanism_traits
+from repo_lens.model.registry import block_families, decay_names, mechanism_kinds, mechanism_traits
 
 IDS = torch.tensor([[3, 9, 4, 7, 1, 8]])
 # what a layer whose bias comes from every query-key pair publishes for reading only (the docs' hook table
 # says "a read-out"): the positions and increments as seen from the last token; editing them changes nothing
-READ_OUTS = ("attn.hook_pos", "positions.hook_delta", "positions.hook_query_delta")
+READ_OUTS = ("attn.hook_pos", "mechanism.hook_delta", "mechanism.hook_query_delta")
 
 
 def build(kind: str, family: str = "llama", decay: str = "none") -> LensModel:
@@ -30,7 +30,9 @@ def read_out(kind: str, name: str) -> bool:
     return contextual and name.startswith("blocks.1.") and name.endswith(READ_OUTS)
 
 
-CASES = [("llama", kind, "none") for kind in mechanism_kinds()] + [("olmo2", "rope", "none"), ("olmo2", "repo", "none")]  # OLMo-2: post-norms, q/k norms
+# every kind in a Llama block, or in the block family of the attention that runs it where the zoo's does not
+CASES = [("llama" if "llama" in block_families(kind) else block_families(kind)[0], kind, "none") for kind in mechanism_kinds()]
+CASES += [("olmo2", "rope", "none"), ("olmo2", "repo", "none")]  # OLMo-2: post-norms, q/k norms
 CASES += [("llama", "lpi-head", decay) for decay in decay_names()] + [("olmo2", "rope", "forget")]  # the model's decay
 
 

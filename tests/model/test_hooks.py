@@ -1,36 +1,14 @@
-"""Hook points: names by module path, shapes as documented, no effect unless they change something."""
+"""Hook points: names by module path, shapes as the hook-shape table says, no effect unless they change something."""
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import pytest
 import torch
 
 import repo_lens
-from repo_lens.model import LensModel, ModelConfig
-from repo_lens.model.registry import decay_names, mechanism_kinds
+from repo_lens.model.hook_shapes import dimension_sizes, expected_shapes, mechanism_submodule, table_key
 
-ROOT = Path(__file__).resolve().parents[2]
 IDS = torch.tensor([[1, 5, 9, 12, 7, 3, 20, 8, 2, 6]])
-
-DOCUMENTED_SHAPES = {  # hook name -> shape for batch 1, T = 10 on the tiny RePo checkpoint (4 heads, d_head 16)
-    "hook_embed": (1, 10, 64),
-    "blocks.2.hook_resid_pre": (1, 10, 64),
-    "blocks.2.attn.hook_pos": (1, 4, 10),
-    "blocks.2.attn.hook_q": (1, 10, 4, 16),
-    "blocks.2.attn.hook_k": (1, 10, 4, 16),
-    "blocks.2.attn.hook_v": (1, 10, 4, 16),
-    "blocks.2.attn.hook_rot_q": (1, 10, 4, 16),
-    "blocks.2.attn.hook_rot_k": (1, 10, 4, 16),
-    "blocks.2.attn.hook_pattern": (1, 4, 10, 10),
-    "blocks.2.attn.hook_z": (1, 10, 4, 16),
-    "blocks.2.hook_attn_out": (1, 10, 64),
-    "blocks.2.hook_resid_mid": (1, 10, 64),
-    "blocks.2.hook_mlp_out": (1, 10, 64),
-    "blocks.2.hook_resid_post": (1, 10, 64),
-}
 
 
 @pytest.fixture(scope="module")
@@ -39,60 +17,15 @@ def lens(repo_dir):
 
 
 def test_hook_names_and_shapes(lens):
+    """Every hook of the RePo checkpoint has the shape the hook-shape table gives for its config (batch 1, T = 10):
+    the embeddings, the residual stream, the positions and the attention of every layer."""
     _, cache = lens.model.run_with_cache(IDS)
-    for name, shape in DOCUMENTED_SHAPES.items():
-        assert tuple(cache[name].shape) == shape, name
-    assert set(lens.model.hook_dict) >= set(DOCUMENTED_SHAPES)
-
-
-def readme_hook_table() -> dict[str, tuple[str, ...]]:
-    """The documentation's hook table (docs/guide/hook-points.md): name (``{l}`` for the layer) -> the
-    dimension names of its shape."""
-    section = (ROOT / "docs" / "guide" / "hook-points.md").read_text().split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `([^`]+)` \| \[([^\]]+)\] \|", section, flags=re.MULTILINE)
-    assert rows, "the hook-points page has no hook table"
-    return {name: tuple(part.strip() for part in shape.split(",")) for name, shape in rows}
-
-
-def test_readme_hook_table_is_every_hook_with_its_shape():
-    """Every hook of a model of each registered mechanism, and of models with each decay (OLMo-2 blocks with GQA,
-    so q_norm, k_norm and repeated keys all take part) is in the documented table, every row of the table is one
-    of them, and a run_with_cache gives each the documented shape; every dimension size differs from the others."""
-    sizes = {"batch": 3, "pos": 6, "query_pos": 6, "key_pos": 6, "head": 4, "kv_head": 2, "d_head": 8,
-             "d_model": 48, "d_mlp": 64, "q_width": 32, "kv_width": 16, "one": 1}
-    table = readme_hook_table()
-    seen = set()
-    models = [(family, kind, "none") for family in ("olmo2", "llama") for kind in mechanism_kinds()]
-    models += [(family, "repo", decay) for family in ("olmo2", "llama") for decay in decay_names()]
-    for family, kind, decay in models:
-        torch.manual_seed(0)
-        cfg = ModelConfig(family=family, vocab_size=64, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2,
-                          head_dim=8, d_mlp=64, layer_mechanisms=["rope", kind], decay=decay)
-        model = LensModel(cfg).eval()
-        model.set_use_attn_result(True)  # the heads' results are cached only when asked for
-        with torch.no_grad():
-            _, cache = model.run_with_cache(torch.randint(0, 64, (sizes["batch"], sizes["pos"])))
-        assert set(cache.keys()) == set(model.hook_dict), kind  # every hook fires (the pattern when asked for)
-        for name, value in cache.items():
-            documented = re.sub(r"^blocks\.\d+\.", "blocks.{l}.", name)
-            assert documented in table, f"{name} ({kind}) is not in the documented hook table"
-            expected = tuple(sizes[dim] for dim in table[documented])
-            if documented == "blocks.{l}.attn.hook_rot_k" and value.shape[2] == sizes["head"]:
-                # GQA keys per query head where the layer's positions differ between a group's heads
-                assert cache[name.replace("hook_rot_k", "hook_pos")].stride(1) != 0, name
-                expected = (sizes["batch"], sizes["pos"], sizes["head"], sizes["d_head"])
-            assert tuple(value.shape) == expected, f"{name} ({kind}): {tuple(value.shape)}, docs {table[documented]}"
-            seen.add(documented)
-    assert seen == set(table), f"the docs list hooks no model has: {sorted(set(table) - seen)}"
-
-
-def test_every_hook_point_is_declared_with_its_shape():
-    """Each ``HookPoint()`` attribute in the model carries its shape in a trailing comment."""
-    declarations = [(path.name, line.strip()) for path in sorted((ROOT / "repo_lens" / "model").rglob("*.py"))
-                    for line in path.read_text().splitlines() if "= HookPoint()" in line]
-    assert len(declarations) >= 10
-    for file, line in declarations:
-        assert re.search(r"= HookPoint\(\)  # \[[a-z_]+(, [a-z_]+)*\]", line), f"{file}: {line}"
+    mechanism = mechanism_submodule(lens.model.blocks[0].attn)
+    sizes = dimension_sizes(lens.model.cfg, batch=1, n_tokens=IDS.shape[1])
+    for name in ("hook_embed", "blocks.2.attn.hook_pos", "blocks.2.attn.hook_rot_k", "blocks.3.hook_resid_post"):
+        assert name in cache, name
+    for name, value in cache.items():
+        assert tuple(value.shape) == expected_shapes(table_key(name, mechanism), sizes)[0], name
 
 
 def test_hooks_attached_but_unused_leave_logits_bit_identical(lens):
@@ -155,7 +88,7 @@ def test_positions_are_differentiable(lens):
     lens.model.zero_grad()
     loss = torch.nn.functional.cross_entropy(lens.model(IDS)[0, :-1], IDS[0, 1:])
     loss.backward()
-    gradient = lens.model.blocks[2].attn.positions.gate_map.weight.grad
+    gradient = lens.model.blocks[2].attn.mechanism.gate_map.weight.grad
     assert gradient is not None and gradient.abs().sum() > 0
     lens.model.zero_grad()
 

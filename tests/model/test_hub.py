@@ -37,8 +37,9 @@ text = "the needle is in the haystack"
 reference = repo_lens.load(reference_dir, device="cpu").trace(text).positions
 cases = {"latest": {}, "commit": {"revision": "a" * 40}, "tag": {"revision": "v1.0"},
          "missing_revision": {"revision": "v9.9"}, "partial": {"revision": "partial"},
-         "cache_miss": {"repo": "other-org/not-cached"}, "local_files_only": {"local_files_only": True},
-         "local_miss": {"repo": "other-org/not-cached", "local_files_only": True}}
+         "cache_miss": {"repo": "other-org/not-cached"},
+         "local_files_only": {"hub_access": repo_lens.HubAccess(local_files_only=True)},
+         "local_miss": {"repo": "other-org/not-cached", "hub_access": repo_lens.HubAccess(local_files_only=True)}}
 results = {}
 for name in wanted:
     options = cases[name]
@@ -125,7 +126,8 @@ def test_local_files_only_reads_the_cache_without_offline_mode(hub_cache, repo_d
     assert loads["local_files_only"]["same_positions"]
     assert loads["local_miss"]["message"] == (
         f"other-org/not-cached is not in the Hugging Face cache at {hub_cache}; run "
-        f"`{hub.hub_cli('download')} other-org/not-cached` with network access, or load without local_files_only=True")
+        f"`{hub.hub_cli('download')} other-org/not-cached` with network access, or load without "
+        "HubAccess(local_files_only=True)")
 
 
 @pytest.mark.slow
@@ -240,10 +242,11 @@ def _hub_error(name: str):
 
 @pytest.mark.parametrize("name, message", [
     ("GatedRepoError", r"test-org/tiny-repo is gated: accept its conditions at https://huggingface.co/test-org/"
-                       r"tiny-repo with your account, then pass token='hf_\.\.\.' to load\(\), set HF_TOKEN, or run "
-                       r"`(hf auth|huggingface-cli) login`"),
+                       r"tiny-repo with your account, then pass hub_access=HubAccess\(token='hf_\.\.\.'\) to "
+                       r"load\(\), set HF_TOKEN, or run `(hf auth|huggingface-cli) login`"),
     ("RepositoryNotFoundError", r"'test-org/tiny-repo' is neither a local directory nor a Hub repository this "
-                                r"account can see; check the name, or if the repository is private pass token="),
+                                r"account can see; check the name, or if the repository is private pass "
+                                r"hub_access=HubAccess\(token="),
     ("RevisionNotFoundError", r"the Hub repository test-org/tiny-repo has no revision 'nope'; pass a branch, a tag "
                               r"or a full commit hash that exists"),
 ])

@@ -27,8 +27,8 @@ def make_model(kind: str, layers=("rope", None, None), seed: int = 0, std: float
         for name, param in model.named_parameters():
             if param.ndim >= 2:
                 param.normal_(std=std)
-        if hasattr(getattr(model, "increments", None), "table"):  # a frozen δ table holds ones until loaded
-            model.increments.deltas.uniform_(0.2, 2.0, generator=torch.Generator().manual_seed(seed))
+        if hasattr(getattr(model, "shared_delta", None), "table"):  # a frozen δ table holds ones until loaded
+            model.shared_delta.deltas.uniform_(0.2, 2.0, generator=torch.Generator().manual_seed(seed))
     return model
 
 
@@ -49,7 +49,7 @@ def _weights(mlp):
 def test_shared_increments_are_a_running_sum_of_the_embedding_delta_mlp():
     model = make_model("lpi")
     _, cache = run(model, ids_for())
-    delta = ref.shared_increments(cache["hook_embed"][0], _weights(model.increments))
+    delta = ref.shared_increments(cache["hook_embed"][0], _weights(model.shared_delta))
     expected = ref.running_sum(delta)
     for layer in (1, 2):
         for head in range(4):
@@ -63,7 +63,7 @@ def test_per_layer_increments_read_each_layers_input_and_stay_below_the_bound():
     _, cache = run(model, ids_for())
     for layer in (1, 2):
         h = cache[f"blocks.{layer}.hook_resid_pre"][0]
-        delta = ref.bounded_increments(h, _weights(model.blocks[layer].attn.positions.delta_mlp), 10.0)
+        delta = ref.bounded_increments(h, _weights(model.blocks[layer].attn.mechanism.delta_mlp), 10.0)
         torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_pos"][0, 0].double(), ref.running_sum(delta),
                                    atol=1e-4, rtol=1e-5)
         assert 0 < delta.min() and delta.max() < 10.0
@@ -73,7 +73,7 @@ def test_grape_m_phase_is_the_exclusive_running_sum_of_softplus():
     model = make_model("grape-m")
     _, cache = run(model, ids_for())
     layer = 2
-    phase_map = model.blocks[layer].attn.positions.phase_map
+    phase_map = model.blocks[layer].attn.mechanism.phase_map
     expected = ref.content_phase(cache[f"blocks.{layer}.hook_resid_pre"][0], phase_map.weight, phase_map.bias)
     torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_pos"][0].double(), expected, atol=1e-4, rtol=1e-5)
     assert (cache[f"blocks.{layer}.attn.hook_pos"][0, :, 0] == 0).all()
@@ -87,7 +87,7 @@ def test_unit_increments_reproduce_rope(kind):
     model.load_state_dict(rope.state_dict(), strict=False)
     ids = ids_for()
     ones = lambda delta, hook: torch.ones_like(delta)  # noqa: E731
-    hooks = [(f"blocks.{layer}.attn.positions.hook_delta", ones) for layer in (1, 2)]
+    hooks = [(f"blocks.{layer}.attn.mechanism.hook_delta", ones) for layer in (1, 2)]
     with torch.no_grad():
         expected = rope(ids)
         assert (model(ids) - expected).abs().max() > 1e-3  # learned increments do change the model
@@ -101,7 +101,7 @@ def test_lpi_starts_as_rope_when_the_increment_mlp_is_initialised():
     model = make_model("lpi")
     model.load_state_dict(rope.state_dict(), strict=False)
     with torch.no_grad():
-        model.increments.fc_out.weight.zero_()
+        model.shared_delta.fc_out.weight.zero_()
         ids = ids_for()
         torch.testing.assert_close(model(ids), rope(ids), atol=2e-5, rtol=1e-5)
 
@@ -111,7 +111,7 @@ def test_additive_mechanisms_match_their_equations(kind):
     model = make_model(kind, std=0.5)
     _, cache = run(model, ids_for())
     for layer in (1, 2):
-        mechanism = model.blocks[layer].attn.positions
+        mechanism = model.blocks[layer].attn.mechanism
         q, k = (cache[f"blocks.{layer}.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
         for head in range(4):
             if kind == "fox":
@@ -131,7 +131,7 @@ def test_additive_mechanisms_match_their_equations(kind):
 def test_cope_clamps_positions_at_p_max():
     model = make_model("cope", std=0.5, cope_max_position=3)
     _, cache = run(model, ids_for())
-    mechanism = model.blocks[2].attn.positions
+    mechanism = model.blocks[2].attn.mechanism
     q, k = (cache[f"blocks.2.attn.{name}"][0].transpose(0, 1) for name in ("hook_rot_q", "hook_rot_k"))
     expected = ref.pattern(q[1], k[1], ref.cope_bias(q[1], mechanism.position_embeddings, 3))
     torch.testing.assert_close(cache["blocks.2.attn.hook_pattern"][0, 1].double(), expected, atol=1e-5, rtol=1e-4)
@@ -142,14 +142,14 @@ def test_cope_with_all_gates_one_uses_token_relative_positions():
     model = make_model("cope", std=0.5, cope_max_position=T + 1)
     ids = ids_for()
     _, cache = run(model, ids)
-    hooks = [(f"blocks.{layer}.attn.positions.hook_gates", lambda g, hook: torch.ones_like(g)) for layer in (1, 2)]
+    hooks = [(f"blocks.{layer}.attn.mechanism.hook_gates", lambda g, hook: torch.ones_like(g)) for layer in (1, 2)]
     seen = {}
     hooks.append(("blocks.1.attn.hook_pattern", lambda p, hook: seen.setdefault("pattern", p)))
     hooks.append(("blocks.1.attn.hook_rot_q", lambda x, hook: seen.update(q=x.transpose(1, 2))))
     hooks.append(("blocks.1.attn.hook_rot_k", lambda x, hook: seen.update(k=x.transpose(1, 2))))
     with torch.no_grad():
         model.run_with_hooks(ids, fwd_hooks=hooks)
-    embeddings = model.blocks[1].attn.positions.position_embeddings.detach().double()
+    embeddings = model.blocks[1].attn.mechanism.position_embeddings.detach().double()
     for head in range(4):
         q, k = seen["q"][0, head], seen["k"][0, head]
         q_dot_e = q.double() @ embeddings
@@ -163,7 +163,7 @@ def test_cope_with_all_gates_one_uses_token_relative_positions():
 def test_fox_positions_are_the_running_sum_of_minus_log_forget_gates():
     model = make_model("fox")
     _, cache = run(model, ids_for())
-    gate = model.blocks[1].attn.positions.forget_gate
+    gate = model.blocks[1].attn.mechanism.forget_gate
     h = cache["blocks.1.hook_resid_pre"][0].double()
     delta = -torch.log(torch.sigmoid(h @ gate.weight.detach().double().T + gate.bias.detach().double())).T  # [H, T]
     torch.testing.assert_close(cache["blocks.1.attn.hook_pos"][0].double(), ref.running_sum(delta), atol=1e-5, rtol=1e-5)
@@ -212,7 +212,7 @@ def test_increments_started_at_integers_give_rope_positions_and_the_cache_carrie
     KV cache's state, the running sum goes on from the cached tokens."""
     assert abs(float(torch.nn.functional.softplus(torch.tensor(SOFTPLUS_ONE))) - 1.0) < 1e-6
     model = make_model("lpi-layer", layers=("lpi-layer", "grape-m"), lpi_max_delta=10.0, std=1.0)
-    layer, grape = model.blocks[0].attn.positions, model.blocks[1].attn.positions
+    layer, grape = model.blocks[0].attn.mechanism, model.blocks[1].attn.mechanism
     assert isinstance(layer, LayerIncrementPositions) and isinstance(grape, ContentPhasePositions)
     h = torch.randn(2, T, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -168,7 +168,7 @@ def test_bf16_fp32_position_arithmetic_is_as_accurate_as_the_authors_model_dtype
     import torch.nn.functional as F
 
     from repo_lens.model import attention
-    from repo_lens.model.rotary import rotate_half
+    from repo_lens.model.attention import rotate_half
 
     ids = torch.randint(2, 64, (120,), generator=torch.Generator().manual_seed(5)).tolist()
     fp32 = repo_lens.load(repo_dir, device="cpu").trace(ids).positions[REPO_START:]
@@ -181,7 +181,7 @@ def test_bf16_fp32_position_arithmetic_is_as_accurate_as_the_authors_model_dtype
 
     theirs_lens = repo_lens.load(repo_dir, device="cpu", dtype="bfloat16")
     for block in theirs_lens.model.blocks[REPO_START:]:
-        block.attn.positions.register_forward_hook(z_in_model_dtype)
+        block.attn.mechanism.register_forward_hook(z_in_model_dtype)
     monkeypatch.setattr(attention, "apply_rotary",
                         lambda x, cos, sin: x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype))
     theirs = theirs_lens.trace(ids).positions[REPO_START:]

@@ -242,15 +242,16 @@ def test_generate_returns_one_text_for_one_sequence_of_token_ids():
     assert isinstance(model.generate("abc", max_new_tokens=2, return_type="str", verbose=False, do_sample=False), str)
 
 
-@pytest.mark.parametrize("family", ["llama", "olmo2"])
+@pytest.mark.parametrize("family", ["llama", "olmo2", "authors"])
 def test_a_head_s_result_is_its_share_of_the_attention_output(family):
-    """On every mechanism: the heads' results add up to what o_proj gives (plus its bias), zeroing one head's
-    result is zeroing its z, and the results are cached only after set_use_attn_result(True)."""
-    from repo_lens.model.registry import mechanism_kinds
+    """On every mechanism the family's attention runs: the heads' results add up to what o_proj gives (plus its
+    bias), zeroing one head's result is zeroing its z, and the results are cached only after
+    set_use_attn_result(True)."""
+    from repo_lens.model.registry import family_attention, kinds_in_attention
     from repo_lens.model.tiny import tiny_model
 
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
-    for kind in mechanism_kinds():
+    for kind in kinds_in_attention(family_attention(family)):
         model = tiny_model(kind, n_layers=2, family=family)
         with torch.no_grad():
             _, cache = model.run_with_cache(ids)
@@ -286,7 +287,7 @@ def test_generate_from_embeddings_is_the_greedy_continuation_on_every_mechanism(
         model = tiny_model(kind, n_layers=2)
         with torch.no_grad():
             embeddings = model.embed(ids)
-            if hasattr(model, "increments"):
+            if hasattr(model, "shared_delta"):
                 with pytest.raises(InputError, match="pass tokens"):
                     model.generate(embeddings, max_new_tokens=2, verbose=False)
                 continue

@@ -124,18 +124,18 @@ def test_a_read_pattern_keeps_its_gradient_and_incl_bwd_needs_a_loss():
         model.run_with_cache(ids, incl_bwd=True)
 
 
-@pytest.mark.parametrize("family", ["llama", "olmo2"])
+@pytest.mark.parametrize("family", ["llama", "olmo2", "authors"])
 def test_incl_bwd_caches_autograds_gradients_bit_for_bit_and_refuses_what_transformer_lens_refuses(family):
     """Each cached ``_grad`` is torch.autograd's gradient of the loss with respect to that activation (read by
     retain_grad() on the tensor the hook point hands on), exactly, on every mechanism, with and without
-    remove_batch_dim; a run whose backward cannot happen is refused before the forward, as TransformerLens'
-    bridge refuses it."""
-    from repo_lens.model.registry import mechanism_kinds
+    remove_batch_dim (every mechanism the family's attention runs); a run whose backward cannot happen is refused
+    before the forward, as TransformerLens' bridge refuses it."""
+    from repo_lens.model.registry import family_attention, kinds_in_attention
     from repo_lens.model.tiny import tiny_model
 
     ids = torch.randint(0, 64, (1, 9), generator=torch.Generator().manual_seed(3))
     names = ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_z", "blocks.1.hook_resid_post", "blocks.1.attn.hook_pos"]
-    for kind in mechanism_kinds():
+    for kind in kinds_in_attention(family_attention(family)):
         model = tiny_model(kind, n_layers=2, family=family)
         present = [name for name in names if name in model.hook_dict]
         grabbed: dict[str, torch.Tensor] = {}

@@ -13,6 +13,8 @@ from repo_lens import InputError
 from repo_lens.analysis import AttentionMass, chunk_pattern_codes, chunk_patterns, pattern_fractions, range_stats
 from repo_lens.plots import (
     FONT_FAMILY,
+    ScatterStyle,
+    SpacedTokensStyle,
     OKABE_ITO,
     PATTERN_COLORS,
     attention_mass_figure,
@@ -56,7 +58,7 @@ def path_commands(path: str) -> list[tuple[float, float, str, float]]:
 def test_spaced_tokens_x_equals_positions_with_shared_scale():
     trace = make_trace()
     for head in range(trace.n_heads):
-        fig = spaced_tokens_figure(trace, head=head, scale="shared", connect=False)
+        fig = spaced_tokens_figure(trace, head=head, scale="shared", style=SpacedTokensStyle(connect=False))
         rows = layer_traces(fig)
         assert [d.name for d in rows] == ["L0 rope", "L1 repo", "L2 repo"]
         for layer, row in enumerate(rows):
@@ -106,7 +108,7 @@ def test_spaced_tokens_hover_shows_the_trace_increments():
     trace = Trace(tokens=list("abcd"), token_ids=[97, 98, 99, 100], positions=z, layer_kinds=["rope", "grape-m"],
                   extras={"increments": increments})
     for head, expected in ((1, omega[1]), ("mean", omega.mean(axis=0))):
-        fig = spaced_tokens_figure(trace, head=head, scale="shared", connect=False)
+        fig = spaced_tokens_figure(trace, head=head, scale="shared", style=SpacedTokensStyle(connect=False))
         rows = {d.meta["layer"]: np.asarray(d.customdata, dtype=float) for d in fig.data if d.customdata is not None}
         np.testing.assert_allclose(rows[1][:, 2], expected, rtol=1e-6)
         np.testing.assert_array_equal(rows[0][:, 2], [np.nan, 1.0, 1.0, 1.0])
@@ -115,7 +117,7 @@ def test_spaced_tokens_hover_shows_the_trace_increments():
 def test_spaced_tokens_pattern_strip_colours_tokens_by_their_chunk():
     trace = make_trace(n_tokens=40)
     codes = chunk_pattern_codes(trace.positions, size=8)[:, 0]
-    fig = spaced_tokens_figure(trace, head=0, scale="shared", patterns=codes, chunk_size=8)
+    fig = spaced_tokens_figure(trace, head=0, scale="shared", patterns=codes, style=SpacedTokensStyle(chunk_size=8))
     strips = {shape.name: shape for shape in fig.layout.shapes if shape.name.endswith("chunk")}
     labels = chunk_patterns(trace.positions, size=8)[:, 0]  # (layer, chunk)
     assert sorted(strips) == sorted(f"{name} chunk" for name in set(labels.ravel().tolist()))  # classes present
@@ -138,7 +140,7 @@ def test_spaced_tokens_pattern_strip_colours_tokens_by_their_chunk():
 
 def test_spaced_tokens_sampling_and_markers_for_long_inputs():
     trace = make_trace(n_layers=2, n_tokens=5000)
-    fig = spaced_tokens_figure(trace, head=0, scale="shared", max_tokens=1000, label_limit=400)
+    fig = spaced_tokens_figure(trace, head=0, scale="shared", style=SpacedTokensStyle(max_tokens=1000, label_limit=400))
     row = layer_traces(fig)[0]
     # the marks are one shape of ticks; the row's trace, invisible markers, carries their hover text and clicks
     assert row.mode == "markers" and row.marker.opacity == 0 and row.marker.maxdisplayed == 1
@@ -229,7 +231,7 @@ def test_scatter_leaves_out_nonfinite_positions_and_says_so():
 def test_scatter_decimation_keeps_extremes():
     trace = make_trace(n_layers=2, n_heads=1, n_tokens=20000)
     z = trace.positions[1, 0].astype(float)
-    fig = position_scatter_figure(trace, layer=1, head=0, view="global", max_points=2000)
+    fig = position_scatter_figure(trace, layer=1, head=0, view="global", style=ScatterStyle(max_points=2000))
     x = np.asarray(fig.data[0].x)
     assert len(x) <= 2000
     assert int(np.argmax(z)) in x and int(np.argmin(z)) in x
@@ -305,7 +307,8 @@ def test_plots_need_no_torch():
 
 def test_scatter_decimates_each_head_on_its_own_within_the_total_budget_and_the_strip_is_one_path_per_class():
     trace = make_trace(n_heads=4, n_tokens=400)
-    fig = position_scatter_figure(trace, 1, "all", view="global", max_points=1000, max_total_points=200)
+    fig = position_scatter_figure(trace, 1, "all", view="global",
+                                  style=ScatterStyle(max_points=1000, max_total_points=200))
     heads = [d for d in fig.data if d.name.startswith("head")]
     assert {d.type for d in heads} == {"scatter"}  # SVG: vector in every export
     assert sum(len(d.x) for d in heads) <= 200 and "decimated" in fig.layout.title.text
@@ -317,11 +320,11 @@ def test_scatter_decimates_each_head_on_its_own_within_the_total_budget_and_the_
         # the other half an even stride: no gap between drawn tokens wider than 400 / 26 (+ rounding)
         assert len(x) <= 50 and np.diff(np.sort(x)).max() <= 400 / 26 + 1 and x.min() == 0 and x.max() == 399
     with pytest.raises(InputError, match="max_total_points"):
-        position_scatter_figure(trace, 1, "all", max_total_points=1)
+        position_scatter_figure(trace, 1, "all", style=ScatterStyle(max_total_points=1))
     # the chunk strip of 2,000 tokens: one path per class, bands at least 6 px wide and never overlapping
     long = make_trace(n_tokens=2000)
     codes = chunk_pattern_codes(long.positions, size=16)[:, 0]
-    fig = spaced_tokens_figure(long, head=0, patterns=codes, width=600)
+    fig = spaced_tokens_figure(long, head=0, patterns=codes, style=SpacedTokensStyle(width=600))
     assert [d for d in fig.data if d.name and d.name.endswith("chunk")] == []
     plot_px = 600 - fig.layout.margin.l - fig.layout.margin.r
     for strip in (shape for shape in fig.layout.shapes if shape.name.endswith("chunk")):

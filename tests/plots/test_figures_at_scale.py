@@ -15,6 +15,7 @@ from repo_lens.analysis import AttentionMass, chunk_patterns, pattern_fractions,
 from repo_lens.model.registry import kind_index, mechanism_kinds
 from repo_lens.plots import (
     PATTERN_COLORS,
+    SpacedTokensStyle,
     attention_mass_figure,
     pattern_fractions_figure,
     pattern_strip_figure,
@@ -125,7 +126,7 @@ def test_every_token_is_a_mark_or_counted_by_the_mark_of_its_pixel_column(trace)
 def test_zooming_into_a_range_labels_tokens_that_were_not_labelled_there(trace):
     whole = spaced_tokens_figure(trace, head=0, scale="shared")
     low, high = 1000.0, 1100.0
-    zoomed = spaced_tokens_figure(trace, head=0, scale="shared", x_range=(low, high))
+    zoomed = spaced_tokens_figure(trace, head=0, scale="shared", style=SpacedTokensStyle(x_range=(low, high)))
     assert tuple(zoomed.layout.xaxis.range) == (low, high)
     assert_no_overlap(zoomed)
     for layer in range(5):  # the RoPE rows: x = token index, so the range holds tokens 1000..1100

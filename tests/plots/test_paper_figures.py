@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import pytest
 
 from repo_lens import InputError, plots
-from repo_lens.plots import (PAPER_PRESETS, export, figure_bytes, layer_series_figure, paper_figure,
+from repo_lens.plots import (PAPER_PRESETS, PaperStyle, export, figure_bytes, layer_series_figure, paper_figure,
                              position_scatter_figure, spaced_tokens_figure, start_export_server)
 from repo_lens.plots.gallery import example_figures, synthetic_trace
 from repo_lens.plots.measure import measure_svgs, overlapping_pairs
@@ -155,7 +155,7 @@ def test_pdf_embeds_its_fonts_and_has_the_paper_size(tmp_path):
     trace = synthetic_trace(4, 2, 120)
     trace.tokens[5:9] = list("人工智能")
     data = export(spaced_tokens_figure(trace, head=0), tmp_path / "spaced.pdf", layout="icml-column",
-                  font="serif").read_bytes()
+                  paper=PaperStyle(font="serif")).read_bytes()
     width = float(re.search(rb"/MediaBox\s*\[\s*0 0 ([0-9.]+)", data).group(1))
     assert width == pytest.approx(3.25 * 72, abs=1.0)
     objects = pdf_objects(data)
@@ -220,7 +220,7 @@ def test_heatmap_values_stay_only_where_they_fit():
     (lambda fig: paper_figure(fig, aspect=5), "aspect 5 is out of range; pass height/width between 0.1 and 3"),
     (lambda fig: export(fig, "/tmp/never.png", layout="one-column", dpi=10), "dpi 10 is out of range; pass 50 to 1200"),
     (lambda fig: export(fig, "/tmp/never.png", dpi=300, scale=2), "pass dpi (300) or scale (2), not both"),
-    (lambda fig: export(fig, "/tmp/never.png", font="serif"), "pass layout= too"),
+    (lambda fig: export(fig, "/tmp/never.png", paper=PaperStyle(font="serif")), "pass layout= too"),
 ])
 def test_bad_paper_options_are_refused_by_name_and_range(call, message):
     with pytest.raises(InputError) as caught:

@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from repo_lens.plots import boundary_auc_figure, export, figure_bytes, paper_figure, start_export_server
+from repo_lens.plots import PaperStyle, boundary_auc_figure, export, figure_bytes, paper_figure, start_export_server
 from repo_lens.plots.export import ExportError
 from repo_lens.plots.gallery import example_figures, synthetic_trace
 from repo_lens.plots.paper import paper_target
@@ -113,7 +113,7 @@ def test_export_writes_the_pdf_the_svg_converts_to(pdfs, tmp_path):
 @pytest.mark.parametrize("font", ["serif", "cm"])
 def test_serif_and_cm_embed_their_faces_as_outlines(font, tmp_path):
     figure = example_figures(synthetic_trace(2, 2, 60))["range_heatmap"]
-    pdf = read_pdf(export(figure, tmp_path / "f.pdf", layout="icml-column", font=font).read_bytes())
+    pdf = read_pdf(export(figure, tmp_path / "f.pdf", layout="icml-column", paper=PaperStyle(font=font)).read_bytes())
     names, _ = FACES[font]
     assert any(face.replace("-", "").startswith(names) for face in pdf.font_names), pdf.font_names
     assert all(font.ok_for_print for font in pdf.fonts) and not any(f.type == "Type3" for f in pdf.fonts)

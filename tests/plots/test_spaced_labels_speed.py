@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from repo_lens.model.registry import DEFAULT_KIND, default_layer_kinds
-from repo_lens.plots import paper_figure, spaced_tokens_figure
+from repo_lens.plots import SpacedTokensStyle, paper_figure, spaced_tokens_figure
 from repo_lens.plots import spaced_token_labels
 from repo_lens.plots.gallery import synthetic_trace, word_tokens
 from repo_lens.plots.labels import WORD_BREAKS, label_width_px, place_labels, words_of_tokens
@@ -76,7 +76,8 @@ def drawn(fig):
 @pytest.mark.parametrize("build", [
     lambda t: spaced_tokens_figure(t, head=0),
     lambda t: spaced_tokens_figure(t, head=3, highlight=(600, 4)),
-    lambda t: spaced_tokens_figure(t, head=1, max_tokens=300),  # sampled: the rows' own tokens spell the words
+    lambda t: spaced_tokens_figure(t, head=1,
+                                   style=SpacedTokensStyle(max_tokens=300)),  # sampled: the rows' own tokens spell the words
     lambda t: spaced_tokens_figure(t, head=2, scale="shared", window=(100, 700)),
     lambda t: paper_figure(spaced_tokens_figure(t, head=0), "icml-column"),  # fewer marks than tokens
 ], ids=["screen", "highlight", "sampled", "shared", "paper"])

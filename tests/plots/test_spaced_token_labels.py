@@ -8,7 +8,7 @@ import html
 import numpy as np
 import pytest
 
-from repo_lens.plots import paper_figure, spaced_tokens_figure
+from repo_lens.plots import SpacedTokensStyle, paper_figure, spaced_tokens_figure
 from repo_lens.plots.gallery import synthetic_trace
 
 
@@ -43,6 +43,6 @@ def test_a_word_whose_tokens_lie_apart_is_labelled_as_pieces_that_lie_together()
     z[8:10] += 1200  # "ef" of the word "cdef" far to the right
     fig = spaced_tokens_figure(Trace(tokens=tokens, token_ids=np.arange(len(tokens)) % 256,
                                      positions=z[None, None, :], layer_kinds=["repo"]),
-                               scale="shared", connect=False, width=600)
+                               scale="shared", style=SpacedTokensStyle(connect=False, width=600))
     labels = drawn_labels(fig)
     assert "cdef" not in labels and "cd" in labels and "ef" in labels, labels

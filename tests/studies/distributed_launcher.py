@@ -10,10 +10,10 @@ import os
 import sys
 
 from repo_lens.cli import main
-from repo_lens.studies import reproductions, runs, shards
+from repo_lens.studies import reproductions, resumable, shards
 from repo_lens.studies.reproductions.common import save_study
 
-_write = runs.atomic_write_bytes
+_write = resumable.atomic_write_bytes
 _rank = os.environ.get("RANK", "0")
 _die_rank, _, _die_after = os.environ.get("REPO_LENS_TEST_DIE", "").partition(":")
 _written = 0
@@ -32,7 +32,7 @@ def _watched_write(path, data):
     return result
 
 
-runs.atomic_write_bytes = _watched_write
+resumable.atomic_write_bytes = _watched_write
 shards.atomic_write_bytes = _watched_write
 
 

@@ -11,7 +11,7 @@ from repo_lens.cli import main
 from repo_lens.errors import InputError
 from repo_lens.model.loaders import save_checkpoint
 from repo_lens.model.tiny import tiny_model
-from repo_lens.studies.runs import run_items
+from repo_lens.studies.resumable import run_items
 
 
 def test_niah_sweep_writes_json_csv_and_resumes(byte_model_dir, tmp_path, capsys):

@@ -39,7 +39,7 @@ def lens():
     model = tiny_model("repo", n_layers=3, d_model=32, n_heads=4, seed=2).double()
     with torch.no_grad():  # move RePo's position module off its initialisation so its positions vary
         generator = torch.Generator().manual_seed(1)
-        for parameter in model.blocks[2].attn.positions.parameters():
+        for parameter in model.blocks[2].attn.mechanism.parameters():
             parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
     return repo_lens.Lens(model, None)
 
@@ -67,12 +67,12 @@ def test_heads_are_picked_by_their_mean_mass_with_a_floor_a_relative_cut_and_a_c
 
 
 def test_targets_are_what_each_task_asks_for():
-    from repo_lens.data.niah import niah_prompt
+    from repo_lens.data import PromptEncoding, niah_prompt
     from repo_lens.model.byte_tokenizer import ByteTokenizer
     from repo_lens.train.flipflop import FlipFlopTask
     from repo_lens.train.tasks import ReversalTask
 
-    prompt = niah_prompt(ByteTokenizer(), 700, depth=0.3, seed=4, add_special_tokens=False)
+    prompt = niah_prompt(ByteTokenizer(), 700, depth=0.3, seed=4, encoding=PromptEncoding(add_special_tokens=False))
     item = needle_item(prompt)
     assert [prompt.ids[row + 1] for row in item.rows] == list(prompt.answer.encode())  # each row predicts a digit
     assert bytes(prompt.ids[item.targets[0]].tolist()).decode() == prompt.answer and item.targets[0][0] < item.rows[0]

@@ -24,12 +24,13 @@ from repo_lens.lens import Lens
 from repo_lens.model.byte_tokenizer import ByteTokenizer
 from repo_lens.model.loaders import save_checkpoint
 from repo_lens.model.registry import mechanism_kinds, mechanism_traits
-from repo_lens.model.rotary import apply_rotary, rotary_cos_sin
+from repo_lens.model.attention import apply_rotary, rotary_cos_sin
 from repo_lens.model.tiny import tiny_model
 from repo_lens.studies import shards
 from repo_lens.studies.band_items import _decomposed, band_record, sampled_query_rows, summarize_bands
 from repo_lens.studies.builtin import BANDS, BUILTIN_STUDIES
-from repo_lens.studies.runner import analyze
+from repo_lens.data.windows import WindowSpec
+from repo_lens.studies.runner import RunOptions, analyze
 
 TOLERANCE = dict(rtol=1e-6, atol=1e-6)  # float64 models whose rotation angles are float32
 WINDOWS = ([5, 9, 2, 33, 4, 4, 80, 1, 7, 19, 26, 3, 61, 62, 8, 8, 100, 3, 7, 40, 41, 9, 11, 2],
@@ -43,7 +44,7 @@ def _perturbed(model):
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for block in model.blocks:
-            for parameter in block.attn.positions.parameters():
+            for parameter in block.attn.mechanism.parameters():
                 parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
     return model
 
@@ -312,8 +313,8 @@ def test_the_study_is_registered_with_its_options():
 @pytest.mark.study
 def test_a_run_killed_after_one_shard_resumes_to_the_summary_of_one_go(byte_lens, tmp_path, monkeypatch):
     options = {"query_rows": 6, "layers": [0, 2]}
-    whole = analyze(byte_lens, "bands", TEXTS, out=tmp_path / "whole", options=options, shard_size=2,
-                    progress=False, figures=False)
+    whole = analyze(byte_lens, "bands", TEXTS, out=tmp_path / "whole", options=options,
+                    run=RunOptions(shard_size=2, progress=False, figures=False))
     real_write = shards.write_shard
 
     def fail_after_the_first(out, index, records, counts):
@@ -323,23 +324,24 @@ def test_a_run_killed_after_one_shard_resumes_to_the_summary_of_one_go(byte_lens
 
     monkeypatch.setattr("repo_lens.studies.runner.write_shard", fail_after_the_first)
     with pytest.raises(OSError):
-        analyze(byte_lens, "bands", TEXTS, out=tmp_path / "resumed", options=options, shard_size=2, progress=False,
-                figures=False)
+        analyze(byte_lens, "bands", TEXTS, out=tmp_path / "resumed", options=options,
+                run=RunOptions(shard_size=2, progress=False, figures=False))
     assert [path.name for path in (tmp_path / "resumed" / "shards").iterdir()] == ["part-000000.json"]
     monkeypatch.setattr("repo_lens.studies.runner.write_shard", real_write)
-    resumed = analyze(byte_lens, "bands", TEXTS, out=tmp_path / "resumed", options=options, progress=False,
-                      figures=False)
+    resumed = analyze(byte_lens, "bands", TEXTS, out=tmp_path / "resumed", options=options,
+                      run=RunOptions(progress=False, figures=False))
     assert resumed.summary == whole.summary
     pd.testing.assert_frame_equal(resumed.records(), whole.records())
     assert whole.summary["windows"] == whole.counts["windows"] == len(whole.records())
     with pytest.raises(InputError, match="holds a run with other settings"):
-        analyze(byte_lens, "bands", TEXTS, out=tmp_path / "resumed", options={"query_rows": 3}, progress=False)
+        analyze(byte_lens, "bands", TEXTS, out=tmp_path / "resumed", options={"query_rows": 3},
+                run=RunOptions(progress=False))
 
 
 def test_bad_options_are_named_with_the_fix(byte_lens, tmp_path):
     def run(name, **options):
         return analyze(byte_lens, "bands", ["some text to measure"], out=tmp_path / name, options=options,
-                       progress=False, figures=False)
+                       run=RunOptions(progress=False, figures=False))
 
     with pytest.raises(InputError, match=r"option query_rows: every value must be within \[1, inf\], got 0"):
         run("a", query_rows=0)
@@ -350,8 +352,8 @@ def test_bad_options_are_named_with_the_fix(byte_lens, tmp_path):
     with pytest.raises(InputError, match="option layers: expected int, got 'x'"):
         run("d", layers=["x"])
     with pytest.raises(InputError, match="decomposes windows within the model's context of 48 tokens"):
-        analyze(byte_lens, "bands", ["x" * 60], out=tmp_path / "e", window=60, beyond_context=True, progress=False,
-                figures=False)
+        analyze(byte_lens, "bands", ["x" * 60], out=tmp_path / "e",
+                windows=WindowSpec(size=60, beyond_context=True), run=RunOptions(progress=False, figures=False))
 
 
 def test_a_lens_without_repo_lens_hooks_is_refused(tmp_path):

@@ -20,7 +20,8 @@ from repo_lens.model.loaders import save_checkpoint
 from repo_lens.model.tiny import tiny_model
 from repo_lens.studies import registry, shards
 from repo_lens.studies.registry import Option, Study, register_study, study_table
-from repo_lens.studies.runner import analyze
+from repo_lens.data.windows import WindowSpec
+from repo_lens.studies.runner import RunOptions, analyze
 
 CONTEXT = 64
 LENGTHS = (0, 10, 63, 64, 65, 200, 129, 5)  # bytes per document: empty, shorter, equal and longer than the context
@@ -116,15 +117,16 @@ def test_an_interrupted_run_resumes_at_its_unfinished_shards(lens, tmp_path, mon
 
     monkeypatch.setattr("repo_lens.studies.runner.write_shard", fail_on_third)
     with pytest.raises(OSError):
-        analyze(lens, study, _texts(), out=out, shard_size=2, progress=False)
+        analyze(lens, study, _texts(), out=out, run=RunOptions(shard_size=2, progress=False))
     assert sorted(path.name for path in (out / "shards").iterdir()) == ["part-000000.json", "part-000001.json"]
     monkeypatch.setattr("repo_lens.studies.runner.write_shard", real_write)
     calls.clear()
-    result = analyze(lens, study, _texts(), out=out, shard_size=2, progress=False)
+    result = analyze(lens, study, _texts(), out=out, run=RunOptions(shard_size=2, progress=False))
     assert sorted(set(calls)) == [4, 5, 6, 7]  # only the documents of shards 2 and 3
     assert result.summary["total"] == sum(LENGTHS) and result.counts["windows"] == len(result.records())
     with pytest.raises(InputError, match="holds a run with other settings"):
-        analyze(lens, study, _texts(), out=out, shard_size=2, stride=32, progress=False)
+        analyze(lens, study, _texts(), out=out, run=RunOptions(shard_size=2, progress=False),
+                windows=WindowSpec(stride=32))
 
 
 USER_STUDY = '''
@@ -175,13 +177,13 @@ def test_a_study_from_an_entry_point(lens, tmp_path, monkeypatch):
     point = SimpleNamespace(name="from-package", load=lambda: study)
     monkeypatch.setattr(registry, "_entry_points", lambda: {"from-package": point})
     assert "from-package" in registry.study_names()
-    result = analyze(lens, "from-package", ["one text", "two"], out=tmp_path / "run", progress=False)
+    result = analyze(lens, "from-package", ["one text", "two"], out=tmp_path / "run", run=RunOptions(progress=False))
     assert result.records().n.tolist() == [8, 3] and result.summary["counts"]["documents_analysed"] == 2
 
 
 def test_the_records_open_as_a_datasets_dataset(lens, tmp_path):
     datasets = pytest.importorskip("datasets")
-    result = analyze(lens, "positions", _texts(), out=tmp_path / "run", progress=False, shard_size=3)
+    result = analyze(lens, "positions", _texts(), out=tmp_path / "run", run=RunOptions(progress=False, shard_size=3))
     loaded = datasets.load_dataset("parquet", data_files=[str(path) for path in result.record_files],
                                    split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert len(loaded) == result.counts["windows"] and loaded[0]["document"] == 1
@@ -192,7 +194,8 @@ def test_a_checkpoint_with_a_bos_reads_it_at_the_start_of_every_window(olmo2_dir
 
     hf = repo_lens.load(str(olmo2_dir), device="cpu")
     text = " ".join(["the needle is in the haystack ."] * 40)
-    result = analyze(hf, "positions", [text], out=tmp_path / "run", progress=False, window=50)
+    result = analyze(hf, "positions", [text], out=tmp_path / "run", run=RunOptions(progress=False),
+                     windows=WindowSpec(size=50))
     frame = result.records()
     assert len(frame) > 1 and (frame.n_tokens <= 51).all() and frame.token_start.iloc[1] == 50
     assert result.counts["tokens_traced"] == result.counts["tokens"] + len(frame)  # one BOS per window
@@ -251,9 +254,10 @@ def test_bad_input_is_one_error_line_naming_the_fix(argv, message, loads, small_
 
 def test_options_are_checked_from_python_too(lens, tmp_path):
     with pytest.raises(InputError, match="option chunk: every value must be within \\[2, inf\\], got 1"):
-        analyze(lens, "positions", ["text"], out=tmp_path / "a", options={"chunk": 1}, progress=False)
+        analyze(lens, "positions", ["text"], out=tmp_path / "a", options={"chunk": 1}, run=RunOptions(progress=False))
     with pytest.raises(InputError, match="has no option 'lengths'"):
-        analyze(lens, "positions", ["text"], out=tmp_path / "b", options={"lengths": [3]}, progress=False)
+        analyze(lens, "positions", ["text"], out=tmp_path / "b", options={"lengths": [3]},
+                run=RunOptions(progress=False))
     with pytest.raises(InputError, match="register_study takes"):
         register_study("not a study")
     with pytest.raises(InputError, match="registered already"):
@@ -292,7 +296,7 @@ def test_word_boundaries_over_windows_cut_the_gold_words_with_the_text(lens, tmp
 
     words = ["中国", "人民", "新年", "讲话", "希望"] * 5  # 50 CJK characters, 150 bytes: windows of 21, 21 and 8
     monkeypatch.setattr("repo_lens.data.peoples_daily", lambda *a, **k: [Sentence(words, ["n"] * 25, "".join(words))])
-    result = analyze(lens, "boundaries", out=tmp_path / "run", progress=False)
+    result = analyze(lens, "boundaries", out=tmp_path / "run", run=RunOptions(progress=False))
     frame = result.records()
     assert frame.char_end.tolist() == [21, 42, 50] and (frame.token_end - frame.token_start).tolist() == [63, 63, 24]
     # every gap between two characters of a window is scored; the gaps at the two cuts are in no window

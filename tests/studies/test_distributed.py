@@ -255,7 +255,7 @@ def test_the_default_shard_size_gives_every_rank_a_share_of_a_small_corpus():
 
 def test_a_run_plans_its_shards_for_the_ranks_and_warns_when_a_given_size_leaves_ranks_idle(byte_model_dir, tmp_path):
     import repo_lens
-    from repo_lens.studies.runner import plan_run
+    from repo_lens.studies.runner import RunOptions, plan_run
 
     lens = repo_lens.load(byte_model_dir, device="cpu")
     texts = [f"Document {index} has a few words." for index in range(7)]
@@ -263,7 +263,7 @@ def test_a_run_plans_its_shards_for_the_ranks_and_warns_when_a_given_size_leaves
     assert plan_run(lens, "positions", texts, ranks=Ranks()).n_shards == 1
     plan = plan_run(lens, "positions", texts, ranks=two)
     assert (plan.shard_size, plan.n_shards, plan.settings["shard_size"]) == (4, 2, 4)
-    assert plan_run(lens, "positions", texts, ranks=two, shard_size=8).n_shards == 1  # given: kept as given
+    assert plan_run(lens, "positions", texts, ranks=two, run=RunOptions(shard_size=8)).n_shards == 1  # given: kept as given
     assert idle_ranks_warning(1, 7, two) == ("1 shard(s) for 2 ranks: rank(s) 1 have nothing to do; pass --shard-size "
                                              "4 (shard_size=4) so that every rank gets a share, or start fewer ranks")
     assert idle_ranks_warning(2, 7, two) is None

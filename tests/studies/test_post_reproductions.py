@@ -47,7 +47,7 @@ def embedding_deltas(path: str) -> np.ndarray:
 
     model = repo_lens.load(path, device="cpu").model
     with torch.no_grad():
-        return F.softplus(model.increments(model.embed.weight)).squeeze(-1).numpy().astype(np.float64)
+        return F.softplus(model.shared_delta(model.embed.weight)).squeeze(-1).numpy().astype(np.float64)
 
 
 @pytest.fixture(scope="module")

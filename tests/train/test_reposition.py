@@ -56,7 +56,7 @@ def test_annealed_positions_are_the_index_blended_with_f(base):
     model = repositioned_model(base, small_config(position_init_std=0.5))
     anneal = PositionAnneal(model)
     anneal.value = 0.3
-    module = model.blocks[2].attn.positions
+    module = model.blocks[2].attn.mechanism
     seen = {}
     module.register_forward_hook(lambda mod, args, out: seen.update(h=args[0], z=out))
     with torch.no_grad():
@@ -180,14 +180,14 @@ def test_grape_m_and_layer_increments_start_exactly_as_the_base(base, mechanism)
     assert model.cfg.layer_mechanisms == ["rope", mechanism, mechanism]
     tokens = torch.randint(0, 256, (2, 300))
     seen = {}
-    model.blocks[2].attn.positions.register_forward_hook(lambda mod, args, out: seen.update(z=out))
+    model.blocks[2].attn.mechanism.register_forward_hook(lambda mod, args, out: seen.update(z=out))
     with torch.no_grad():
         torch.testing.assert_close(model(tokens), base(tokens), rtol=0, atol=1e-5)
     shift = 0.0 if mechanism == "grape-m" else 1.0
     torch.testing.assert_close(seen["z"], (torch.arange(300.0) + shift).expand(2, 4, 300), rtol=0, atol=0)
     trained = trainable_state(model)
     assert {name.split(".attn.")[0] for name in trained} == {"blocks.1", "blocks.2"}
-    assert any(".attn.positions." in name for name in trained)
+    assert any(".attn.mechanism." in name for name in trained)
 
 
 @pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer"])
@@ -199,7 +199,7 @@ def test_grape_m_and_layer_increments_train_their_positions_off_the_index_and_sh
     loaded = load_checkpoint(tmp_path / "run", device="cpu")
     assert loaded.model.cfg.layer_mechanisms == ["rope", mechanism, mechanism]
     seen = {}
-    loaded.model.blocks[1].attn.positions.register_forward_hook(lambda mod, args, out: seen.update(z=out))
+    loaded.model.blocks[1].attn.mechanism.register_forward_hook(lambda mod, args, out: seen.update(z=out))
     with torch.no_grad():
         loaded.model(torch.tensor([list(b"the needle is hidden in a haystack")]))
     index = torch.arange(seen["z"].shape[-1], dtype=torch.float32) + (mechanism == "lpi-layer")

@@ -93,7 +93,7 @@ def test_position_init_std_scales_only_the_position_modules_initial_weights():
     same = dict(build_model(preset("tiny", mechanism="repo", position_init_std=0.02), 257).named_parameters())
     wide = dict(build_model(preset("tiny", mechanism="repo", position_init_std=0.5), 257).named_parameters())
     positions = [name for name in default if is_position_parameter(name)]
-    assert positions == [f"blocks.1.attn.positions.{part}.weight" for part in ("gate_map", "content_map", "final_map")]
+    assert positions == [f"blocks.1.attn.mechanism.{part}.weight" for part in ("gate_map", "content_map", "final_map")]
     for name, param in default.items():
         torch.testing.assert_close(same[name], param, rtol=0, atol=0)  # None means 0.02: the same draws
         # the same normal draws, 25 (= 0.5 / 0.02) times wider in the position module and nowhere else

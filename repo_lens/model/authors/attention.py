@@ -6,11 +6,10 @@ mechanism (rotary: RoPE's index or GRAPE-M's phases at fixed or learned frequenc
 FoX's forget gates; contextual: GRAPE-A's gated rates, GRAPE-AP's path potentials), softmax attention
 at 1/√d_head, an optional per-head output norm and output gate, ``o_proj``.
 
-Hooks are the zoo attention's (:class:`repo_lens.model.attention.Attention`): ``hook_q``/``hook_k``/
-``hook_v`` [batch, pos, head, d_head] (the projections, token shift included, before norm and
-rotation), ``hook_pos`` [batch, head, pos], ``hook_rot_q``/``hook_rot_k`` (what q·k uses),
-``hook_pattern`` (only when hooked), ``hook_z``; so traces, analyzers and interventions read these
-models as any other.
+Hooks are the zoo attention's (:class:`repo_lens.model.attention.Attention`), with the shapes of
+:mod:`repo_lens.model.hook_shapes`: ``hook_q``/``hook_k``/``hook_v`` (the projections, token shift included,
+before norm and rotation), ``hook_pos``, ``hook_rot_q``/``hook_rot_k`` (what q·k uses), ``hook_pattern``
+(only when hooked), ``hook_z``; so traces, analyzers and interventions read these models as any other.
 """
 
 from __future__ import annotations
@@ -24,22 +23,23 @@ from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
 from repo_lens.model.hooking import editable, project_heads
-from repo_lens.model.pattern import causal_mask
+from repo_lens.model.attention import causal_mask
 from repo_lens.model.authors.frequencies import FixedFrequencies, LearnedFrequencies
 from repo_lens.model.authors.kv_shift import ShiftLinear
-from repo_lens.model.authors.mechanisms import build_authors_mechanism
 from repo_lens.model.authors.norms import HeadRMSNorm
 from repo_lens.model.authors.options import AttentionOptions
 from repo_lens.model.authors.pattern import attend
 from repo_lens.model.authors.rotation import rotate, rotation_angles
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
+from repo_lens.model.registry import build_position_mechanism
+from repo_lens.model.former_names import FormerMechanismName
 
 
-class AuthorsAttention(AttentionWeights, nn.Module):
+class AuthorsAttention(FormerMechanismName, AttentionWeights, nn.Module):
     """One attention layer of a GRAPE or FoX authors' checkpoint (see the module docstring)."""
 
-    positions: Any  # the layer's position mechanism (an authors' nn.Module: role, logit_bias, … by kind)
+    mechanism: Any  # the layer's position mechanism (an authors' nn.Module: role, logit_bias, … by kind)
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -58,18 +58,19 @@ class AuthorsAttention(AttentionWeights, nn.Module):
             self.out_norm = HeadRMSNorm(cfg.n_heads, cfg.d_head, options.output_norm == "group", options.output_norm_eps)
         if options.output_gate != "none":
             self.ogate_proj = nn.Linear(cfg.d_model, width, bias=False)
-        self.positions = build_authors_mechanism(self.kind, cfg)
+        self.mechanism = build_position_mechanism(self.kind, cfg, attention="authors")  # the registry's module
         self.rotary = self._frequencies(cfg, options)
-        self.hook_pos = HookPoint()  # [batch, head, pos]
-        self.hook_q = HookPoint()  # [batch, pos, head, d_head] (the projection, token shift included)
-        self.hook_k = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_v = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (the queries q·k uses: normed, rotated)
-        self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head] (the keys q·k uses)
-        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
-        self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
-        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output, after its norm and gate; only when hooked)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_pos = HookPoint()
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_rot_q = HookPoint()
+        self.hook_rot_k = HookPoint()
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        self.hook_result = HookPoint()
 
     @staticmethod
     def _projection(cfg: ModelConfig, width: int, shifted: bool) -> nn.Module:
@@ -80,7 +81,7 @@ class AuthorsAttention(AttentionWeights, nn.Module):
 
     def _frequencies(self, cfg: ModelConfig, options: AttentionOptions) -> nn.Module | None:
         """The rotary frequencies when the layer rotates q and k (None when it does not)."""
-        if self.positions.role != "rotary" and not options.rope:
+        if self.mechanism.role != "rotary" and not options.rope:
             return None
         if options.learned_frequencies:
             return LearnedFrequencies(cfg.n_heads, cfg.d_head, options.frequencies_shared, options.frequency_scale)
@@ -124,11 +125,11 @@ class AuthorsAttention(AttentionWeights, nn.Module):
         if norm_first or not rotates:
             q, k = self._qk_norm(q, k)
         positions = None
-        if self.positions.role != "contextual":
-            positions = self.hook_pos(editable(self.hook_pos, self.positions(h, offset, state=state, shared=shared)))
+        if self.mechanism.role != "contextual":
+            positions = self.hook_pos(editable(self.hook_pos, self.mechanism(h, offset, state=state, shared=shared)))
         if rotates:
             index = torch.arange(offset, offset + pos, device=h.device, dtype=torch.float32)
-            at = positions if self.positions.role == "rotary" else index.expand(batch, self.n_heads, pos)
+            at = positions if self.mechanism.role == "rotary" else index.expand(batch, self.n_heads, pos)
             assert at is not None  # a rotary mechanism gives positions
             q, k = self._rotate(q, k, at)
             if not norm_first:
@@ -141,17 +142,17 @@ class AuthorsAttention(AttentionWeights, nn.Module):
 
     def _bias(self, h, q, k, v, positions, state, allowed) -> torch.Tensor | None:
         """The logit bias [batch, head, query, key] of the layer's mechanism (None for rotary ones)."""
-        role = self.positions.role
+        role = self.mechanism.role
         if role == "additive":
             key_positions = positions
             if state is not None:
                 past = state.get("key_positions")
                 key_positions = positions if past is None else torch.cat((past, positions), dim=-1)
                 state["key_positions"] = key_positions.detach()
-            return self.positions.logit_bias(positions, key_positions)
+            return self.mechanism.logit_bias(positions, key_positions)
         if role == "contextual":
-            psi = self.positions.edge_potentials(q, k, v, h, k.shape[2] - q.shape[2], state)
-            bias, shown = self.positions.bias_and_positions(psi, allowed)
+            psi = self.mechanism.edge_potentials(q, k, v, h, k.shape[2] - q.shape[2], state)
+            bias, shown = self.mechanism.bias_and_positions(psi, allowed)
             self.hook_pos(editable(self.hook_pos, shown))
             return bias
         return None

@@ -15,16 +15,16 @@ from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
 from repo_lens.model.hooking import editable, project_heads
-from repo_lens.model.pattern import causal_mask
-from repo_lens.model.authors.cope_gates import GatedCope
+from repo_lens.model.attention import causal_mask
 from repo_lens.model.authors.cope_relative import RelativePositions
 from repo_lens.model.authors.pattern import attend
 from repo_lens.model.cache import KVCache
 from repo_lens.model.config import ModelConfig
-from repo_lens.model.positions import ConstantPositions
+from repo_lens.model.former_names import FormerMechanismName
+from repo_lens.model.registry import build_position_mechanism
 
 
-class CopeAttention(AttentionWeights, nn.Module):
+class CopeAttention(FormerMechanismName, AttentionWeights, nn.Module):
     """One attention layer of a CoPE authors' checkpoint."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
@@ -38,19 +38,20 @@ class CopeAttention(AttentionWeights, nn.Module):
         self.v_proj, self.o_proj = nn.Linear(cfg.d_model, width), nn.Linear(width, cfg.d_model)
         if self.kind == "cope" and self.gates_from == "separate keys":
             self.k_cope_proj = nn.Linear(cfg.d_model, width)
-        self.positions = {"cope": GatedCope, "rel": RelativePositions, "nope": ConstantPositions}[self.kind](cfg)
+        self.mechanism = build_position_mechanism(self.kind, cfg, attention="cope")  # the registry's module
         if self.kind == "cope" and options.get("relative"):  # --pos-emb cope+rel: both biases
-            self.positions.relative = RelativePositions(cfg)
-        self.hook_pos = HookPoint()  # [batch, head, pos]
-        self.hook_q = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_k = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_v = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head] (no rotation: the queries q·k uses)
-        self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
-        self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos] (only when hooked)
-        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_result = HookPoint()  # [batch, pos, head, d_model] (each head's share of the output; only when hooked)
+            self.mechanism.relative = RelativePositions(cfg)
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_pos = HookPoint()
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_rot_q = HookPoint()
+        self.hook_rot_k = HookPoint()
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        self.hook_result = HookPoint()
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head)
@@ -75,12 +76,12 @@ class CopeAttention(AttentionWeights, nn.Module):
             self.hook_pos(torch.zeros(q.shape[0], self.n_heads, n_queries, device=q.device))
             return None
         if self.kind == "rel":
-            bias, positions = self.positions(q, None, allowed)
+            bias, positions = self.mechanism(q, None, allowed)
         else:
             scores = (q.float() @ self._gate_source(h, k, v, cache).float().transpose(-1, -2)) / self.d_head ** 0.5
-            bias, positions = self.positions(q, scores, allowed)
-            if hasattr(self.positions, "relative"):
-                bias = bias + cast(RelativePositions, self.positions.relative)(q, None, allowed)[0]
+            bias, positions = self.mechanism(q, scores, allowed)
+            if hasattr(self.mechanism, "relative"):
+                bias = bias + cast(RelativePositions, self.mechanism.relative)(q, None, allowed)[0]
         self.hook_pos(editable(self.hook_pos, positions))
         return bias
 

@@ -37,11 +37,12 @@ class CopeBlock(nn.Module):
         self.attn = CopeAttention(cfg, layer)
         self.attn_norm, self.ff_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.mlp = Feedforward(cfg.d_model, cfg.d_mlp)
-        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
-        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
-        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, offset: int = 0,
                 shared: torch.Tensor | None = None) -> torch.Tensor:

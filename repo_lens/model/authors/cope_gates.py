@@ -34,15 +34,15 @@ def interpolated_bias(q: torch.Tensor, gates: torch.Tensor, embeddings: torch.Te
 
 class GatedCope(ContextualPositions):
     """The zoo's CoPE fed the gate scores the authors' options pick; the query-row bias comes from the
-    hooked gates (``positions.hook_gates``), so it holds whatever tensor the gates were computed from.
+    hooked gates (``mechanism.hook_gates``), so it holds whatever tensor the gates were computed from.
     With ``--pos-emb cope+rel`` the layer's relative embeddings are its submodule ``relative``."""
 
-    row_bias_hooks: tuple[str, ...] = ("positions.hook_gates",)
+    row_bias_hooks: tuple[str, ...] = ("mechanism.hook_gates",)
     relative: RelativePositions  # set only with --pos-emb cope+rel
 
     def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
-        gates = hooked["positions.hook_gates"][:, row_index][:, :, key_index]
+        gates = hooked["mechanism.hook_gates"][:, row_index][:, :, key_index]
         gates = gates.masked_fill(key_index[None, None, :] > row_index[None, :, None], 0.0)
         bias = interpolated_bias(rows, gates, self.position_embeddings, self.max_position)
         if hasattr(self, "relative"):

@@ -26,10 +26,11 @@ class CopeModel(LensModel):
         self.cfg = cfg
         options = cfg.extra.get("authors", {})
         self.embed = Embed(cfg.vocab_size, cfg.d_model)
-        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_embed = HookPoint()
         if options.get("absolute"):
             self.abs_pos_emb = nn.Parameter(torch.zeros(1, cfg.max_position_embeddings, cfg.d_model))
-            self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
+            self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList(CopeBlock(cfg, layer) for layer in range(cfg.n_layers))
         self.final_norm = nn.Identity() if options.get("post_norm") else nn.LayerNorm(cfg.d_model)
         self.unembed = Unembed(cfg.d_model, cfg.vocab_size, bias=False)

@@ -43,7 +43,8 @@ class ForgetGates(KeyMinusQueryBias, nn.Module):
             self.fgate_proj = nn.Linear(cfg.d_model, cfg.n_heads, bias=True)
         elif self.fgate_type != "none":
             self.fgate_bias = nn.Parameter(torch.zeros(cfg.n_heads))
-        self.hook_delta = HookPoint()  # [batch, head, pos]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_delta = HookPoint()
 
     def _log_forget(self, h: torch.Tensor) -> torch.Tensor:
         batch, pos, _ = h.shape

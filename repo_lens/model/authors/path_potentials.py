@@ -4,7 +4,9 @@ head (or tied to q, k or v: ``p_tie_mode``), p̂_t = rms_norm(p_t) rotated by th
 ψ(i, l) = m_h·logsigmoid(p_i·R(l)p̂_l / d_p) and logit_ij += Σ_{l=j+1}^{i} ψ(i, l) (m_h: ALiBi's slopes).
 
 The query side uses the raw p_i, the key side the normalised, rotated p̂_l, and the logit is divided by
-d_p, not √d_p: all as their code has it.
+d_p, not √d_p: all as their code has it. That is another equation than the zoo's ``grape-ap``
+(ψ = log sigmoid(q·k/√d + b_h)), so it is a kind of its own, ``grape-ap-rotated``; it reads the layer input,
+which only their attention hands a mechanism, so the registry lists that attention alone as running it.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ TIE_MODES = {"none": "none", "pqtie": "q", "pq": "q", "pktie": "k", "pk": "k", "
 
 
 class PathPotentials(EdgePotentials):
-    """The authors' GRAPE-AP (kind ``grape-ap``); ``cfg.extra["authors"]``: ``p_tie_mode``, ``p_head_dim``."""
+    """The authors' GRAPE-AP (kind ``grape-ap-rotated``); ``cfg.extra["authors"]``: ``p_tie_mode``, ``p_head_dim``."""
 
-    kind = "grape-ap"
+    kind = "grape-ap-rotated"
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

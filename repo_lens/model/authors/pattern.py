@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from transformer_lens.hook_points import HookPoint
 
-from repo_lens.model.pattern import hooked_attention
+from repo_lens.model.attention import hooked_attention
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, bias: torch.Tensor | None,
            hook_pattern: HookPoint, hook_attn_scores: HookPoint) -> torch.Tensor:
     """softmax(q·k/√d + bias) v over the ``allowed`` keys, [batch, head, query, d_head]. Hooks on
     ``hook_attn_scores`` / ``hook_pattern`` see the scores and probabilities
-    (:func:`repo_lens.model.pattern.hooked_attention`).
+    (:func:`repo_lens.model.attention.hooked_attention`).
 
     >>> q = k = v = torch.ones(1, 1, 2, 4)
     >>> attend(q, k, v, torch.ones(2, 2, dtype=torch.bool).tril(), None, HookPoint(), HookPoint()).shape

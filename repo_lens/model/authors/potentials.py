@@ -29,11 +29,12 @@ def path_sums(psi: torch.Tensor) -> torch.Tensor:
 class EdgePotentials(_QueryKeyPositions):
     """Base of the authors' contextual mechanisms: subclasses compute ψ (:meth:`edge_potentials`)."""
 
-    row_bias_hooks: tuple[str, ...] = ("positions.hook_potential",)
+    row_bias_hooks: tuple[str, ...] = ("mechanism.hook_potential",)
 
     def __init__(self) -> None:
         super().__init__()
-        self.hook_potential = HookPoint()  # [batch, head, query_pos, key_pos]
+        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
+        self.hook_potential = HookPoint()
 
     def edge_potentials(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, h: torch.Tensor,
                         n_past: int, state: dict | None) -> torch.Tensor:
@@ -49,6 +50,6 @@ class EdgePotentials(_QueryKeyPositions):
     def query_rows_bias(self, hooked: dict[str, torch.Tensor], rows: torch.Tensor, scores: torch.Tensor,
                         row_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
         """The bias [head, rows, keys] of query rows ``row_index`` over keys ``key_index``, from the layer's
-        potentials ``hooked["positions.hook_potential"]`` [head, query, key] of one sequence."""
-        psi = hooked["positions.hook_potential"][:, row_index][:, :, key_index]
+        potentials ``hooked["mechanism.hook_potential"]`` [head, query, key] of one sequence."""
+        psi = hooked["mechanism.hook_potential"][:, row_index][:, :, key_index]
         return path_sums(psi.masked_fill(key_index[None, None, :] > row_index[None, :, None], 0.0))

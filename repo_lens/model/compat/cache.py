@@ -26,6 +26,7 @@ from transformer_lens import ActivationCache
 from transformer_lens.utilities import Slice
 
 from repo_lens.errors import InputError
+from repo_lens.model.former_names import current_hook_name
 
 
 def _differs_from(value: Any, fill: float) -> bool:
@@ -52,6 +53,12 @@ class LensActivationCache(ActivationCache):
         >>> bool(torch.allclose(attributions.sum(0), logits[:, -1, 5] - logits[:, -1, 6], atol=1e-5))
         True
     """
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        """TransformerLens' lookup; a hook's former name (``blocks.1.attn.positions.hook_delta``) finds it too, and warns."""
+        if isinstance(key, str) and key not in self.cache_dict:
+            key = current_hook_name(key)
+        return super().__getitem__(key)
 
     def _target_norm(self, layer: int | None, mlp_input: bool) -> tuple[Any, str]:
         """The norm a stack enters at ``layer`` (``n_layers``: the final norm) and its name in messages."""

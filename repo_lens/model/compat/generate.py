@@ -23,7 +23,7 @@ class GenerateInterface:
         if embeddings.ndim != 3 or embeddings.shape[-1] != self.cfg.d_model:  # type: ignore[attr-defined]
             raise InputError(f"embeddings of shape {tuple(embeddings.shape)}: give [batch, pos, d_model] with "
                              f"d_model = {self.cfg.d_model}")  # type: ignore[attr-defined]
-        if hasattr(self, "abs_pos_emb") or hasattr(self, "increments"):
+        if hasattr(self, "abs_pos_emb") or hasattr(self, "shared_delta"):
             raise InputError("this model adds absolute position embeddings or learned increments to the token "
                              "embeddings before block 0, so generating from embeddings would skip them: pass tokens")
 

@@ -16,6 +16,7 @@ from repo_lens.model.compat.generate import GenerateInterface
 from repo_lens.model.compat.heads import HeadMethods
 from repo_lens.model.compat.tokens import TokenMethods
 from repo_lens.model.compat.weights import WeightInterface
+from repo_lens.model.former_names import FormerHookNames, current_hook_filter
 
 
 RESULT_HOOK = "attn.hook_result"  # cached only after set_use_attn_result(True)
@@ -97,13 +98,27 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         return self
 
     def setup(self) -> None:
-        """TransformerLens' setup, then its names for the norms' hooks (the modules keep their checkpoint names)."""
+        """TransformerLens' setup, then its names for the norms' hooks (the modules keep their checkpoint names);
+        a hook's former name (:mod:`repo_lens.model.former_names`) finds it too, with a DeprecationWarning."""
         super().setup()
         renames = transformer_lens_hook_names(self)
-        self.hook_dict = {renames.get(name, name): point for name, point in self.hook_dict.items()}
+        self.hook_dict = FormerHookNames({renames.get(name, name): point for name, point in self.hook_dict.items()})
+        self.mod_dict = FormerHookNames(self.mod_dict)
         for path, name in renames.items():
             self.hook_dict[name].name = name
             self.mod_dict[name] = self.hook_dict[name]
+
+    def add_hook(self, name: Any, hook: Any, *args: Any, **kwargs: Any) -> None:
+        """TransformerLens' ``add_hook``; a former hook name (or a filter of former names) still works, and warns."""
+        super().add_hook(current_hook_filter(name), hook, *args, **kwargs)
+
+    def _enable_hook(self, name: Any, hook: Any, dir: Any) -> None:
+        """The hook that ``hooks()`` and ``run_with_hooks`` add, found by its name (a former name warns)."""
+        super()._enable_hook(current_hook_filter(name), hook, dir)
+
+    def add_caching_hooks(self, names_filter: Any = None, *args: Any, **kwargs: Any) -> dict:
+        """TransformerLens' ``add_caching_hooks``; ``names_filter`` may name hooks by a former name (it warns)."""
+        return super().add_caching_hooks(current_hook_filter(names_filter), *args, **kwargs)
 
     def run_with_cache(self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,
                        cache_dtype: torch.dtype | None = None, **kwargs: Any) -> tuple[Any, LensActivationCache | dict]:
@@ -165,9 +180,10 @@ class TransformerLensInterface(TokenMethods, ForwardInterface, GenerateInterface
         last of ``hook_pos`` [batch, head, pos] and the increments, the third from last of ``hook_rot_q`` /
         ``hook_rot_k`` [batch, pos, head, d_head]; TransformerLens' rule for its own hooks); the attention
         scores and pattern stored in ``run_with_cache``'s ``cache_dtype`` (default: the model's dtype); the
-        heads' results (``attn.hook_result``) only after ``set_use_attn_result(True)``, as TransformerLens."""
+        heads' results (``attn.hook_result``) only after ``set_use_attn_result(True)``, as TransformerLens.
+        ``names_filter`` may name hooks by a former name (it warns)."""
         cache, forward_hooks, backward_hooks = super().get_caching_hooks(
-            names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=None)
+            current_hook_filter(names_filter), incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=None)
         if not getattr(self.cfg, "use_attn_result", False):  # [batch, pos, head, d_model] a layer: as TransformerLens,
             forward_hooks = [hook for hook in forward_hooks if not hook[0].endswith(RESULT_HOOK)]  # only when asked for
             backward_hooks = [hook for hook in backward_hooks if not hook[0].endswith(RESULT_HOOK)]

@@ -58,10 +58,11 @@ NATIVE_FIELDS: dict[str, tuple[tuple[Check, str], bool]] = {
     "head_dim": (optional(POSITIVE_INT), False), "rms_norm_eps": (POSITIVE_NUMBER, False),
     "rope_theta": (POSITIVE_NUMBER, False), "rope_scaling": (optional(OBJECT), False),
     "max_position_embeddings": (POSITIVE_INT, False), "tie_word_embeddings": (BOOLEAN, False),
-    "attention_bias": (BOOLEAN, False), "mlp_bias": (BOOLEAN, False), "repo_dim": (optional(POSITIVE_INT), False),
+    "attention_bias": (BOOLEAN, False), "mlp_bias": (BOOLEAN, False), "d_position": (optional(POSITIVE_INT), False),
     "nope_position": (NUMBER, False), "lpi_hidden": (optional(POSITIVE_INT), False),
     "lpi_max_delta": (POSITIVE_NUMBER, False), "cope_max_position": (POSITIVE_INT, False),
     "forget_bias_init": (NUMBER, False), "extra": (OBJECT, False),
+    "repo_dim": (optional(POSITIVE_INT), False),  # d_position's former name: configs saved with it load as they are
 }
 # numeric settings of a rope scaling dict, and those each rope type needs
 ROPE_NUMBERS = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor",

@@ -7,6 +7,7 @@ import re
 import torch
 
 from repo_lens.errors import CheckpointError
+from repo_lens.model.former_names import current_state_key
 from repo_lens.model.loaders.renames import rename_by_rules
 from repo_lens.model.transformer import LensModel
 
@@ -16,7 +17,7 @@ _HF_RENAMES = [
     (re.compile(r"^model\.norm\."), "final_norm."),
     (re.compile(r"^lm_head\."), "unembed."),
     (re.compile(r"^model\.layers\.(\d+)\.self_attn\.(gate_map|content_map|final_map|dynamic_map)\."),
-     r"blocks.\1.attn.positions.\2."),
+     r"blocks.\1.attn.mechanism.\2."),
     (re.compile(r"^model\.layers\.(\d+)\.self_attn\."), r"blocks.\1.attn."),
     (re.compile(r"^model\.layers\.(\d+)\."), r"blocks.\1."),
 ]
@@ -30,7 +31,7 @@ def hf_to_lens_name(name: str) -> str:
     """The repo_lens module path of an HF weight name.
 
     >>> hf_to_lens_name("model.layers.5.self_attn.gate_map.weight")
-    'blocks.5.attn.positions.gate_map.weight'
+    'blocks.5.attn.mechanism.gate_map.weight'
     """
     return rename_by_rules(name, _HF_RENAMES)
 
@@ -72,7 +73,7 @@ def _match_names(model: LensModel, tensors: dict[str, torch.Tensor], rename) -> 
     for name in tensors:
         if _IGNORED.search(name) or name in unread:
             continue
-        target = rename(name)
+        target = current_state_key(rename(name))  # a key saved under a former name (attn.positions.*) loads too
         if target in expected or (tied and target == "unembed.weight"):
             renamed[target] = name
         else:
@@ -156,14 +157,14 @@ def _describe(lens_names: list[str], rename) -> list[str]:
 def lens_to_hf_name(name: str) -> str:
     """Inverse of :func:`hf_to_lens_name`.
 
-    >>> lens_to_hf_name("blocks.3.attn.positions.final_map.weight")
+    >>> lens_to_hf_name("blocks.3.attn.mechanism.final_map.weight")
     'model.layers.3.self_attn.final_map.weight'
     """
     fixed = {"embed.weight": "model.embed_tokens.weight", "final_norm.weight": "model.norm.weight",
              "unembed.weight": "lm_head.weight"}
     if name in fixed:
         return fixed[name]
-    name = re.sub(r"^blocks\.(\d+)\.attn\.positions\.", r"model.layers.\1.self_attn.", name)
+    name = re.sub(r"^blocks\.(\d+)\.attn\.mechanism\.", r"model.layers.\1.self_attn.", name)
     name = re.sub(r"^blocks\.(\d+)\.attn\.", r"model.layers.\1.self_attn.", name)
     return re.sub(r"^blocks\.(\d+)\.", r"model.layers.\1.", name)
 

@@ -8,7 +8,7 @@ the studies that trace or measure many inputs also take ``batch_size`` (inputs p
 the same numbers within 1e-5).
 
 Under ``torchrun`` / ``accelerate launch`` the ranks share the results (whole studies, in the
-order asked) through :func:`repo_lens.studies.runs.run_items` in ``DIR/distributed_run/`` (one JSON
+order asked) through :func:`repo_lens.studies.resumable.run_items` in ``DIR/distributed_run/`` (one JSON
 document per finished result there): a relaunch after a killed rank reruns only the unfinished ones.
 """
 
@@ -24,11 +24,11 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from repo_lens.errors import InputError
-from repo_lens.protocol import check_batch_size
+from repo_lens.inputs import check_batch_size
 from repo_lens.run_lock import run_lock
 from repo_lens.studies.distributed import ranks_from_env
 from repo_lens.studies.reproductions import common
-from repo_lens.studies.runs import run_items
+from repo_lens.studies.resumable import run_items
 
 
 @dataclass(frozen=True)

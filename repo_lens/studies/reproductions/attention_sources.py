@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,17 +36,21 @@ from repo_lens.studies.reproductions.attention_sources_measures import (PATTERNS
                                                                        score_position_share, target_measures)
 from repo_lens.studies.reproductions.common import save_study, stem
 
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
+    from repo_lens.protocol import LensProtocol
+
 MEASURES = tuple(f"mass_{pattern}" for pattern in PATTERNS) + ("lead_content", "lead_position")
 
 
-def candidate_layers(lens: Any) -> list[int]:
+def candidate_layers(lens: Lens) -> list[int]:
     """The layers whose positions are learned (every layer of a model without learned positions)."""
     from repo_lens.interventions import select_sites
 
     return [site.layer for site in select_sites(lens.model, None)]
 
 
-def selection_masses(lens: Any, items: list, layers: list[int]) -> np.ndarray:
+def selection_masses(lens: LensProtocol, items: list, layers: list[int]) -> np.ndarray:
     """[item, layer, head]: each head's actual attention mass on the targets (mean over the item's rows)."""
     from repo_lens.analysis import score_decomposition
 
@@ -58,7 +62,7 @@ def selection_masses(lens: Any, items: list, layers: list[int]) -> np.ndarray:
     return np.asarray(out)
 
 
-def layer_values(lens: Any, item: Any, layer: int, heads: list[int], positions: np.ndarray
+def layer_values(lens: Lens, item: Any, layer: int, heads: list[int], positions: np.ndarray
                  ) -> dict[int, dict[str, float]]:
     """head -> every measure of ``item`` in ``layer``: ``MEASURES``, the targets' lead from the position part at
     the integer positions (the same queries and keys rotated there), the position part's share of the score
@@ -94,7 +98,7 @@ def layer_values(lens: Any, item: Any, layer: int, heads: list[int], positions: 
     return out
 
 
-def measure_heads(lens: Any, items: list, picked: list[tuple[int, int]], progress: bool, name: str
+def measure_heads(lens: Lens, items: list, picked: list[tuple[int, int]], progress: bool, name: str
                   ) -> dict[str, np.ndarray]:
     """Per measure (see :func:`layer_values`): [item, picked head]."""
     by_layer: dict[int, list[int]] = {}
@@ -122,13 +126,15 @@ def head_summary(measured: dict[str, np.ndarray], index: int) -> dict[str, Any]:
     return out
 
 
-def causal_checks(lens: Any, case: Any, picked: list[tuple[int, int]], masses: np.ndarray, layers: list[int],
+def causal_checks(lens: Lens, case: Any, picked: list[tuple[int, int]], masses: np.ndarray, layers: list[int],
                   progress: bool) -> list[dict[str, Any]]:
     """The task's score unedited, with the picked heads' layer made integer, with the picked heads alone, and
     with a control head (the layer's head of least mass on the targets in the selection inputs)."""
     from repo_lens.studies.reproductions.position_interventions import summarise
 
-    base = case.scorer(("interpolate", 0.0))
+    from repo_lens.interventions import Interpolate
+
+    base = case.scorer(Interpolate(p=0.0))
     edits: list[dict[str, Any]] = [{"edit": "unedited", "layer": None, "heads": None}]
     for layer in sorted({layer for layer, _ in picked}):
         heads = [head for picked_layer, head in picked if picked_layer == layer]
@@ -144,7 +150,7 @@ def causal_checks(lens: Any, case: Any, picked: list[tuple[int, int]], masses: n
     return edits
 
 
-def reference_check(lens: Any, item: Any, layer: int, heads: list[int]) -> float:
+def reference_check(lens: Lens, item: Any, layer: int, heads: list[int]) -> float:
     """The largest difference between the decomposition's integer reference pattern and the pattern of the
     forward in which ``interventions.ablate`` made ``layer``'s positions integer (rows of ``item``)."""
     from repo_lens import interventions
@@ -162,7 +168,7 @@ def reference_check(lens: Any, item: Any, layer: int, heads: list[int]) -> float
     return float(np.abs(edited - found.patterns["reference"]).max())
 
 
-def case_result(lens: Any, case: Any, progress: bool, name: str) -> dict[str, Any]:
+def case_result(lens: Lens, case: Any, progress: bool, name: str) -> dict[str, Any]:
     """The heads picked, what makes their attention on the targets, and the causal checks (module description)."""
     layers = candidate_layers(lens)
     masses = selection_masses(lens, case.selection, layers)

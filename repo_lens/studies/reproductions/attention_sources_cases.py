@@ -18,9 +18,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
 
 NEEDLE_SEED = 9000  # above EVAL_SEED_OFFSET: held out from training, apart from the cards' prompts (0..) and
 SELECTION_SEED = 9500  # the causal study's (7000..)
@@ -54,9 +57,9 @@ class Case:
 def needle_item(prompt: Any) -> Item:
     """The rows that predict the value and the value's tokens as their targets.
 
-    >>> from repo_lens.data.niah import niah_prompt
+    >>> from repo_lens.data import PromptEncoding, niah_prompt
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
-    >>> prompt = niah_prompt(ByteTokenizer(), 600, seed=1, add_special_tokens=False)
+    >>> prompt = niah_prompt(ByteTokenizer(), 600, seed=1, encoding=PromptEncoding(add_special_tokens=False))
     >>> item = needle_item(prompt)
     >>> bytes(prompt.ids[item.rows[0] + 1:item.rows[-1] + 2].tolist()).decode() == prompt.answer
     True
@@ -69,9 +72,10 @@ def needle_item(prompt: Any) -> Item:
                 family="needle in noise")
 
 
-def needle_case(lens: Any, quick: bool, batch_size: int) -> Case:
+def needle_case(lens: Lens, quick: bool, batch_size: int) -> Case:
     """RULER needles at the model's context (512 tokens where its context is shorter)."""
     from repo_lens.data.niah import niah_prompt
+    from repo_lens.data.spans import PromptEncoding
     from repo_lens.studies.reproductions.attention import prompt_length
     from repo_lens.studies.reproductions.position_interventions import Scorer
     from repo_lens.train.mixture import EVAL_SEED_OFFSET
@@ -81,7 +85,8 @@ def needle_case(lens: Any, quick: bool, batch_size: int) -> Case:
 
     def prompts(number: int, seed: int) -> list:
         return [niah_prompt(lens.tokenizer, length, depth=index / max(1, number - 1),
-                            seed=EVAL_SEED_OFFSET + seed + index, add_special_tokens=False) for index in range(number)]
+                            seed=EVAL_SEED_OFFSET + seed + index, encoding=PromptEncoding(add_special_tokens=False))
+                for index in range(number)]
 
     measured = prompts(count, NEEDLE_SEED)
     return Case(task="needle", target="the needle's value", score="exact match of the value",
@@ -110,7 +115,7 @@ def reversal_item(ids: list[int], scored: np.ndarray, family: str) -> Item:
                 family=family)
 
 
-def reversal_case(lens: Any, quick: bool, batch_size: int) -> Case:
+def reversal_case(lens: Lens, quick: bool, batch_size: int) -> Case:
     """The text-reversal test sets (``position_interventions_tasks.reversal_set``); heads picked on fresh
     10- and 20-word prompts."""
     from repo_lens.studies.reproductions.position_interventions_tasks import TaskScorer, reversal_set
@@ -154,7 +159,7 @@ def flipflop_item(ids: list[int], family: str) -> Item:
     return Item(ids=list(ids), rows=rows, targets=targets, family=family)
 
 
-def flipflop_case(lens: Any, quick: bool, batch_size: int) -> Case:
+def flipflop_case(lens: Lens, quick: bool, batch_size: int) -> Case:
     """The Flip-Flop test sets at the training length (``position_interventions_tasks.flipflop_set``: in
     distribution and sparse; the set at twice the length is left out, it would cost four times as much again
     under every edit), measured and scored; the heads are picked on fresh in-distribution sequences."""

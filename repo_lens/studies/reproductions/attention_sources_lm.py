@@ -13,12 +13,16 @@ per layer and the windows give the intervals.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from repo_lens.interventions import stats
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
+    from repo_lens.protocol import LensProtocol
 
 WINDOWS, WINDOW_TOKENS, ROWS, LAYERS = 4, 256, 32, 4
 QUICK = (1, 64, 8, 2)  # windows, tokens, rows, layers of --quick
@@ -27,7 +31,7 @@ FIRST_TOKEN = {"actual": "sink_mass", "content": "sink_mass_content", "position"
                "reference": "sink_mass_integer"}
 
 
-def held_out_windows(lens: Any, count: int, length: int) -> list[list[int]]:
+def held_out_windows(lens: LensProtocol, count: int, length: int) -> list[list[int]]:
     """``count`` windows of ``length`` tokens from the zoo's held-out English documents, spread over them."""
     from repo_lens.data.bilingual import is_validation
     from repo_lens.data.brown import brown_documents
@@ -49,7 +53,7 @@ def spread(count: int, first: int, last: int) -> list[int]:
     return sorted({int(round(value)) for value in np.linspace(first, last, count)})
 
 
-def decomposed_at(lens: Any, ids: list[int], layer: int, rows: list[int], positions: torch.Tensor,
+def decomposed_at(lens: Lens, ids: list[int], layer: int, rows: list[int], positions: torch.Tensor,
                   heads: list[int] | None = None):
     """The decomposition of ``layer``'s ``heads`` (default all) with ``positions`` [token] written into its
     ``hook_pos`` for every head (a rotary layer: it rotates its queries and keys there)."""
@@ -122,7 +126,7 @@ def layer_summary(windows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return out
 
 
-def language_model(lens: Any, quick: bool, progress: bool, name: str) -> dict[str, Any]:
+def language_model(lens: Lens, quick: bool, progress: bool, name: str) -> dict[str, Any]:
     """Every sampled layer's summary over the windows (see the module description)."""
     from tqdm.auto import tqdm
 

@@ -64,7 +64,7 @@ def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bo
                   progress: bool = True) -> dict[str, Any]:
     """App. D Fig. 8: η² of the learned heads' positions by prompt segment vs random segmentations,
     negative share, outliers."""
-    from repo_lens.data import fewshot_prompt
+    from repo_lens.data import FewshotLayout, fewshot_prompt
     from repo_lens.loading import load
     from repo_lens.plots import iqr_outliers
 
@@ -74,8 +74,8 @@ def fewshot_study(out: Path, models: list[str], quick: bool = False, figures: bo
     for model in models:
         lens = load(model, device="cpu")
         prompt = fewshot_prompt(lens.tokenizer, EXAMPLES, QUERY[0], QUERY[1],
-                                instruction="Answer each question with one word.", input_prefix="Q: ",
-                                output_prefix="A:")
+                                instruction="Answer each question with one word.",
+                                layout=FewshotLayout(input_prefix="Q: ", output_prefix="A:"))
         trace = lens.trace(prompt.ids)
         labels = segment_labels(prompt, len(trace))
         inside = labels >= 0

@@ -137,14 +137,15 @@ def write_figures(out: Path, figures: dict[str, Any], layout: str | None = None)
     """Each figure as vector PDF and SVG sized for a paper (``layout``, else the :func:`figure_options`
     in force, else two-column); returns the file names written and, for each file that could not be
     rendered, the reason (the :class:`ExportError` message)."""
-    from repo_lens.plots import ExportError, export
+    from repo_lens.plots import ExportError, PaperStyle, export
 
     options = {"layout": DEFAULT_FIGURE_LAYOUT, **(_figure_options.get() or {}), **({"layout": layout} if layout else {})}
+    paper = PaperStyle(**{key: value for key, value in options.items() if key != "layout"})
     names, not_rendered = [], {}
     for stem, figure in figures.items():
         for suffix in FIGURE_FORMATS:
             try:
-                names.append(export(figure, out / f"{stem}{suffix}", **options).name)
+                names.append(export(figure, out / f"{stem}{suffix}", layout=options["layout"], paper=paper).name)
             except ExportError as error:
                 not_rendered[f"{stem}{suffix}"] = str(error)
     return names, not_rendered

@@ -24,7 +24,7 @@ held-out bits per byte (``position_interventions_lm``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -32,6 +32,9 @@ from tqdm.auto import tqdm
 from repo_lens.interventions import stats
 from repo_lens.studies.reproductions import position_interventions_report as report
 from repo_lens.studies.reproductions.common import save_study, stem
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
 
 SWEEP = (0.05, 0.2, 0.5)
 QUICK_SWEEP = (0.5,)
@@ -76,9 +79,10 @@ class Scorer:
     >>> from repo_lens.lens import Lens
     >>> from repo_lens.model.byte_tokenizer import ByteTokenizer
     >>> from repo_lens.model.tiny import tiny_model
-    >>> from repo_lens.data.niah import niah_prompt
+    >>> from repo_lens.data import PromptEncoding, niah_prompt
     >>> lens = Lens(tiny_model("repo", context=512), ByteTokenizer())
-    >>> prompts = [niah_prompt(lens.tokenizer, 450, seed=seed, add_special_tokens=False) for seed in (1, 2)]
+    >>> no_bos = PromptEncoding(add_special_tokens=False)
+    >>> prompts = [niah_prompt(lens.tokenizer, 450, seed=seed, encoding=no_bos) for seed in (1, 2)]
     >>> hits, logprobs = Scorer(lens, prompts, 2)("constant", layers=2, heads=1)
     >>> from repo_lens import interventions
     >>> bool(np.allclose(logprobs, interventions.ablate(lens, prompts, mode="constant", layers=2, heads=1,
@@ -86,11 +90,11 @@ class Scorer:
     True
     """
 
-    def __init__(self, lens: Any, prompts: list, batch_size: int) -> None:
+    def __init__(self, lens: Lens, prompts: list, batch_size: int) -> None:
         import torch
 
         from repo_lens import interventions
-        from repo_lens.interventions.runs import as_batch, block_inputs
+        from repo_lens.interventions.edited_runs import as_batch, block_inputs
 
         self.lens, self.prompts = lens, prompts
         self.start = min(site.layer for site in interventions.select_sites(lens.model, None))
@@ -122,7 +126,7 @@ class Scorer:
         from repo_lens.interventions.ablation import edit_hooks
         from repo_lens.interventions.edit_targets import head_mask
         from repo_lens.interventions.metrics import first_logit_row
-        from repo_lens.interventions.runs import run_from, with_unread_rows
+        from repo_lens.interventions.edited_runs import run_from, with_unread_rows
 
         parsed, model = parse_mode(mode), self.lens.model
         sites = select_sites(model, layers)
@@ -130,7 +134,7 @@ class Scorer:
         hits, logprobs = [], []
         for chunk, batch, inputs, exact, logprob in self.chunks:
             hooks = edit_hooks(self.lens, batch, parsed, sites, head_mask(model, heads),
-                               None, 0, means=None if means is None else {s.layer: means[s.layer] for s in sites})
+                               means=None if means is None else {s.layer: means[s.layer] for s in sites})
             unread = first_logit_row([exact, logprob], batch.ids.shape[1])  # the answers' rows only
             with torch.no_grad(), forward_lock(model), model.hooks(fwd_hooks=hooks):
                 logits = with_unread_rows(run_from(model, self.start, inputs[0], inputs[1:], rows_from=unread), unread)
@@ -156,7 +160,7 @@ def summarise(hits: np.ndarray, logprobs: np.ndarray, families: list[str], base:
     return out
 
 
-def conditions(lens: Any, sweep: tuple[float, ...], plan: str = "full") -> list[tuple[str, Any, Any, Any]]:
+def conditions(lens: Lens, sweep: tuple[float, ...], plan: str = "full") -> list[tuple[str, Any, Any, Any]]:
     """(group, layer, head, mode) of every edit: every learned layer at once, each layer, each head, the
     sweeps. ``plan``: "full", "quick" (tests) or "focus" (fewer modes; heads only of the layers whose
     own edit breaks the task, see :func:`ablation_study`)."""
@@ -169,22 +173,27 @@ def conditions(lens: Any, sweep: tuple[float, ...], plan: str = "full") -> list[
     out: list[tuple[str, Any, Any, Any]] = [("all", None, None, mode) for mode in every]
     out += [("layer", layer, None, mode) for layer in layers for mode in per_layer]
     out += [("head", layer, head, mode) for layer in layers for head in range(lens.n_heads) for mode in per_head]
-    out += [("sweep", None, None, ("interpolate", p, toward)) for toward in ("integer", "constant") for p in sweep]
+    out += [("sweep", None, None, interventions.Interpolate(p=p, toward=toward)) for toward in ("integer", "constant")
+            for p in sweep]
     return out
 
 
-def moves_positions(lens: Any, prompt: Any, mode: Any, layer: Any, head: Any, unchanged: np.ndarray) -> bool:
+def moves_positions(lens: Lens, prompt: Any, mode: Any, layer: Any, head: Any, unchanged: np.ndarray) -> bool:
     """Whether the edit moves any position of ``prompt`` (e.g. "integer" or "affine" leave RoPE's as they are)."""
     from repo_lens import interventions
 
-    edited = interventions.ablated_positions(lens, prompt, mode=mode, layers=layer, heads=head, reference=[prompt])
+    parsed = interventions.parse_mode(mode)
+    if isinstance(parsed, interventions.Mean):
+        parsed = interventions.Mean(reference=[prompt])
+    edited = interventions.ablated_positions(lens, prompt, mode=parsed, layers=layer, heads=head)
     return not np.allclose(edited, unchanged, atol=1e-4 * max(1.0, float(np.abs(unchanged).max())))
 
 
 def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
     """A condition's name in results.json, e.g. ``head 2.3 affine`` or ``sweep interpolate 0.05``.
 
-    >>> condition_key("head", 2, 3, "affine"), condition_key("all", None, None, ("window", 8))
+    >>> from repo_lens.interventions import Window
+    >>> condition_key("head", 2, 3, "affine"), condition_key("all", None, None, Window(width=8))
     ('head 2.3 affine', 'all window 8')
     """
     from repo_lens.interventions import parse_mode
@@ -193,14 +202,16 @@ def condition_key(group: str, layer: Any, head: Any, mode: Any) -> str:
     return f"{where} {parse_mode(mode).label}"
 
 
-def ablation_study(lens: Any, families: list[str], probe: Any, sweep: tuple[float, ...], scorer: Any,
+def ablation_study(lens: Lens, families: list[str], probe: Any, sweep: tuple[float, ...], scorer: Any,
                    progress: bool, name: str, plan: str = "full") -> dict[str, Any]:
     """Every condition scored by ``scorer`` (a :class:`Scorer`, or any callable ``(mode, layers, heads)`` →
     per-input hits and log p, whose inputs belong to ``families``); an edit that moves no position
     (checked on ``probe``, one input) is recorded with ``"moves": False`` and not run. In the "focus"
     plan, heads are edited only in the layers where an edit of the whole layer lowers accuracy by more
     than 0.2."""
-    base: tuple[np.ndarray, np.ndarray] = scorer(("interpolate", 0.0))
+    from repo_lens.interventions import Interpolate
+
+    base: tuple[np.ndarray, np.ndarray] = scorer(Interpolate(p=0.0))
     result: dict[str, Any] = {"unedited": summarise(base[0], base[1], families, None), "conditions": {}}
     unchanged = lens.trace(probe, progress=False).positions
     for group, layer, head, mode in tqdm(conditions(lens, sweep, plan), desc=f"edits {name}", disable=not progress):
@@ -241,7 +252,7 @@ def head_comparisons(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def patching_study(lens: Any, pairs: list[tuple[Any, Any]], progress: bool, name: str) -> dict[str, Any]:
+def patching_study(lens: Lens, pairs: list[tuple[Any, Any]], progress: bool, name: str) -> dict[str, Any]:
     """Per token set (every token, the needle's, the rest), the per-head map of Δ answer log p when the
     clean positions are written into the moved-needle run: mean and bootstrap interval over pairs, overall
     and per prompt family (``by_family``); and the attribution estimate's Pearson correlation with the
@@ -253,7 +264,8 @@ def patching_study(lens: Any, pairs: list[tuple[Any, Any]], progress: bool, name
     for clean, moved in tqdm(pairs, desc=f"patching {name}", disable=not progress):
         metric = interventions.answer_logprob(moved)
         for label, tokens in PATCH_TOKENS.items():
-            grid = interventions.patch(lens, clean, moved, metric, tokens=tokens, progress=False)
+            grid = interventions.patch(lens, clean, moved, metric,
+                                       options=interventions.GridOptions(tokens=tokens, progress=False))
             effects[label].append(grid.effects)
             if tokens is None:
                 baselines.append(grid.baseline)
@@ -283,12 +295,13 @@ def cell_intervals(values: np.ndarray) -> dict[str, Any]:
     return {"value": mean, "low": low, "high": high, "n": int(values.shape[0])}
 
 
-def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, progress: bool,
+def retrieval_model(lens: Lens, quick: bool, text: str | None, batch_size: int, progress: bool,
                     name: str, focus: tuple[int, int] | None = None) -> dict[str, Any] | None:
     """The retrieval protocol on one model; None when the model does not retrieve (unedited accuracy
     below ``MIN_ACCURACY``: its edits would have nothing to break). ``focus``: (prompts per family,
     pairs per family) of the cheaper "focus" plan."""
     from repo_lens.data.retrieval_families import FAMILIES, moved_pairs
+    from repo_lens.interventions import Interpolate
 
     per_family, n_pairs, sweep = (2, 1, QUICK_SWEEP) if quick else (50, 8, SWEEP)
     if focus is not None:
@@ -296,7 +309,7 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
     plan = "quick" if quick else "focus" if focus else "full"
     prompts = study_prompts(lens.tokenizer, lens.context_length, per_family, text)
     scorer = Scorer(lens, prompts, batch_size)
-    if not quick and scorer(("interpolate", 0.0))[0].mean() < MIN_ACCURACY:
+    if not quick and scorer(Interpolate(p=0.0))[0].mean() < MIN_ACCURACY:
         return None
     pairs = [pair for family in FAMILIES
              for pair in moved_pairs(lens.tokenizer, family, lens.context_length, n_pairs, seed=20_000, text=text)]
@@ -307,7 +320,7 @@ def retrieval_model(lens: Any, quick: bool, text: str | None, batch_size: int, p
             "patching": patching_study(lens, pairs, progress, name)}
 
 
-def task_model(lens: Any, task: str, quick: bool, batch_size: int, progress: bool, name: str) -> dict[str, Any]:
+def task_model(lens: Lens, task: str, quick: bool, batch_size: int, progress: bool, name: str) -> dict[str, Any]:
     """The protocol of :func:`retrieval_model` (every condition, its intervals and tests, head against
     head) on a task model, scored by its task (``position_interventions_tasks``); no patching (a task has
     no needle to move). The sequences are short, so at least 64 go through at once."""

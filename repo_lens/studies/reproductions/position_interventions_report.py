@@ -17,7 +17,8 @@ from repo_lens.interventions.stats import interval_text
 def mode_label(mode: Any) -> str:
     """A mode's short name, e.g. ``interpolate 0.05 to constant``.
 
-    >>> mode_label(("interpolate", 0.05, "constant")), mode_label("affine")
+    >>> from repo_lens.interventions import Interpolate
+    >>> mode_label(Interpolate(p=0.05, toward="constant")), mode_label("affine")
     ('interpolate 0.05 to constant', 'affine')
     """
     from repo_lens.interventions import parse_mode
@@ -281,7 +282,7 @@ def head_grid(result: dict[str, Any], mode: str) -> np.ndarray:
 def figures(results: dict[str, Any]) -> dict[str, Any]:
     """Per retrieval or task model: per-head accuracy under "constant" and "affine", and under every head
     edit with its interval; per retrieval model, the patching map and its per-head intervals."""
-    from repo_lens.plots.heatmaps import layer_head_heatmap
+    from repo_lens.plots.heatmaps import HeatmapColors, layer_head_heatmap
     from repo_lens.plots.intervals import interval_figure
     from repo_lens.plots.style import DIVERGING
 
@@ -291,7 +292,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         for mode in ("constant", "affine"):
             out[f"head_{mode}_{name}"] = layer_head_heatmap(
                 head_grid(result, mode), title=f"{name}: accuracy, one head's positions {mode}",
-                colorbar_title="accuracy", layer_kinds=kinds, zmin=0.0, zmax=1.0)
+                colorbar_title="accuracy", layer_kinds=kinds, colors=HeatmapColors(zmin=0.0, zmax=1.0))
         heads = head_intervals(result)
         if heads is not None:
             out[f"head_intervals_{name}"] = interval_figure(
@@ -302,7 +303,7 @@ def figures(results: dict[str, Any]) -> dict[str, Any]:
         out[f"patching_{name}"] = layer_head_heatmap(
             np.asarray(result["patching"]["maps"]["every token"]["value"], dtype=float),
             title=f"{name}: Δ log p(answer), needle moved", colorbar_title="Δ log p", layer_kinds=kinds,
-            colorscale=DIVERGING, zmid=0.0, value_format=".2f")
+            colors=HeatmapColors(colorscale=DIVERGING, zmid=0.0), value_format=".2f")
         units, estimates = patching_intervals(result["patching"])
         out[f"patching_intervals_{name}"] = interval_figure(
             estimates, units, "Δ log p(answer) [95 % bootstrap]", f"{name}: one head's clean positions patched in",

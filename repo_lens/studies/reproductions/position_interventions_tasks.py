@@ -17,10 +17,14 @@ output included), as in the retrieval protocol.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
+    from repo_lens.protocol import LensProtocol
 
 TASKS = ("flipflop", "reversal")
 REVERSAL_LENGTHS = (5, 10, 20, 25, 30)
@@ -28,7 +32,7 @@ REFERENCE_SEQUENCES = 32  # the reference set of "mean", per family
 BATCH_CELLS = 800_000  # batch × T² of one forward pass (see TaskScorer)
 
 
-def trained_task(lens: Any) -> str | None:
+def trained_task(lens: LensProtocol) -> str | None:
     """The task a zoo model was trained on ("bytes", "mix", "flipflop", "reversal"), None if unknown.
 
     >>> from repo_lens.lens import Lens
@@ -102,7 +106,7 @@ def reversal_set(per_family: int, lengths: tuple[int, ...] = REVERSAL_LENGTHS) -
     return out
 
 
-def task_set(lens: Any, task: str, per_family: int) -> TaskSet:
+def task_set(lens: Lens, task: str, per_family: int) -> TaskSet:
     """The scored sequences of ``task`` for ``lens``' model."""
     if task == "flipflop":
         return flipflop_set(int(lens.model.cfg.max_position_embeddings), per_family)
@@ -127,7 +131,7 @@ class TaskScorer:
     ((1,), True)
     """
 
-    def __init__(self, lens: Any, tasks: TaskSet, batch_size: int) -> None:
+    def __init__(self, lens: Lens, tasks: TaskSet, batch_size: int) -> None:
         self.lens, self.tasks, self.batch_size = lens, tasks, batch_size
 
     def __call__(self, mode: Any, layers: Any = None, heads: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -141,8 +145,10 @@ class TaskScorer:
             size = max(1, min(self.batch_size, BATCH_CELLS // width**2))
             for first in range(0, len(rows), size):
                 chunk = rows[first:first + size]
-                logits = interventions.ablate(self.lens, [ids for ids, _, _ in chunk], mode=mode, layers=layers,
-                                              heads=heads, reference=reference, allow_beyond_context=True)
+                edit = interventions.Mean(reference=reference) if mode == "mean" else mode
+                logits = interventions.ablate(self.lens, [ids for ids, _, _ in chunk], mode=edit, layers=layers,
+                                              heads=heads, allow_beyond_context=True)
+                assert isinstance(logits, torch.Tensor)  # no metric: the logits
                 log_probs = torch.log_softmax(logits.float(), dim=-1)
                 for row, (_, positions, expected) in enumerate(chunk):
                     scored = log_probs[row, torch.as_tensor(positions)]

@@ -9,14 +9,18 @@ positions are learned count (RoPE layers of a RePo model are left out).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from repo_lens.model.registry import learned_layers
-from repo_lens.protocol import trace_many
+from repo_lens.lens_inputs import trace_many
 from repo_lens.studies.reproductions.common import held_out_documents, save_study, stem
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
+    from repo_lens.protocol import LensProtocol
 
 PAPER_FIG3 = {"constant": 0.22, "mono": 0.04, "hybrid": 0.74}  # RePo §5.2 (hybrid = the rest)
 
@@ -40,7 +44,7 @@ def _per_model(models: list[str], quick: bool, progress: bool, measure, figure_p
     return results, plots
 
 
-def _traces(lens, texts: list[str], length: int, progress: bool, desc: str, batch_size: int):
+def _traces(lens: LensProtocol, texts: list[str], length: int, progress: bool, desc: str, batch_size: int):
     """Traces of every text that has at least ``length`` tokens, cut to exactly ``length``,
     ``batch_size`` texts per forward pass."""
     encoded = (lens.encode(text) for text in tqdm(texts, desc=desc, disable=not progress))
@@ -64,7 +68,7 @@ def range_study(out: Path, models: list[str], quick: bool = False, figures: bool
     return save_study(out, document, plots if figures else None)
 
 
-def _ranges(model: str, lens, kinds: list[str], texts: list[str], progress: bool, batch_size: int):
+def _ranges(model: str, lens: Lens, kinds: list[str], texts: list[str], progress: bool, batch_size: int):
     """One model's ranges at its training context and twice it, and its box plot of d per learned layer."""
     import plotly.graph_objects as go
 
@@ -106,7 +110,7 @@ def pattern_study(out: Path, models: list[str], quick: bool = False, figures: bo
     return save_study(out, document, plots if figures else None)
 
 
-def _patterns(model: str, lens, kinds: list[str], texts: list[str], progress: bool, batch_size: int):
+def _patterns(model: str, lens: Lens, kinds: list[str], texts: list[str], progress: bool, batch_size: int):
     """One model's chunk-pattern shares (overall in the learned layers, and per layer) and their figure."""
     from repo_lens.analysis import chunk_patterns, pattern_fractions
     from repo_lens.plots import pattern_fractions_figure

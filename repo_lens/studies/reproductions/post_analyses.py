@@ -22,12 +22,16 @@ Writes ``results.json``, ``post_scripts.md`` (the post's numbers beside ours) an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from repo_lens.studies.reproductions.common import save_study, stem
 from repo_lens.studies.reproductions.increment_findings import POST_AUC, POST_ENTITY
+
+if TYPE_CHECKING:
+    from repo_lens.lens import Lens
+    from repo_lens.protocol import LensProtocol
 
 POST_SENTENCES = {"english": "Marie Curie, a Polish-born physicist, won two Nobel Prizes.",
                   "chinese": "人工智能是计算机科学的一个分支。"}  # plot_increments.py's DEFAULT_EN / DEFAULT_ZH
@@ -47,7 +51,7 @@ POST_BYTE_MEANS = {
 SHARED_POST_AUC = 0.50  # the post's shared model: byte identity, chance
 
 
-def learned_increment_rows(lens: Any) -> list[int]:
+def learned_increment_rows(lens: Lens) -> list[int]:
     """The layers whose mechanism sums learned increments (``trace.extras["increments"]`` holds their δ)."""
     from repo_lens.errors import InputError
     from repo_lens.model.registry import is_learned, mechanism_traits
@@ -60,16 +64,16 @@ def learned_increment_rows(lens: Any) -> list[int]:
     return rows
 
 
-def row_increments(lens: Any, sequences: list[list[int]], rows: list[int]) -> list[np.ndarray]:
+def row_increments(lens: LensProtocol, sequences: list[list[int]], rows: list[int]) -> list[np.ndarray]:
     """(len(rows), T) head-averaged δ of each sequence, traced ``BATCH`` at a time."""
     from repo_lens.analysis import trace_increments
-    from repo_lens.protocol import trace_many
+    from repo_lens.lens_inputs import trace_many
 
     traces = trace_many(lens, sequences, batch_size=BATCH)
     return [trace_increments(trace)[rows].mean(axis=1) for trace in traces]
 
 
-def byte_tables(lens: Any, rows: list[int], separator: int, texts: list[str]) -> dict[str, Any]:
+def byte_tables(lens: LensProtocol, rows: list[int], separator: int, texts: list[str]) -> dict[str, Any]:
     """Part 1: the script's byte table of every byte id after the separator, and over held-out text."""
     from repo_lens.analysis import byte_category_table, vocabulary_increments
 
@@ -84,7 +88,7 @@ def byte_tables(lens: Any, rows: list[int], separator: int, texts: list[str]) ->
             "in_context": [in_context.rows(r) for r in range(len(rows))]}
 
 
-def boundary_result(lens: Any, rows: list[int], texts: list[str], max_gaps: int) -> dict[str, Any]:
+def boundary_result(lens: Lens, rows: list[int], texts: list[str], max_gaps: int) -> dict[str, Any]:
     """Part 2: the between-CJK word-boundary ROC-AUC per layer against jieba."""
     from repo_lens.analysis import boundary_windows, window_boundary_auc
 
@@ -96,7 +100,7 @@ def boundary_result(lens: Any, rows: list[int], texts: list[str], max_gaps: int)
             "max_bytes": max_bytes, "n_texts": len({window.text_index for window in windows})}
 
 
-def entity_result(lens: Any, rows: list[int], separator: int) -> dict[str, Any]:
+def entity_result(lens: LensProtocol, rows: list[int], separator: int) -> dict[str, Any]:
     """Part 3: δ at the space, real vs reversed, averaged over the carriers, Wilcoxon per layer."""
     from repo_lens.analysis import CARRIER_SENTENCES, ENTITY_PAIRS, entity_grouping_test, entity_prompts
 
@@ -111,7 +115,7 @@ def entity_result(lens: Any, rows: list[int], separator: int) -> dict[str, Any]:
             "n_carriers": len(CARRIER_SENTENCES)}
 
 
-def spacing_result(lens: Any, rows: list[int], separator: int) -> dict[str, Any]:
+def spacing_result(lens: LensProtocol, rows: list[int], separator: int) -> dict[str, Any]:
     """Part 4: the post's two sentences, each character's increment per row and on one scale."""
     from repo_lens.analysis import char_increments
 
@@ -134,7 +138,7 @@ def analyse(model: str, held_out: dict[str, list[str]], documents: int, max_gaps
                          "257 (bytes and the separator); for a subword model use increment_post_vocabulary")
     rows = learned_increment_rows(lens)
     separator = document_separator(lens.tokenizer)
-    return {"layer_kinds": list(lens.layer_kinds), "rows": rows, "shared_delta": hasattr(lens.model, "increments"),
+    return {"layer_kinds": list(lens.layer_kinds), "rows": rows, "shared_delta": hasattr(lens.model, "shared_delta"),
             "byte_table": byte_tables(lens, rows, separator, held_out["en"][:documents] + held_out["zh"][:documents]),
             "boundaries": boundary_result(lens, rows, held_out["zh"], max_gaps),
             "entities": entity_result(lens, rows, separator),

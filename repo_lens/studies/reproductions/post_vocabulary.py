@@ -14,17 +14,20 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from repo_lens.studies.reproductions.common import save_study, stem
 from repo_lens.studies.reproductions.post_analyses import learned_increment_rows
 
+if TYPE_CHECKING:
+    from repo_lens.protocol import LensProtocol
+
 QUICK_IDS = 2048  # --quick: the first ids of the vocabulary (a BPE's most frequent merges come first)
 
 
-def token_strings(lens: Any, n_ids: int) -> list[str]:
+def token_strings(lens: LensProtocol, n_ids: int) -> list[str]:
     """The tokenizer's strings of ids 0..n_ids−1 (``convert_ids_to_tokens``, as the script reads them)."""
     from repo_lens.errors import InputError
 

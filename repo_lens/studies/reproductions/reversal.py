@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from repo_lens.protocol import trace_many
+from repo_lens.lens_inputs import trace_many
 from repo_lens.studies.reproductions.common import save_study, stem
 
 

@@ -25,7 +25,7 @@ _RULES = compile_rules((
     (_L + r"attn\.proj_val\.", r"blocks.\1.attn.v_proj."),
     (_L + r"attn\.proj_out\.", r"blocks.\1.attn.o_proj."),
     (_L + r"attn\.proj_key_cope\.", r"blocks.\1.attn.k_cope_proj."),
-    (_L + r"attn\.attn\.pos_emb$", r"blocks.\1.attn.positions.position_embeddings"),
+    (_L + r"attn\.attn\.pos_emb$", r"blocks.\1.attn.mechanism.position_embeddings"),
     (_L + r"attn\.attn\.rel_pos_emb\.emb$", r"blocks.\1.attn.{rel}.emb"),
     (_L + r"(attn_norm|ff_norm)\.", r"blocks.\1.\2."),
     (_L + r"ff\.(fc1|fc2)\.", r"blocks.\1.mlp.\2."),
@@ -37,15 +37,15 @@ def cope_to_lens_name(name: str, kinds: list[str]) -> str:
     """Our module path of a CoPE weight name (``kinds``: each layer's kind; unknown names unchanged).
 
     >>> cope_to_lens_name("module.core.layers.1.attn.attn.rel_pos_emb.emb", ["cope", "rel"])
-    'blocks.1.attn.positions.emb'
+    'blocks.1.attn.mechanism.emb'
     >>> cope_to_lens_name("module.core.layers.0.ff.fc1.bias", ["cope"])
     'blocks.0.mlp.fc1.bias'
     """
     renamed = rename_by_rules(name, _RULES)
     if "{rel}" in renamed:  # the shared relative embeddings: the layer's mechanism, or beside its CoPE
         layer = int(cast("re.Match[str]", _LAYER.match(name)).group(1))  # every {rel} rule has a layer
-        renamed = renamed.replace("{rel}", "positions" if layer < len(kinds) and kinds[layer] == "rel"
-                                  else "positions.relative")
+        renamed = renamed.replace("{rel}", "mechanism" if layer < len(kinds) and kinds[layer] == "rel"
+                                  else "mechanism.relative")
     return renamed
 
 

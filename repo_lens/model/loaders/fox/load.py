@@ -22,7 +22,7 @@ _L = r"model\.layers\.(\d+)\."
 _RULES = compile_rules((
     (r"model\.embeddings\.", "embed."), (r"lm_head\.", "unembed."), (r"model\.norm\.", "final_norm."),
     (_L + r"attn_norm\.", r"blocks.\1.input_layernorm."), (_L + r"mlp_norm\.", r"blocks.\1.post_attention_layernorm."),
-    (_L + r"attn\.output_norm\.", r"blocks.\1.attn.out_norm."), (_L + r"attn\.fgate_", r"blocks.\1.attn.positions.fgate_"),
+    (_L + r"attn\.output_norm\.", r"blocks.\1.attn.out_norm."), (_L + r"attn\.fgate_", r"blocks.\1.attn.mechanism.fgate_"),
     (_L + r"attn\.", r"blocks.\1.attn."), (_L + r"mlp\.", r"blocks.\1.mlp."),
 ))
 
@@ -35,7 +35,7 @@ def fox_to_lens_name(name: str) -> str:
     """Our module path of a FoX package weight name (unknown names unchanged).
 
     >>> fox_to_lens_name("model.layers.2.attn.fgate_proj.weight")
-    'blocks.2.attn.positions.fgate_proj.weight'
+    'blocks.2.attn.mechanism.fgate_proj.weight'
     """
     return rename_by_rules(name, _RULES)
 

@@ -12,11 +12,13 @@ from typing import Any
 from repo_lens.errors import CheckpointError
 from repo_lens.model.config import ModelConfig
 
-# layer kind of each variant (GRAPE-M non-contextual rotates by the index t, with learned frequencies)
+# layer kind of each variant (GRAPE-M non-contextual rotates by the index t, with learned frequencies; the contextual
+# one's sigmoid phase is a kind of its own, grape-m-context, not the zoo's softplus grape-m; GRAPE-AP's potential of
+# a rotated projection of the layer input is grape-ap-rotated, not the zoo's grape-ap of q·k)
 KINDS = {"llama-mha-rope": "rope", "llama-mha-alibi": "alibi", "llama-mha-fox": "fox",
          "llama-mha-grape-a-keygated": "grape-a", "llama-mha-grape-a-querygated": "grape-a",
-         "llama-mha-grape-a-querykeygated": "grape-a", "llama-mha-grape-ap-v1": "grape-ap",
-         "llama-mha-grape-m-ctx": "grape-m", "llama-mha-grape-m-nonctx": "rope"}
+         "llama-mha-grape-a-querykeygated": "grape-a", "llama-mha-grape-ap-v1": "grape-ap-rotated",
+         "llama-mha-grape-m-ctx": "grape-m-context", "llama-mha-grape-m-nonctx": "rope"}
 
 
 def is_grape_config(config: dict[str, Any]) -> bool:

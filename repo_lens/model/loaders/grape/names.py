@@ -26,9 +26,9 @@ _RULES = compile_rules((
     (_L + r"attn\.(?:subln|core\.output_norm)\.", r"blocks.\1.attn.out_norm."),
     (_L + r"attn\.core\.ogate_proj\.", r"blocks.\1.attn.ogate_proj."),
     (_L + r"attn\.grape\.", r"blocks.\1.attn.rotary."),
-    (_L + r"attn\.core\.fgate_", r"blocks.\1.attn.positions.fgate_"),
-    (_L + r"attn\.(?:query|key|querykey)gated_bias\.", r"blocks.\1.attn.positions."),
-    (_L + r"attn\.(omega_proj|c_p)\.", r"blocks.\1.attn.positions.\2."),
+    (_L + r"attn\.core\.fgate_", r"blocks.\1.attn.mechanism.fgate_"),
+    (_L + r"attn\.(?:query|key|querykey)gated_bias\.", r"blocks.\1.attn.mechanism."),
+    (_L + r"attn\.(omega_proj|c_p)\.", r"blocks.\1.attn.mechanism.\2."),
 ))
 
 
@@ -38,9 +38,9 @@ def grape_to_lens_name(name: str) -> str:
     >>> grape_to_lens_name("transformer.h.3.attn.c_k.shift_proj.weight")
     'blocks.3.attn.k_proj.shift_proj.weight'
     >>> grape_to_lens_name("transformer.h.0.attn.core.fgate_proj.bias")
-    'blocks.0.attn.positions.fgate_proj.bias'
+    'blocks.0.attn.mechanism.fgate_proj.bias'
     >>> grape_to_lens_name("transformer.h.1.attn.keygated_bias.u")
-    'blocks.1.attn.positions.u'
+    'blocks.1.attn.mechanism.u'
     """
     return rename_by_rules(name, _RULES)
 
@@ -53,8 +53,8 @@ def _theirs(variant: str) -> list[tuple[re.Pattern, str]]:
                  "v_proj": "core.v_proj" if fox else "c_v", "o_proj": "core.c_proj" if fox else "c_proj",
                  "q_norm": "core.q_norm" if fox else "q_rms", "k_norm": "core.k_norm" if fox else "k_rms",
                  "out_norm": "core.output_norm" if fox else "subln", "ogate_proj": "core.ogate_proj",
-                 "rotary": "grape", "positions.fgate_": "core.fgate_", "positions.omega_proj": "omega_proj",
-                 "positions.c_p": "c_p", "positions.": gated}
+                 "rotary": "grape", "mechanism.fgate_": "core.fgate_", "mechanism.omega_proj": "omega_proj",
+                 "mechanism.c_p": "c_p", "mechanism.": gated}
     rules = [(r"embed\.", "transformer.wte."), (r"unembed\.", "lm_head."), (r"final_norm\.", "ln_f."),
              (r"blocks\.(\d+)\.input_layernorm\.", r"transformer.h.\1.ln_1."),
              (r"blocks\.(\d+)\.post_attention_layernorm\.", r"transformer.h.\1.ln_2."),
@@ -69,7 +69,7 @@ def _theirs(variant: str) -> list[tuple[re.Pattern, str]]:
 def lens_to_grape_name(name: str, variant: str) -> str:
     """The GRAPE weight name of one of our module paths, for ``variant`` (to name missing weights).
 
-    >>> lens_to_grape_name("blocks.2.attn.positions.u", "llama-mha-grape-a-keygated")
+    >>> lens_to_grape_name("blocks.2.attn.mechanism.u", "llama-mha-grape-a-keygated")
     'transformer.h.2.attn.keygated_bias.u'
     >>> lens_to_grape_name("blocks.0.attn.q_norm.weight", "llama-mha-fox")
     'transformer.h.0.attn.core.q_norm.weight'

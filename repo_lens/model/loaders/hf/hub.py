@@ -171,7 +171,7 @@ def _explain(error: Exception, repo_id: str, revision: str, offline: bool) -> st
     """A message for an error of huggingface_hub that says what to do, or None for any other error."""
     from huggingface_hub import errors
 
-    login = f"pass token='hf_...' to load(), set HF_TOKEN, or run `{hub_cli('login')}`"
+    login = f"pass hub_access=HubAccess(token='hf_...') to load(), set HF_TOKEN, or run `{hub_cli('login')}`"
     if isinstance(error, errors.GatedRepoError):
         return (f"the Hub repository {repo_id} is gated: accept its conditions at https://huggingface.co/{repo_id} "
                 f"with your account, then {login}")
@@ -208,7 +208,7 @@ def _cache_miss(repo_id: str, revision: str, offline: bool, error: Exception) ->
 
 
 def _offline_fix(repo_id: str, revision: str) -> str:
-    switch = "unset HF_HUB_OFFLINE" if _offline_mode() else "load without local_files_only=True"
+    switch = "unset HF_HUB_OFFLINE" if _offline_mode() else "load without HubAccess(local_files_only=True)"
     return f"run {_download_command(repo_id, revision)} with network access, or {switch}"
 
 

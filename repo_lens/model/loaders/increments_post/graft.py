@@ -38,8 +38,8 @@ FORMAT = ("the learned-increments post's graft (delta_mlp.pt: a dict with 'delta
           "fc1.bias, fc2.weight and fc2.bias, and 'model_config', as its delta_graft training saves it)")
 TOP_KEYS = ("step", "delta_mlp_state_dict", "model_config", "final_metrics")
 # the DeltaMLP's weights (its state_dict) -> the grafted LensModel's
-NAMES = {"fc1.weight": "increments.fc_in.weight", "fc1.bias": "increments.fc_in.bias",
-         "fc2.weight": "increments.fc_out.weight", "fc2.bias": "increments.fc_out.bias"}
+NAMES = {"fc1.weight": "shared_delta.fc_in.weight", "fc1.bias": "shared_delta.fc_in.bias",
+         "fc2.weight": "shared_delta.fc_out.weight", "fc2.bias": "shared_delta.fc_out.bias"}
 # DeltaGraftConfig's fields and defaults (experiments/delta_graft/config.py)
 FIELDS: dict[str, Any] = {
     "base_model": "HuggingFaceTB/SmolLM2-1.7B", "delta_hidden_dim": None, "delta_enabled": True, "adapt": "lora",
@@ -62,11 +62,11 @@ class Graft:
 
     @property
     def d_model(self) -> int:
-        return int(self.tensors["increments.fc_in.weight"].shape[1])
+        return int(self.tensors["shared_delta.fc_in.weight"].shape[1])
 
     @property
     def hidden(self) -> int:
-        return int(self.tensors["increments.fc_in.weight"].shape[0])
+        return int(self.tensors["shared_delta.fc_in.weight"].shape[0])
 
 
 def is_graft_checkpoint(loaded: Any) -> bool:
@@ -157,7 +157,7 @@ def _fields(config: Any, path: Path, tensors: dict[str, torch.Tensor]) -> dict[s
     for key, (valid, expected) in checks.items():
         if not valid:
             raise CheckpointError(f"{path}: model_config field {key}={fields[key]!r}; expected {expected}")
-    d_model, hidden = tensors["increments.fc_in.weight"].shape[1], tensors["increments.fc_in.weight"].shape[0]
+    d_model, hidden = tensors["shared_delta.fc_in.weight"].shape[1], tensors["shared_delta.fc_in.weight"].shape[0]
     if (fields["delta_hidden_dim"] or d_model // 4) != hidden:
         raise CheckpointError(f"{path}: model_config field delta_hidden_dim={fields['delta_hidden_dim']!r} says the "
                               f"DeltaMLP is {fields['delta_hidden_dim'] or d_model // 4} wide (null: d_model // 4), but "
@@ -208,10 +208,10 @@ def graft_onto(base: LoadedModel, graft: Graft) -> LoadedModel:
                               lpi_hidden=graft.hidden)
     tensors = {**base.model.state_dict(), **graft.tensors}
     model = build_strict(cfg, tensors, rename=str, dtype=weight.dtype, device=weight.device)
-    model.increments.float()  # fp32 whatever the base's dtype, as the post keeps its DeltaMLP
+    model.shared_delta.float()  # fp32 whatever the base's dtype, as the post keeps its DeltaMLP
     with torch.no_grad():
-        for name, parameter in model.increments.named_parameters():
-            parameter.copy_(graft.tensors[f"increments.{name}"])
+        for name, parameter in model.shared_delta.named_parameters():
+            parameter.copy_(graft.tensors[f"shared_delta.{name}"])
     name = base.meta.get("name") or "base"
     authors = {"code": CODE, "variant": f"delta graft ({graft.fields['adapt']})", "step": graft.step,
                "notes": graft_notes(graft, str(name), str(base.meta.get("dtype", ""))), "options": dict(graft.fields),

@@ -25,29 +25,29 @@ _RULES = [
     (r"^layers\.(\d+)\.ffn\.w_up\.", r"blocks.\1.mlp.up_proj."),
     (r"^layers\.(\d+)\.ffn\.w_down\.", r"blocks.\1.mlp.down_proj."),
     (r"^final_norm\.", "final_norm."),
-    (r"^delta_mlp\.fc1\.", "increments.fc_in."),
-    (r"^delta_mlp\.fc2\.", "increments.fc_out."),
-    (r"^frozen_delta\.deltas$", "increments.deltas"),
-    (r"^delta_mlps\.(\d+)\.norm\.", r"blocks.\1.attn.positions.norm."),
-    (r"^delta_mlps\.(\d+)\.fc1\.", r"blocks.\1.attn.positions.delta_mlp.fc_in."),
-    (r"^delta_mlps\.(\d+)\.fc2\.", r"blocks.\1.attn.positions.delta_mlp.fc_out."),
+    (r"^delta_mlp\.fc1\.", "shared_delta.fc_in."),
+    (r"^delta_mlp\.fc2\.", "shared_delta.fc_out."),
+    (r"^frozen_delta\.deltas$", "shared_delta.deltas"),
+    (r"^delta_mlps\.(\d+)\.norm\.", r"blocks.\1.attn.mechanism.norm."),
+    (r"^delta_mlps\.(\d+)\.fc1\.", r"blocks.\1.attn.mechanism.delta_mlp.fc_in."),
+    (r"^delta_mlps\.(\d+)\.fc2\.", r"blocks.\1.attn.mechanism.delta_mlp.fc_out."),
     (r"^forget_mlp\.(fc[12])\.", r"decay.\1."),
 ]
 _COMPILED = [(re.compile(pattern), target) for pattern, target in _RULES]
 _INVERSE = [(re.compile(pattern), target) for pattern, target in [
     (r"^embed\.weight$", "tok_emb.weight"),
     (r"^blocks\.(\d+)\.input_layernorm\.", r"layers.\1.attn_norm."),
-    (r"^blocks\.(\d+)\.attn\.positions\.norm\.", r"delta_mlps.\1.norm."),
-    (r"^blocks\.(\d+)\.attn\.positions\.delta_mlp\.fc_in\.", r"delta_mlps.\1.fc1."),
-    (r"^blocks\.(\d+)\.attn\.positions\.delta_mlp\.fc_out\.", r"delta_mlps.\1.fc2."),
+    (r"^blocks\.(\d+)\.attn\.mechanism\.norm\.", r"delta_mlps.\1.norm."),
+    (r"^blocks\.(\d+)\.attn\.mechanism\.delta_mlp\.fc_in\.", r"delta_mlps.\1.fc1."),
+    (r"^blocks\.(\d+)\.attn\.mechanism\.delta_mlp\.fc_out\.", r"delta_mlps.\1.fc2."),
     (r"^blocks\.(\d+)\.attn\.([qkvo])_proj\.", r"layers.\1.attn.w\2."),
     (r"^blocks\.(\d+)\.post_attention_layernorm\.", r"layers.\1.ffn_norm."),
     (r"^blocks\.(\d+)\.mlp\.gate_proj\.", r"layers.\1.ffn.w_gate."),
     (r"^blocks\.(\d+)\.mlp\.up_proj\.", r"layers.\1.ffn.w_up."),
     (r"^blocks\.(\d+)\.mlp\.down_proj\.", r"layers.\1.ffn.w_down."),
-    (r"^increments\.fc_in\.", "delta_mlp.fc1."),
-    (r"^increments\.fc_out\.", "delta_mlp.fc2."),
-    (r"^increments\.deltas$", "frozen_delta.deltas"),
+    (r"^shared_delta\.fc_in\.", "delta_mlp.fc1."),
+    (r"^shared_delta\.fc_out\.", "delta_mlp.fc2."),
+    (r"^shared_delta\.deltas$", "frozen_delta.deltas"),
     (r"^decay\.(fc[12])\.", r"forget_mlp.\1."),
 ]]
 _ROTATED = re.compile(r"^layers\.\d+\.attn\.w[qk]\.weight$")
@@ -58,7 +58,7 @@ def post_to_lens_name(name: str) -> str:
     strict loader reports them as surplus by their own name).
 
     >>> post_to_lens_name("layers.2.attn.wq.weight"), post_to_lens_name("delta_mlps.1.norm.weight")
-    ('blocks.2.attn.q_proj.weight', 'blocks.1.attn.positions.norm.weight')
+    ('blocks.2.attn.q_proj.weight', 'blocks.1.attn.mechanism.norm.weight')
     >>> post_to_lens_name("forget_mlp.fc2.bias")
     'decay.fc2.bias'
     """
@@ -71,7 +71,7 @@ def post_to_lens_name(name: str) -> str:
 def lens_to_post_name(name: str) -> str:
     """Inverse of :func:`post_to_lens_name` (for naming missing weights in the post's spelling).
 
-    >>> lens_to_post_name("blocks.1.attn.positions.delta_mlp.fc_out.bias"), lens_to_post_name("blocks.0.attn.k_proj.weight")
+    >>> lens_to_post_name("blocks.1.attn.mechanism.delta_mlp.fc_out.bias"), lens_to_post_name("blocks.0.attn.k_proj.weight")
     ('delta_mlps.1.fc2.bias', 'layers.0.attn.wk.weight')
     >>> lens_to_post_name("decay.fc1.weight")
     'forget_mlp.fc1.weight'

@@ -125,6 +125,7 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    from repo_lens.model.former_names import current_state_key
     from repo_lens.model.increments import is_position_weight
     from repo_lens.model.registry import ROPE_KIND
     from repo_lens.model.transformer import LensModel
@@ -147,7 +148,8 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
     kinds = [ROPE_KIND] * first + [recipe["mechanism"]] * (n_layers - first)
     model = LensModel(dataclasses.replace(base.model.cfg, layer_mechanisms=kinds))
     factors = {name: tensor for name, tensor in delta.items() if name.endswith((".lora_A", ".lora_B"))}
-    positions = {name: tensor for name, tensor in delta.items() if name not in factors}
+    # position weights under their current names (a delta saved under former ones, attn.positions.*, loads too)
+    positions = {current_state_key(name): tensor for name, tensor in delta.items() if name not in factors}
     expected = {f"blocks.{layer}.attn.{proj}.lora_{factor}" for layer in range(first, n_layers)
                 for proj in recipe["adapted"] for factor in "AB"}
     needed = {name for name in model.state_dict() if is_position_weight(name)}

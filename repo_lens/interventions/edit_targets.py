@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from repo_lens.errors import InputError
-from repo_lens.interventions.deprecation import keyword_dataclass
+from repo_lens.options import keyword_dataclass
 from repo_lens.interventions.options import TokenSelection
 from repo_lens.model.registry import PositionEdit, learned_layers, position_edit
 from repo_lens.model.transformer import LensModel

@@ -20,7 +20,7 @@ from repo_lens.data.spans import Prompt
 from repo_lens.errors import InputError
 from repo_lens.inputs import fit_to_context, token_ids
 from repo_lens.interventions.edit_targets import REST, Cell, Site, cell_mask, token_mask
-from repo_lens.interventions.deprecation import keyword_dataclass
+from repo_lens.options import keyword_dataclass
 from repo_lens.interventions.options import TokenSelection
 from repo_lens.model.cache import KVCache
 from repo_lens.model.transformer import LensModel

@@ -15,7 +15,7 @@ import torch
 
 from repo_lens.data.spans import Prompt
 from repo_lens.errors import InputError
-from repo_lens.interventions.deprecation import keyword_dataclass
+from repo_lens.options import keyword_dataclass
 
 
 Metric = Callable[[torch.Tensor], torch.Tensor]

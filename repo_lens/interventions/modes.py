@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from repo_lens.errors import InputError
-from repo_lens.interventions.deprecation import warn_deprecated
+from repo_lens.options import warn_deprecated
 from repo_lens.validation import check_int
 
 DEFAULT_WINDOW = 8  # tokens: Window permutes positions within consecutive blocks of this many tokens

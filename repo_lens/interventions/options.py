@@ -22,7 +22,7 @@ import numpy as np
 
 from repo_lens.errors import InputError
 from repo_lens.inputs import check_batch_size
-from repo_lens.interventions.deprecation import warn_deprecated
+from repo_lens.options import warn_deprecated
 from repo_lens.interventions.metrics import Metric
 from repo_lens.interventions.modes import Mean, Mode, parse_mode
 from repo_lens.validation import check_int

@@ -27,7 +27,7 @@ from repo_lens.interventions.edited_runs import (Batch, Captured, Hook, Inputs, 
 from repo_lens.interventions.edited_runs import span_names as span_names  # its home before edited_runs
 from repo_lens.interventions.hf_grids import attribute_hf, patch_hf
 from repo_lens.interventions.metrics import GRIDS, InterventionGrid, Metric, check_grid, first_logit_row, metric_values
-from repo_lens.interventions.deprecation import keyword_dataclass
+from repo_lens.options import keyword_dataclass
 from repo_lens.interventions.options import GridOptions, TokenSelection, old_call_forms
 from repo_lens.model.cache import KVCache
 from repo_lens.protocol import HookedLensProtocol, LensProtocol, require_hooked_lens

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from repo_lens.interventions import edited_runs as _edited_runs
-from repo_lens.interventions.deprecation import warn_deprecated
+from repo_lens.options import warn_deprecated
 
 _NAMES = ("Batch", "Captured", "Hook", "Input", "Inputs", "Prefix", "alignment", "as_batch", "as_single",
           "block_inputs", "first_changed", "rows_of", "run_from", "run_prefix", "shared_prefix", "suffix_inputs",

@@ -32,7 +32,16 @@ def module_name(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
-PACKAGE_MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def only_a_docstring(path: Path) -> bool:
+    """A module with nothing but its docstring (a sub-package's ``__init__`` that names what it holds): no code
+    to test."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body)
+
+
+PACKAGE_MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if not only_a_docstring(path)}
 BY_FILE_NAME: dict[str, set[str]] = {}
 for _name, _path in PACKAGE_MODULES.items():
     BY_FILE_NAME.setdefault(_path.name, set()).add(_name)
@@ -177,3 +186,11 @@ def test_heavy_markers_put_a_test_out_of_the_fast_lane(pytester):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*where the time went*", "*of the fast lane's 5-minute budget: within it",
                                  "*the 2 slowest tests:*"])
+
+
+def test_a_module_of_only_a_docstring_has_nothing_to_test(tmp_path):
+    (tmp_path / "bare.py").write_text('"""What this sub-package holds."""\n')
+    (tmp_path / "code.py").write_text('"""A module."""\n\nVALUE = 1\n')
+    assert only_a_docstring(tmp_path / "bare.py") and not only_a_docstring(tmp_path / "code.py")
+    assert "repo_lens.model.loaders.grape" not in PACKAGE_MODULES  # its __init__ only names what it holds
+    assert "repo_lens.model.loaders.grape.load" in PACKAGE_MODULES

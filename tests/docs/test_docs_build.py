@@ -59,7 +59,7 @@ def test_long_signatures_are_formatted_one_parameter_a_line(site):
     assert block, "the signature of analyze is not on the page"
     lines = re.sub(r"<[^>]+>", "", block.group(1)).splitlines()
     assert len(lines) > 5 and max(map(len, lines)) < 100, lines
-    assert any(line.strip().startswith("shard_size") for line in lines), lines
+    assert any(line.strip().startswith("windows") for line in lines), lines
 
 
 @needs_mkdocs

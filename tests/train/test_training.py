@@ -121,3 +121,30 @@ def test_position_lr_scale_multiplies_the_position_modules_first_adam_step(tmp_p
         torch.testing.assert_close(scaled[name], step * factor, rtol=1e-4, atol=1e-7)  # fp32 rounding of p
         moved += is_position_parameter(name) and bool(step.abs().max() > 0)
     assert moved == 3
+
+
+def test_a_snapshot_holds_the_model_at_its_step_with_tied_embeddings(tmp_path):
+    """``snapshot_every`` keeps a loadable copy at each multiple before the end; it equals the training state a
+    run stopped at that step saved, and a tied model's unembedding is its embedding."""
+    from safetensors.torch import load_file
+
+    cfg = preset("tiny", mechanism="repo", steps=20, checkpoint_every=10, snapshot_every=10, tie_embeddings=True)
+    train(cfg, tiny_task(cfg), tmp_path / "run", progress=False)
+    assert sorted(path.name for path in (tmp_path / "run" / "snapshots").iterdir()) == ["step_10"]
+    stopping = tiny_task(cfg)
+    real_batch = stopping.train_batch
+
+    def batch_then_stop(step):
+        if step == 10:  # the state of step 10 is saved just before this batch is asked for
+            raise Interrupted
+        return real_batch(step)
+
+    stopping.train_batch = batch_then_stop
+    with pytest.raises(Interrupted):
+        train(cfg, stopping, tmp_path / "stopped", progress=False)
+    state = load_file(str(tmp_path / "stopped" / "train_state" / "state.safetensors"))
+    snapshot = repo_lens.load(tmp_path / "run" / "snapshots" / "step_10", device="cpu").model
+    assert snapshot.cfg.tie_word_embeddings and snapshot.unembed.weight is snapshot.embed.weight
+    for name, tensor in snapshot.state_dict().items():
+        if name != "unembed.weight":
+            assert torch.equal(tensor, state[f"model.{name}"]), name

@@ -17,7 +17,7 @@ from repo_lens.model.config import ModelConfig
 from repo_lens.model.compat.attention import AttentionWeights
 from repo_lens.model.decay import LEVELS_STATE, DecayRows, decay_bias, decay_levels, missing_decay
 from repo_lens.model.former_names import FormerMechanismName
-from repo_lens.model.hooking import editable, project_heads, through, wants
+from repo_lens.model.hooking import AttentionHooks, editable, project_heads, through, wants
 from repo_lens.model.layers import RMSNorm
 from repo_lens.model.registry import NO_DECAY, build_position_mechanism
 from repo_lens.model.rotary import RopeSettings, rope_frequencies
@@ -25,7 +25,7 @@ from repo_lens.model.rotary import RopeSettings, rope_frequencies
 __all__ = ["Attention", "apply_pope", "apply_rotary", "causal_mask", "hooked_attention", "rotary_cos_sin"]
 
 
-class Attention(FormerMechanismName, AttentionWeights, nn.Module):
+class Attention(FormerMechanismName, AttentionWeights, AttentionHooks, nn.Module):
     """Multi-head (or grouped-query) attention. OLMo-2 adds RMSNorm over the whole q and k
     projections. Where learned positions differ between the query heads of a GQA group, keys are
     repeated to one per query head before rotation (each head rotates the shared key by its own
@@ -65,17 +65,7 @@ class Attention(FormerMechanismName, AttentionWeights, nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.rope = RopeSettings(self.d_head, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
 
-        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
-        self.hook_pos = HookPoint()
-        self.hook_q = HookPoint()
-        self.hook_k = HookPoint()
-        self.hook_v = HookPoint()
-        self.hook_rot_q = HookPoint()
-        self.hook_rot_k = HookPoint()
-        self.hook_attn_scores = HookPoint()
-        self.hook_pattern = HookPoint()
-        self.hook_z = HookPoint()
-        self.hook_result = HookPoint()
+        self.add_attention_hooks()  # shapes and meanings: repo_lens.model.hook_shapes
         self.decay_name = cfg.decay
         self.decay_rows = DecayRows() if cfg.decay != NO_DECAY else None
         if self.decay_rows is not None:

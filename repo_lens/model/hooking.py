@@ -95,3 +95,36 @@ def project_heads(o_proj: torch.nn.Module, z: torch.Tensor, hook_result: HookPoi
     out = edited.sum(-2)
     bias = getattr(o_proj, "bias", None)
     return out if bias is None else out + bias
+
+
+class AttentionHooks:
+    """The hook points every attention layer has (the zoo's, the GRAPE/FoX authors' and the CoPE authors'), in the
+    order its forward reaches them; their shapes and what they hold: :mod:`repo_lens.model.hook_shapes`. An
+    attention layer (an ``nn.Module``) mixes this in and calls :meth:`add_attention_hooks` in its ``__init__``.
+
+    >>> class Layer(AttentionHooks, torch.nn.Module):
+    ...     def __init__(self) -> None:
+    ...         super().__init__()
+    ...         self.add_attention_hooks()
+    >>> layer = Layer()
+    >>> isinstance(layer.hook_pattern, HookPoint), len(list(layer.children()))
+    (True, 10)
+    """
+
+    hook_pos: HookPoint
+    hook_q: HookPoint
+    hook_k: HookPoint
+    hook_v: HookPoint
+    hook_rot_q: HookPoint
+    hook_rot_k: HookPoint
+    hook_attn_scores: HookPoint
+    hook_pattern: HookPoint
+    hook_z: HookPoint
+    hook_result: HookPoint
+
+    def add_attention_hooks(self) -> None:
+        for name in ATTENTION_HOOKS:
+            setattr(self, name, HookPoint())
+
+
+ATTENTION_HOOKS: tuple[str, ...] = tuple(AttentionHooks.__annotations__)

@@ -113,7 +113,8 @@ def test_every_row_is_a_hook_of_some_model_with_its_shape():
 
 
 def hook_point_attributes() -> list[tuple[str, int, str, str]]:
-    """(file, line, attribute, the line's text) of every ``self.NAME = HookPoint()`` in repo_lens/model."""
+    """(file, line, attribute, the line's text) of every ``self.NAME = HookPoint()`` in repo_lens/model, and of every
+    ``NAME: HookPoint`` a class declares (the attention layers' shared hooks, made by ``add_attention_hooks``)."""
     found = []
     for path in sorted((ROOT / "repo_lens" / "model").rglob("*.py")):
         source = path.read_text()
@@ -124,6 +125,9 @@ def hook_point_attributes() -> list[tuple[str, int, str, str]]:
                 for target in node.targets:
                     if isinstance(target, ast.Attribute):
                         found.append((path.name, node.lineno, target.attr, lines[node.lineno - 1]))
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and getattr(node.annotation, "id", None) == "HookPoint"):
+                found.append((path.name, node.lineno, node.target.id, lines[node.lineno - 1]))
     return found
 
 

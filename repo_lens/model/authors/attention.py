@@ -19,10 +19,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
-from repo_lens.model.hooking import editable, project_heads
+from repo_lens.model.hooking import AttentionHooks, editable, project_heads
 from repo_lens.model.attention import causal_mask
 from repo_lens.model.authors.frequencies import FixedFrequencies, LearnedFrequencies
 from repo_lens.model.authors.kv_shift import ShiftLinear
@@ -36,7 +35,7 @@ from repo_lens.model.registry import build_position_mechanism
 from repo_lens.model.former_names import FormerMechanismName
 
 
-class AuthorsAttention(FormerMechanismName, AttentionWeights, nn.Module):
+class AuthorsAttention(FormerMechanismName, AttentionWeights, AttentionHooks, nn.Module):
     """One attention layer of a GRAPE or FoX authors' checkpoint (see the module docstring)."""
 
     mechanism: Any  # the layer's position mechanism (an authors' nn.Module: role, logit_bias, … by kind)
@@ -60,17 +59,7 @@ class AuthorsAttention(FormerMechanismName, AttentionWeights, nn.Module):
             self.ogate_proj = nn.Linear(cfg.d_model, width, bias=False)
         self.mechanism = build_position_mechanism(self.kind, cfg, attention="authors")  # the registry's module
         self.rotary = self._frequencies(cfg, options)
-        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
-        self.hook_pos = HookPoint()
-        self.hook_q = HookPoint()
-        self.hook_k = HookPoint()
-        self.hook_v = HookPoint()
-        self.hook_rot_q = HookPoint()
-        self.hook_rot_k = HookPoint()
-        self.hook_attn_scores = HookPoint()
-        self.hook_pattern = HookPoint()
-        self.hook_z = HookPoint()
-        self.hook_result = HookPoint()
+        self.add_attention_hooks()  # shapes and meanings: repo_lens.model.hook_shapes
 
     @staticmethod
     def _projection(cfg: ModelConfig, width: int, shifted: bool) -> nn.Module:

@@ -11,10 +11,9 @@ from typing import cast
 
 import torch
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 from repo_lens.model.compat.attention import AttentionWeights
-from repo_lens.model.hooking import editable, project_heads
+from repo_lens.model.hooking import AttentionHooks, editable, project_heads
 from repo_lens.model.attention import causal_mask
 from repo_lens.model.authors.cope_relative import RelativePositions
 from repo_lens.model.authors.pattern import attend
@@ -24,7 +23,7 @@ from repo_lens.model.former_names import FormerMechanismName
 from repo_lens.model.registry import build_position_mechanism
 
 
-class CopeAttention(FormerMechanismName, AttentionWeights, nn.Module):
+class CopeAttention(FormerMechanismName, AttentionWeights, AttentionHooks, nn.Module):
     """One attention layer of a CoPE authors' checkpoint."""
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
@@ -41,17 +40,7 @@ class CopeAttention(FormerMechanismName, AttentionWeights, nn.Module):
         self.mechanism = build_position_mechanism(self.kind, cfg, attention="cope")  # the registry's module
         if self.kind == "cope" and options.get("relative"):  # --pos-emb cope+rel: both biases
             self.mechanism.relative = RelativePositions(cfg)
-        # the hooks' shapes and what they hold: repo_lens.model.hook_shapes
-        self.hook_pos = HookPoint()
-        self.hook_q = HookPoint()
-        self.hook_k = HookPoint()
-        self.hook_v = HookPoint()
-        self.hook_rot_q = HookPoint()
-        self.hook_rot_k = HookPoint()
-        self.hook_attn_scores = HookPoint()
-        self.hook_pattern = HookPoint()
-        self.hook_z = HookPoint()
-        self.hook_result = HookPoint()
+        self.add_attention_hooks()  # shapes and meanings: repo_lens.model.hook_shapes
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head)

@@ -20,13 +20,16 @@ def run(args: argparse.Namespace) -> int:
     if args.force and not args.ship_delta:
         raise InputError("--force goes with --ship-delta (it replaces an existing zoo model); give --ship-delta "
                          "RUN_DIR NAME too, or leave --force out")
+    if args.storage is not None and not args.ship:
+        raise InputError("--storage goes with --ship (it sets the precision of the shipped weights); give --ship "
+                         "RUN_DIR NAME PRESET too, or leave --storage out")
     if args.json and (args.ship or args.ship_delta):
         raise InputError("--json lists the zoo; it does not go with --ship or --ship-delta")
     if args.ship:
         from repo_lens.zoo.ship import ship
 
         run_dir, name, preset_name = args.ship
-        print(f"shipped {run_dir} as zoo:{name} -> {ship(run_dir, name, preset_name)}")
+        print(f"shipped {run_dir} as zoo:{name} -> {ship(run_dir, name, preset_name, storage=args.storage)}")
         return 0
     if args.ship_delta:
         from repo_lens.zoo.ship_delta import ship_delta
@@ -81,7 +84,11 @@ def add(commands: argparse._SubParsersAction) -> None:
     zoo = commands.add_parser("zoo", help="list the shipped models")
     zoo.add_argument("--json", action="store_true", help="print [{name, mechanism, task, metrics}] as JSON")
     zoo.add_argument("--ship", nargs=3, metavar=("RUN_DIR", "NAME", "PRESET"),
-                     help="(maintainers) copy a finished training run into the package's zoo")
+                     help="(maintainers) copy a finished training run, or one of its snapshots/step_N folders, "
+                          "into the package's zoo")
+    zoo.add_argument("--storage", default=None, choices=("int8", "int7", "int6"),
+                     help="with --ship: store each 2-D weight as int8 codes in ±127 (int8), ±63 (int7) or ±31 (int6) "
+                          "with a bfloat16 scale per row; the card gives the held-out metrics before and after")
     zoo.add_argument("--ship-delta", nargs=2, metavar=("RUN_DIR", "NAME"),
                      help="(maintainers) copy a finished `repo-lens train --base` run into the zoo")
     zoo.add_argument("--evaluation", default=None, metavar="SUMMARY_JSON",

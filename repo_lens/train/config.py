@@ -8,11 +8,16 @@ from typing import Any
 
 from repo_lens.errors import InputError
 from repo_lens.model.loaders.increments_post.config import PostVariant, layer_kind
+from repo_lens.model.loaders.native.quantized import STORAGE_LEVELS
 from repo_lens.model.registry import DEFAULT_KIND
 
 # the post's per-layer equation (selective RoPE, a DeltaMLP per layer reading the residual stream)
 POST_PER_LAYER_KIND = layer_kind(PostVariant("selective_rope", per_layer=True, per_head=False, decay="none",
                                              frozen=None))
+
+
+FLOAT_SHIP_DTYPES = ("float32", "bfloat16", "float16", "float64")
+SHIP_DTYPES = (*FLOAT_SHIP_DTYPES, *STORAGE_LEVELS)  # TrainConfig.ship_dtype
 
 
 @dataclass
@@ -37,7 +42,9 @@ class TrainConfig:
     checkpoint_every: int = 250
     seed: int = 0
     threads: int | None = None
-    ship_dtype: str = "float32"  # dtype of the saved weights; metrics are measured on those rounded weights
+    # dtype of the saved weights (SHIP_DTYPES); metrics are measured on those rounded weights. "int8", "int7" and
+    # "int6" store each 2-D weight as int8 codes in ±127, ±63 or ±31 with a bfloat16 scale per row, the rest bfloat16
+    ship_dtype: str = "float32"
     # the learned position modules (each layer's attn.mechanism, e.g. RePo's f): the std of their weights'
     # N(0, std) initialisation (None: 0.02 like every weight, which starts RePo's z at ~0.002, i.e. NoPE)
     # and a factor on their learning rate
@@ -50,6 +57,12 @@ class TrainConfig:
     # every this many steps a loadable copy of the model goes to snapshots/step_<N>/ (0: none), to follow
     # a finding along training
     snapshot_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ship_dtype not in SHIP_DTYPES:
+            raise InputError(f"ship_dtype {self.ship_dtype!r} is not a storage of the saved weights; use one of "
+                             f"{', '.join(SHIP_DTYPES)} (int8/int7/int6: 2-D weights as int8 codes with a bfloat16 "
+                             "scale per row)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,6 +21,7 @@ from repo_lens.model.config import ModelConfig
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
 from repo_lens.model.loaders.native.format import save_checkpoint
+from repo_lens.model.loaders.native.quantized import STORAGE_LEVELS, stored_values
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
 from repo_lens.run_lock import run_lock
@@ -149,11 +150,24 @@ def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[s
     return TrainResult(directory, step, wall, final, history)
 
 
+def shipped_precision(cfg: TrainConfig) -> tuple[torch.dtype, str | None]:
+    """(float dtype of the saved tensors, quantized storage or None) of ``cfg.ship_dtype``: a float dtype is
+    itself with no storage; "int8", "int7" and "int6" store the 2-D weights quantized, the rest in bfloat16.
+
+    >>> shipped_precision(TrainConfig(task="bytes", ship_dtype="int6"))
+    (torch.bfloat16, 'int6')
+    """
+    if cfg.ship_dtype in STORAGE_LEVELS:
+        return torch.bfloat16, cfg.ship_dtype
+    return getattr(torch, cfg.ship_dtype), None
+
+
 def _snapshot(cfg: TrainConfig, task, model: LensModel, directory: Path, step: int) -> None:
-    """A loadable copy of the model at ``step`` in ``snapshots/step_<step>/`` (weights in the shipped dtype;
-    the training weights themselves stay unrounded)."""
+    """A loadable copy of the model at ``step`` in ``snapshots/step_<step>/`` (weights in the shipped dtype
+    or storage; the training weights themselves stay unrounded)."""
+    dtype, storage = shipped_precision(cfg)
     save_checkpoint(model, directory / "snapshots" / f"step_{step}", tokenizer=task.tokenizer_kind,
-                    info={"step": step, "train_config": cfg.to_dict()}, dtype=getattr(torch, cfg.ship_dtype))
+                    info={"step": step, "train_config": cfg.to_dict()}, dtype=dtype, storage=storage)
 
 
 def _resume(directory: Path, model: LensModel, optimizer) -> tuple[int, list, float]:
@@ -202,19 +216,27 @@ def _train_step(cfg: TrainConfig, task, model: LensModel, optimizer, step: int) 
 
 def _ship(cfg: TrainConfig, task, model: LensModel, directory: Path, info: dict[str, Any] | None, *,
           steps: int, wall: float, history: list) -> dict[str, Any]:
-    """Round the weights to the shipped dtype, measure the final metrics on them and save the
-    checkpoint with its card (the run's steps, wall seconds and history, then ``info``); returns
-    the final metrics."""
+    """Round the weights to the shipped dtype (or storage), measure the final metrics on them and save the
+    checkpoint with its card (the run's steps, wall seconds and history, then ``info``); returns the final
+    metrics. A float dtype rounds the model's weights in place; a quantized storage measures the weights a
+    load of the checkpoint gives back and then puts the unrounded training weights back."""
     model.eval()
-    ship_dtype = getattr(torch, cfg.ship_dtype)
+    ship_dtype, storage = shipped_precision(cfg)
+    training_weights = None
     with torch.no_grad():  # measure what is shipped: weights rounded to the saved dtype
-        for param in model.parameters():
-            param.copy_(param.to(ship_dtype).float())
+        if storage is None:
+            for param in model.parameters():
+                param.copy_(param.to(ship_dtype).float())
+        else:
+            training_weights = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+            model.load_state_dict(stored_values(model.state_dict(), STORAGE_LEVELS[storage], ship_dtype))
     final = task.final_metrics(model)
     card = {"train_config": cfg.to_dict(), "steps": steps, "wall_seconds": round(wall, 1),
             "parameters": sum(p.numel() for p in model.parameters()), "metrics": final, "history": history,
             **(info or {})}
-    save_checkpoint(model, directory, tokenizer=task.tokenizer_kind, info=card, dtype=ship_dtype)
+    save_checkpoint(model, directory, tokenizer=task.tokenizer_kind, info=card, dtype=ship_dtype, storage=storage)
+    if training_weights is not None:
+        model.load_state_dict(training_weights)
     if task.tokenizer_kind == "hf":
         task.save_tokenizer(directory)
     return final

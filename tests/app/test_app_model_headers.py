@@ -46,6 +46,19 @@ def test_a_checkpoints_size_is_the_sum_of_its_tensors(checkpoints, monkeypatch):
     assert info.megabytes == pytest.approx((directory / "model.safetensors").stat().st_size / 1e6)
 
 
+def test_a_quantized_checkpoint_counts_its_parameters_not_its_scales(tmp_path, monkeypatch):
+    from repo_lens.model.loaders import save_checkpoint
+    from repo_lens.model.tiny import tiny_model
+
+    monkeypatch.setenv("REPO_LENS_APP_ROOTS", str(tmp_path))
+    model = tiny_model("repo", n_layers=2, d_model=32, n_heads=2, context=256)
+    save_checkpoint(model, tmp_path / "int6", info={"name": "int6"}, storage="int6")
+    stored = load_file(tmp_path / "int6" / "model.safetensors")
+    assert any(name.endswith(".row_scale") for name in stored)  # the scales are in the file ...
+    # ... but the model's parameters are what the app counts
+    assert model_info(str(tmp_path / "int6")).parameters == sum(p.numel() for p in model.parameters())
+
+
 @pytest.mark.parametrize("name", ["empty", "truncated", "cut-data"])
 def test_an_unreadable_safetensors_file_is_a_checkpoint_error_naming_it(checkpoints, monkeypatch, name):
     monkeypatch.setenv("REPO_LENS_APP_ROOTS", str(checkpoints))

@@ -4,6 +4,6 @@ wraps it in a ``Lens``."""
 
 from repo_lens.model.loaders.checkpoint import checkpoint_files, load_checkpoint
 from repo_lens.model.loaders.loaded import LoadedModel
-from repo_lens.model.loaders.native.format import save_checkpoint
+from repo_lens.model.loaders.native.format import quantize_checkpoint, save_checkpoint
 
-__all__ = ["LoadedModel", "checkpoint_files", "load_checkpoint", "save_checkpoint"]
+__all__ = ["LoadedModel", "checkpoint_files", "load_checkpoint", "quantize_checkpoint", "save_checkpoint"]

@@ -21,7 +21,9 @@ from repo_lens.model.loaders.files import read_json_file, regular_file
 from repo_lens.model.loaders.hf.gguf import load_gguf
 from repo_lens.model.loaders.hf.config import model_config_from_hf
 from repo_lens.model.loaders.loaded import LoadedModel, build_strict, dtype_name
-from repo_lens.model.loaders.native.format import is_native_config, native_model_config, uses_byte_tokenizer
+from repo_lens.model.loaders.native.format import (
+    is_native_config, native_model_config, stored_weights, uses_byte_tokenizer,
+)
 from repo_lens.model.loaders.hf.shards import INDEX_FILE, read_safetensors, weight_files
 from repo_lens.model.loaders.hf.tokenizer import load_tokenizer, tokenizer_files
 from repo_lens.model.loaders.weights import hf_to_lens_name
@@ -129,6 +131,8 @@ def load_checkpoint(
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
     tensors = read_safetensors(directory)
+    if native:  # quantized weights dequantized, bad storage refused
+        tensors = stored_weights(config, tensors, directory)
     model = build_strict(model_config, tensors, rename=_same_name if native else hf_to_lens_name,
                          dtype=target_dtype, device=target_device)
     if native and uses_byte_tokenizer(config, directory):

@@ -175,7 +175,7 @@ def run_findings(run: str | Path, held_out: dict[str, list[str]], documents: int
             raise InputError(f"{run} has no model at steps {missing}; it has {[step for step, _ in found]}")
         found = [(step, folder) for step, folder in found if step in steps]
     bpb = recorded_bpb(Path(run))
-    by_step = {}
+    by_step: dict[str, dict[str, Any]] = {}
     for step, folder in found:
         result = analyse(str(folder), held_out, documents, max_gaps)
         by_step[str(step)] = {"folder": str(folder), "val_bpb": bpb.get(step), "result": result,

@@ -10,6 +10,20 @@ learned on English, per layer and head of its learned layers (10-29), beside its
   order ("New York") against reversed order ("York New"), paired Wilcoxon per head (``entity_grouping_test``).
 * **Ranges and chunks**: max z − min z per head (RePo Fig. 2) and the shares of constant / mono / hybrid
   chunks (RePo Fig. 3; Δ = 16, ε = 0.2).
+* **Relative drift by token class** (the post's "compare relative drift, not absolute δ"): per learned unit
+  (a head; a layer where its heads are copies, as for the per-layer increments) the gap before each token
+  minus the unit's mean gap, by class, with bootstrap intervals, raw and in units of the unit's standard
+  deviation (``unit_relative_drift``); per unit a label-permutation test of any class effect
+  (Kruskal-Wallis H) and of the post's order (Cuzick's trend), Benjamini-Hochberg over units, and pooled
+  tests of the summed statistic with the labels shuffled inside each unit (``unit_category_test``), so a
+  unit's speed never reads as a class effect. The post's order on our classes (``SUBWORD_EXPECTED_ORDER``),
+  highest first: whitespace (newlines, runs of spaces: the post's line boundaries, newline 2.12 in its byte
+  table) > punctuation (its punctuation, 1.18) > word starts (the tokens carrying the leading space: its
+  word starts and function words, space 1.05) > continuations (its word-internal pieces: lowercase bytes
+  0.79, the graft's subword continuations); numbers have no place in the post's order and are left out of
+  the trend (they stay in the drift and the spread test). The same again for the gap *after* a token of
+  each class, which for GRAPE-M (an exclusive sum) is the token's own ω. Written to ``summary.json``
+  (``relative_drift``) and ``relative_drift.md``.
 
     python analyses/smollm2_learned_positions.py --out build/smollm2_positions \\
         --model grape=zoo:smollm2-135m-grape --model control=zoo:smollm2-135m-rope-ct [--sequences 16]
@@ -34,6 +48,57 @@ def _gaps(positions: np.ndarray) -> np.ndarray:
     from repo_lens.analysis import position_increments
 
     return position_increments(positions.astype(np.float64), origin=np.nan)  # [L, H, T]; the first is NaN
+
+
+N_BOOT = 1000  # bootstrap resamples per unit and class, and of the units
+N_PERMUTATIONS = 999  # label shuffles per unit (the p-values' floor is 1/1000)
+
+
+def _learned_units(gap: np.ndarray, layers: list[int]) -> tuple[np.ndarray, list[str], str]:
+    """(U, n) gaps, one row per layer where every layer's heads are copies (one increment per layer), else per head."""
+    if np.array_equal(gap, np.broadcast_to(gap[:, :1], gap.shape)):
+        return gap[:, 0], [f"L{layer}" for layer in layers], "layer"
+    names = [f"L{layer}H{head}" for layer in layers for head in range(gap.shape[1])]
+    return gap.reshape(-1, gap.shape[-1]), names, "head"
+
+
+def _drift_of(rows: np.ndarray, labels: np.ndarray, names: list[str]) -> dict[str, Any]:
+    """The relative drift by class over the units ``rows``, and the spread and trend tests."""
+    from repo_lens.analysis import SUBWORD_EXPECTED_ORDER, unit_category_test, unit_relative_drift
+
+    drift = unit_relative_drift(rows, labels, n_boot=N_BOOT)
+    spread = unit_category_test(rows, labels, n_permutations=N_PERMUTATIONS)
+    trend = unit_category_test(rows, labels, SUBWORD_EXPECTED_ORDER, n_permutations=N_PERMUTATIONS)
+    by_class = {label: {"tokens": int(drift.count[0, k]), "median_drift": float(drift.across_median[k]),
+                        "interval": drift.across_ci[k].tolist(), "median_drift_sd": float(drift.across_standardized[k]),
+                        "interval_sd": drift.across_standardized_ci[k].tolist(),
+                        "median_abs_drift_sd": float(np.median(np.abs(drift.standardized[:, k]))),
+                        "share_units_up": float(drift.share_positive[k])} for k, label in enumerate(drift.labels)}
+    units = {name: {"mean": float(drift.center[u]), "sd": float(drift.scale[u]), "H": float(spread.value[u]),
+                    "p_spread": float(spread.p_value[u]), "rho": float(trend.value[u]), "p_trend": float(trend.p_value[u]),
+                    "drift": {label: {"mean": float(drift.mean[u, k]), "mean_ci": drift.mean_ci[u, k].tolist(),
+                                      "median": float(drift.median[u, k]), "median_ci": drift.median_ci[u, k].tolist(),
+                                      "sd_units": float(drift.standardized[u, k])} for k, label in enumerate(drift.labels)}}
+             for u, name in enumerate(names)}
+    return {"by_class": by_class,
+            "spread": {"H_sum": spread.pooled_value, "p_value": spread.pooled_p_value,
+                       "units_significant_bh": int(spread.significant.sum()),
+                       "epsilon_squared": _spread(spread.effect)},
+            "trend": {"order": list(trend.labels), "mean_rho": trend.pooled_value, "p_value": trend.pooled_p_value,
+                      "units_significant_bh": int(trend.significant.sum()),
+                      "following": int((trend.significant & (trend.value > 0)).sum()),
+                      "reversing": int((trend.significant & (trend.value < 0)).sum()), "rho": _spread(trend.value)},
+            "units": units}
+
+
+def drift_measures(gap: np.ndarray, category: np.ndarray, layers: list[int]) -> dict[str, Any]:
+    """Relative drift of the gap before (and after) a token of each class, per learned unit and pooled."""
+    keep = ~np.isnan(gap[0, 0])  # the first token of each sequence has no gap
+    rows, names, unit = _learned_units(gap[..., keep], layers)
+    return {"unit": unit, "units": len(names), "tokens": int(keep.sum()),
+            "n_boot": N_BOOT, "n_permutations": N_PERMUTATIONS,
+            "before": _drift_of(rows, category[keep], names),
+            "after": _drift_of(rows, np.roll(category, 1)[keep], names)}  # the class of token t − 1 for gap t
 
 
 def held_out_measures(lens: Any, sequences: torch.Tensor, layers: list[int]) -> dict[str, Any]:
@@ -65,7 +130,7 @@ def held_out_measures(lens: Any, sequences: torch.Tensor, layers: list[int]) -> 
                                   "share_below_0.4": float((auc < 0.4).mean()),
                                   "by_layer": {str(layer): auc[i].round(4).tolist() for i, layer in enumerate(layers)}},
             "chunks": dict(zip(fractions.labels, fractions.overall.round(4).tolist())),
-            "tokens": int(gap.shape[-1])}
+            "tokens": int(gap.shape[-1]), "relative_drift": drift_measures(gap, category, layers)}
 
 
 def entity_measures(lens: Any, layers: list[int]) -> dict[str, Any]:
@@ -92,6 +157,40 @@ def _spread(values: np.ndarray) -> dict[str, float]:
     return {"median": float(np.nanmedian(values)), "min": float(np.nanmin(values)), "max": float(np.nanmax(values))}
 
 
+def _interval(value: float, interval: list[float], digits: int) -> str:
+    return f"{value:+.{digits}f} [{interval[0]:+.{digits}f}, {interval[1]:+.{digits}f}]"
+
+
+def drift_markdown(summary: dict[str, Any]) -> str:
+    """The relative-drift tables of every model in ``summary``."""
+    lines = ["# Relative drift of the learned gaps by token class", ""]
+    for name, entry in summary.items():
+        drift = entry["relative_drift"]
+        lines += [f"## {name} ({entry['source']}): {drift['units']} {drift['unit']}s, {drift['tokens']} tokens", ""]
+        for side, words in (("before", "the gap before a token of the class"),
+                            ("after", "the gap after a token of the class")):
+            result = drift[side]
+            lines += [f"**{words}** — per class, the median over {drift['unit']}s of the class's mean drift from the "
+                      f"{drift['unit']}'s mean gap [95% bootstrap interval over {drift['unit']}s]:", "",
+                      f"| class | tokens | median drift | in {drift['unit']} SDs | median abs. drift in SDs | "
+                      f"share of {drift['unit']}s up |", "|---|---|---|---|---|---|"]
+            lines += [f"| {label} | {row['tokens']} | {_interval(row['median_drift'], row['interval'], 4)} | "
+                      f"{_interval(row['median_drift_sd'], row['interval_sd'], 3)} | {row['median_abs_drift_sd']:.3f} | "
+                      f"{row['share_units_up']:.2f} |" for label, row in result["by_class"].items()]
+            spread, trend = result["spread"], result["trend"]
+            lines += ["", f"Any class effect (Kruskal-Wallis H, labels shuffled inside each {drift['unit']}): "
+                      f"pooled ΣH = {spread['H_sum']:.1f}, p = {spread['p_value']:.3g}; "
+                      f"{spread['units_significant_bh']} of {drift['units']} {drift['unit']}s significant after "
+                      f"Benjamini-Hochberg at 0.05; ε² = H/(n−1) median {spread['epsilon_squared']['median']:.4f} "
+                      f"(max {spread['epsilon_squared']['max']:.4f}).",
+                      f"The post's order ({' > '.join(trend['order'])}; Cuzick's trend): mean ρ = "
+                      f"{trend['mean_rho']:+.4f}, pooled p = {trend['p_value']:.3g}; {trend['units_significant_bh']} "
+                      f"{drift['unit']}s significant after Benjamini-Hochberg ({trend['following']} following the "
+                      f"order, {trend['reversing']} reversing it); ρ from {trend['rho']['min']:+.3f} to "
+                      f"{trend['rho']['max']:+.3f}.", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -115,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                          "kinds": sorted(set(lens.model.cfg.layer_mechanisms[10:])),
                          **held_out_measures(lens, sequences, layers), "entities": entity_measures(lens, layers)}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        (args.out / "relative_drift.md").write_text(drift_markdown(summary))
         entry = summary[name]
         print(f"{name}: distance from the index {entry['distance_from_index']}, range {entry['range']}, "
               f"word-boundary AUC {entry['word_boundary_auc']['median']:.3f}, chunks {entry['chunks']}")

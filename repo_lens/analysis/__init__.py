@@ -33,6 +33,13 @@ from repo_lens.analysis.drift import (
     category_order_test,
     relative_drift,
 )
+from repo_lens.analysis.unit_drift import (
+    SUBWORD_EXPECTED_ORDER,
+    UnitCategoryTest,
+    UnitDrift,
+    unit_category_test,
+    unit_relative_drift,
+)
 from repo_lens.analysis.encoding import CONTENT_CLASSES, VarianceShares, content_classes, position_variance_shares
 from repo_lens.analysis.entities import (
     CARRIER_SENTENCES,
@@ -148,6 +155,11 @@ __all__ = [
     "is_cjk_unified",
     "lower_median",
     "relative_drift",
+    "SUBWORD_EXPECTED_ORDER",
+    "UnitCategoryTest",
+    "UnitDrift",
+    "unit_category_test",
+    "unit_relative_drift",
     "vocabulary_categories",
     "vocabulary_category",
     "vocabulary_increments",

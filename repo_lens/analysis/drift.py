@@ -152,6 +152,17 @@ def _statistics(ranks: np.ndarray, codes: np.ndarray, n_groups: int, trend: bool
     return (sums ** 2 / sizes).sum(axis=1)
 
 
+def _permuted_statistics(ranks: np.ndarray, codes: np.ndarray, n_groups: int, trend: bool, n_permutations: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """The statistic under ``n_permutations`` shuffles of ``codes``, drawn from ``rng`` a chunk at a time."""
+    permuted = []
+    for start in range(0, n_permutations, PERMUTATION_CHUNK):
+        shuffled = rng.permuted(np.broadcast_to(codes, (min(PERMUTATION_CHUNK, n_permutations - start), codes.size)),
+                                axis=1)
+        permuted.append(_statistics(ranks, shuffled, n_groups, trend))
+    return np.concatenate(permuted)
+
+
 def _prepared(delta: np.ndarray, labels: np.ndarray, order: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """(ranks, codes, tested labels): centred scores for a trend, group codes for the spread."""
     if order is None:
@@ -196,14 +207,9 @@ def category_order_test(values: np.ndarray, categories: Sequence[str] | np.ndarr
     ranks = ranks - ranks.mean()
     n_groups = len(tested)
     observed = float(_statistics(ranks, codes[None], n_groups, trend)[0])
-    rng = np.random.default_rng(seed)
-    exceed = 0
+    permuted = _permuted_statistics(ranks, codes, n_groups, trend, n_permutations, np.random.default_rng(seed))
     sign = (lambda x: np.abs(x)) if (trend and alternative == "two-sided") else (lambda x: x)
-    for start in range(0, n_permutations, PERMUTATION_CHUNK):
-        shuffled = rng.permuted(np.broadcast_to(codes, (min(PERMUTATION_CHUNK, n_permutations - start), codes.size)),
-                                axis=1)
-        permuted = _statistics(ranks, shuffled, n_groups, trend)
-        exceed += int(np.sum(sign(permuted) >= sign(observed) - 1e-9 * max(1.0, abs(observed))))
+    exceed = int(np.sum(sign(permuted) >= sign(observed) - 1e-9 * max(1.0, abs(observed))))
     if trend:
         value = observed / float(np.sqrt((codes ** 2).sum() * (ranks ** 2).sum()))
     else:

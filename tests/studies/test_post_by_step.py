@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pytest
 import torch
+
+import repo_lens
 import torch.nn.functional as F
 
 from repo_lens.analysis import POST_BYTE_CATEGORIES
@@ -127,3 +129,28 @@ def test_a_folder_without_steps_is_refused(tmp_path):
     assert run_steps(tmp_path) == [(10, snapshot)]
     with pytest.raises(InputError, match=r"no model at steps \[30\]; it has \[10\]"):
         post_findings_by_step(tmp_path / "out", [str(tmp_path)], quick=True, figures=False, held_out=HELD_OUT, steps=[30])
+
+
+def test_a_zoo_model_is_one_row_at_its_cards_step():
+    from repo_lens.studies.reproductions import STUDIES
+
+    study = STUDIES["increment_post_by_step"]
+    (name,) = study.default_models
+    [(step, folder)] = run_steps(name)
+    card = json.loads((folder / "config.json").read_text())["info"]
+    assert step == card["steps"] > 0 and folder.name == name.removeprefix("zoo:")
+
+
+@pytest.mark.study
+def test_zoo_default_quick(tmp_path):
+    """The default: the zoo's model of the post, one row at its card's step, its bits/byte from the card."""
+    from repo_lens.studies.reproductions import STUDIES
+
+    study = STUDIES["increment_post_by_step"]
+    (name,) = study.default_models
+    document = study.load()(tmp_path, [name], quick=True, figures=False, progress=False)
+    [(step, entry)] = document["runs"][name]["steps"].items()
+    card = repo_lens.load(name, device="cpu").meta["info"]
+    assert int(step) == card["steps"] and entry["val_bpb"] == card["metrics"]["val_bpb"]
+    row = entry["findings"]
+    assert 0 < row["letters"] <= 1 and 0 < row["saturation"] <= 1 and len(row["auc"]) == 6

@@ -80,3 +80,9 @@ def test_storage_without_ship_and_an_unknown_storage_are_refused(run, capsys):
     with pytest.raises(InputError, match="storage 'int5'"):
         ship_module.ship(run_dir, "tiny-int5", "tiny", storage="int5")
     assert not (repo_lens.zoo.ZOO_DIR / "tiny-int5").exists()
+
+
+def test_the_card_gives_the_runs_own_window_length(run):
+    run_dir, cfg = run
+    card = (ship_module.ship(run_dir, "tiny-card", "tiny") / "README.md").read_text()
+    assert f"then a random {cfg.context}-byte window." in card and cfg.context != 256

@@ -70,6 +70,9 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
     Study("increment_post_scripts", "the learned-increments post's byte-model scripts: byte table, Chinese "
           "word-boundary AUC in 512-byte windows, 79 entities x 5 carriers, character spacing",
           "post_analyses", "post_scripts_study", ("zoo:bytes-lpi", "zoo:bytes-lpi-layer")),
+    Study("increment_post_by_step", "the learned-increments post's findings along training: each snapshot of a "
+          "run (or a checkpoint) reduced to the post's findings, beside the post and its rerun", "post_by_step",
+          "post_findings_by_step", ("zoo:bytes-post-lpi-resid",)),
     Study("increment_post_vocabulary", "the learned-increments post's delta-graft vocabulary table and relative drift",
           "post_vocabulary", "post_vocabulary_study", ("zoo:smollm2-135m-lpi",)),
     Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",

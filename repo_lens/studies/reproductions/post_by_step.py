@@ -67,7 +67,10 @@ def run_steps(run: str | Path) -> list[tuple[int, Path]]:
     >>> [(step, path.name) for step, path in run_steps(run)]
     [(250, 'step_250'), (500, 'step_500')]
     """
-    folder = Path(run)
+    from repo_lens.zoo import parse_zoo_name, resolve_zoo_name
+
+    name = parse_zoo_name(run)
+    folder = resolve_zoo_name(name) if name is not None else Path(run)
     if not folder.is_dir():
         raise InputError(f"{folder} is not a folder; pass a training run's output folder (with snapshots/) "
                          "or a checkpoint folder")
@@ -90,15 +93,19 @@ def _card(folder: Path) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def recorded_bpb(run: Path) -> dict[int, float]:
-    """Held-out bits/byte the run recorded, by step: its training state's history, else its card's."""
-    history: list[dict[str, Any]] = []
+def recorded_bpb(run: Path, folders: list[tuple[int, Path]]) -> dict[int, float]:
+    """Held-out bits/byte recorded by step: the run's training-state history (measured on the training
+    weights), then each checkpoint card's metrics at the card's step (measured on its shipped weights)."""
+    recorded: dict[int, float] = {}
     progress = run / "train_state" / "progress.json"
     if progress.exists():
         history = json.loads(progress.read_text(encoding="utf-8")).get("history", [])
-    elif (run / "config.json").exists():
-        history = _card(run).get("history", [])
-    return {int(entry["step"]): float(entry["val_bpb"]) for entry in history if "val_bpb" in entry}
+        recorded.update({int(entry["step"]): float(entry["val_bpb"]) for entry in history if "val_bpb" in entry})
+    for step, folder in folders:
+        metrics = _card(folder).get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("val_bpb"), (int, float)):
+            recorded[step] = float(metrics["val_bpb"])
+    return recorded
 
 
 def _spearman(ours: list[float], theirs: list[float]) -> float:
@@ -174,7 +181,7 @@ def run_findings(run: str | Path, held_out: dict[str, list[str]], documents: int
         if missing:
             raise InputError(f"{run} has no model at steps {missing}; it has {[step for step, _ in found]}")
         found = [(step, folder) for step, folder in found if step in steps]
-    bpb = recorded_bpb(Path(run))
+    bpb = recorded_bpb(Path(run), found)
     by_step: dict[str, dict[str, Any]] = {}
     for step, folder in found:
         result = analyse(str(folder), held_out, documents, max_gaps)

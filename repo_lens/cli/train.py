@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from repo_lens.train.config import TrainConfig
 
 
-BASE_ONLY = ("context", "batch_size", "anneal_steps", "corpus", "device", "no_autocast")  # flags of --base alone
+BASE_ONLY = ("context", "anneal_steps", "corpus")  # flags of --base alone
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,11 +28,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{', '.join(given)} only apply to --base (re-positioning a pretrained model); a --preset "
                          "sets them itself, so leave them out")
     from repo_lens.train import build_task, preset, train
+    from repo_lens.train.loop import training_device_of
 
     cfg = preset(args.preset, mechanism=args.mechanism, steps=args.steps, seed=args.seed, threads=args.threads,
                  position_init_std=args.position_init_std, position_lr_scale=args.position_lr_scale,
-                 decay=args.decay)
+                 decay=args.decay, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup, device=args.device,
+                 autocast=False if args.no_autocast else None)
     _check_decay(cfg)
+    training_device_of(cfg)  # before the corpora are read or anything is written
     result = train(cfg, build_task(cfg), args.out, progress=not args.quiet,
                    info={"name": Path(args.out).name})
     decay = "" if cfg.decay == "none" else f" with decay {cfg.decay}"
@@ -95,6 +98,7 @@ def run_reposition(args: argparse.Namespace) -> int:
     defaults = recipe_config(mechanism)  # the post's graft has its own (LoRA rank 16, alpha 32, lr 2e-4)
     context = args.context or min(defaults.context, lens.model.cfg.max_position_embeddings)
     scale = 1.0 if args.position_lr_scale is None else args.position_lr_scale
+    lr = defaults.lr if args.lr is None else args.lr  # the position modules': the same × --position-lr-scale
     cfg = recipe_config(mechanism, base=base, steps=args.steps or defaults.steps,
                         corpus=args.corpus or defaults.corpus,
                         seed=defaults.seed if args.seed is None else args.seed, threads=args.threads,
@@ -102,7 +106,8 @@ def run_reposition(args: argparse.Namespace) -> int:
                         anneal_steps=defaults.anneal_steps if args.anneal_steps is None else args.anneal_steps,
                         position_init_std=(defaults.position_init_std if args.position_init_std is None
                                            else args.position_init_std),
-                        position_lr=defaults.position_lr * scale,
+                        lr=lr, position_lr=(defaults.position_lr if args.lr is None else args.lr) * scale,
+                        warmup=defaults.warmup if args.warmup is None else args.warmup,
                         autocast=not args.no_autocast and native_bf16(next(lens.model.parameters()).device))
     check_recipe(cfg, lens.model)
     text = TextTokens.from_corpus(cfg.corpus, lens.tokenizer)
@@ -119,14 +124,18 @@ def training_device(text: str) -> str:
     >>> training_device("cpu")
     'cpu'
     """
+    import torch
+
     from repo_lens.model.loaders.device import resolve_device
 
     try:
         resolve_device(text)
     except InputError as error:
         reason = str(error).split(";")[0]
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device to train on here ({reason}); use cpu, cuda, "
-                                         "cuda:N or auto") from None
+        fix = ("use --device cpu, or auto (a CUDA GPU where there is one), or run on a machine with a CUDA GPU and a "
+               "CUDA build of PyTorch" if text.startswith("cuda") and not torch.cuda.is_available()
+               else "use cpu, cuda, cuda:N or auto")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device to train on here ({reason}); {fix}") from None
     return text
 
 
@@ -163,7 +172,14 @@ def add(commands: argparse._SubParsersAction) -> None:
                        help="factor on the learned position modules' learning rate (default 1)")
     train.add_argument("--context", type=positive_int, default=None,
                        help="--base: tokens per sequence (1024, or the base's context where shorter)")
-    train.add_argument("--batch-size", type=positive_int, default=None, help="--base: sequences per step (4)")
+    train.add_argument("--batch-size", type=positive_int, default=None,
+                       help="sequences per step (default: the preset's; --base: 4)")
+    train.add_argument("--lr", type=positive_number(10), default=None,
+                       help="peak learning rate of the warm-up + cosine schedule (default: the preset's; --base: the "
+                            "recipe's, 1e-3, or 2e-4 for the post's graft); the position modules get it × "
+                            "--position-lr-scale")
+    train.add_argument("--warmup", type=whole_number(0, 10**7), default=None,
+                       help="steps of linear warm-up before the cosine decay (default: the preset's; --base: 20)")
     train.add_argument("--anneal-steps", type=whole_number(0, 10**7), default=None,
                        help="--base with --mechanism repo: steps over which z goes from the integer index to f(h) "
                             "(200)")
@@ -171,8 +187,9 @@ def add(commands: argparse._SubParsersAction) -> None:
                        help="--base: the text to train on: brown (the default), or a text file, JSON lines, Parquet, "
                             "a folder of them or a saved dataset; every tenth document is held out")
     train.add_argument("--device", default=None, type=training_device,
-                       help="--base: cpu, cuda, cuda:N or auto (default cpu)")
+                       help="cpu, cuda, cuda:N or auto (default cpu); a run resumes on any device")
     train.add_argument("--no-autocast", action="store_true",
-                       help="--base: train in fp32 (default: bf16 autocast where the device computes bf16 natively)")
+                       help="train in fp32 (default: bf16 autocast where the device computes bf16 natively: a "
+                            "--preset on a GPU only, --base on a GPU or a CPU with AMX or AVX512-BF16)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(handler=run)

@@ -57,12 +57,23 @@ class TrainConfig:
     # every this many steps a loadable copy of the model goes to snapshots/step_<N>/ (0: none), to follow
     # a finding along training
     snapshot_every: int = 0
+    # where the model trains: "cpu", "cuda", "cuda:N" or "auto" (CUDA when present); the saved state, snapshots and
+    # model are CPU tensors wherever it trained, so a run resumes on another device
+    device: str = "cpu"
+    # the forward pass in bf16 autocast (fp32 weights, optimizer and loss): None picks it where the device is a GPU
+    # that computes bf16 natively and fp32 elsewhere (the CPU included); True or False forces it
+    autocast: bool | None = None
 
     def __post_init__(self) -> None:
         if self.ship_dtype not in SHIP_DTYPES:
             raise InputError(f"ship_dtype {self.ship_dtype!r} is not a storage of the saved weights; use one of "
                              f"{', '.join(SHIP_DTYPES)} (int8/int7/int6: 2-D weights as int8 codes with a bfloat16 "
                              "scale per row)")
+        if not isinstance(self.device, str):
+            raise InputError(f"device is {self.device!r}, expected a str: 'cpu', 'cuda', 'cuda:N' or 'auto'")
+        if self.autocast is not None and not isinstance(self.autocast, bool):
+            raise InputError(f"autocast is {self.autocast!r}, expected True, False or None (bf16 autocast where the "
+                             "device is a GPU that computes bf16 natively)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,9 +114,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                                    "row_weights": {"text": 0.15, "repeat": 0.05, "niah": 0.4, "recall": 0.3,
                                                    "fewshot": 0.05, "table": 0.05}}),
     # the learned-increments post's bilingual byte model: 256 wide, 8 heads, 6 layers, SwiGLU 1024, tied
-    # embeddings, 512-byte context. The post trains 50,000 steps of 64 x 512 bytes on a GPU; on 2 CPU cores
-    # (~1,000 bytes/s a thread) this preset runs 3,000 steps of 16 x 512 bytes (24.6 M bytes), with the
-    # learning rate raised to suit the shorter run, and keeps a loadable snapshot every 250 steps
+    # embeddings, 512-byte context. The post trains 50,000 steps of 64 x 512 bytes on a GPU (--device cuda
+    # --batch-size 64 --steps 50000 --lr 3e-4 --warmup 500); on 2 CPU cores (~1,000 bytes/s a thread) this preset
+    # runs 3,000 steps of 16 x 512 bytes (24.6 M bytes), with the learning rate raised to suit the shorter run,
+    # and keeps a loadable snapshot every 250 steps
     "bytes-post": dict(task="bytes", family="llama", d_model=256, n_layers=6, n_heads=8, d_mlp=1024, context=512,
                        batch_size=16, steps=3000, lr=1e-3, warmup=200, weight_decay=0.01, eval_every=250,
                        eval_batches=4, checkpoint_every=25, snapshot_every=250, ship_dtype="bfloat16",

@@ -1,9 +1,12 @@
 """A small, readable training loop: AdamW, warm-up + cosine, clipping, periodic validation,
-progress bar, seeded, resumable. Checkpoints are safetensors + JSON; the resumable state adds the
-optimizer's state_dict, read back with ``torch.load(weights_only=True)`` (no objects unpickled)."""
+progress bar, seeded, resumable, on the CPU or a GPU (bf16 autocast where the GPU computes bf16 natively).
+Checkpoints are safetensors + JSON; the resumable state adds the optimizer's state_dict, read back with
+``torch.load(weights_only=True)`` (no objects unpickled). Every saved tensor is a CPU tensor, so a run
+started on one device resumes on another."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pickle
@@ -20,17 +23,22 @@ from tqdm.auto import tqdm
 from repo_lens.model.config import ModelConfig
 from repo_lens.atomic import atomic_write, atomic_write_bytes, ensure_dir
 from repo_lens.errors import CheckpointError, InputError, TrainingDivergedError
+from repo_lens.model.loaders.device import resolve_device
 from repo_lens.model.loaders.native.format import save_checkpoint
 from repo_lens.model.loaders.native.quantized import STORAGE_LEVELS, stored_values
 from repo_lens.model.registry import default_layer_kinds
 from repo_lens.model.transformer import LensModel
 from repo_lens.run_lock import run_lock
 from repo_lens.train.config import TrainConfig
+from repo_lens.train.reposition import native_bf16
 from repo_lens.train.schedule import learning_rate
 from repo_lens.train.tasks import IGNORE
 
 STATE_DIR = "train_state"
 OPTIMIZER_FILE = "optimizer.pt"  # AdamW's state_dict (torch.save; loaded with weights_only=True)
+CONFIG_FILE = "train_config.json"  # the run's TrainConfig, compared with the asked one when the run resumes
+# the settings that say where and how a run computes, not what it trains: a resumed run may change them
+RUN_SETTINGS = ("device", "autocast", "threads")
 
 
 @dataclass
@@ -83,24 +91,59 @@ def _optimizer(model: LensModel, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW([group for group in groups if group["params"]], lr=cfg.lr, betas=(0.9, 0.95))
 
 
+def training_device_of(cfg: TrainConfig) -> torch.device:
+    """The device ``cfg.device`` names ("auto": CUDA where present, else the CPU), refused with an InputError
+    naming it and the fix when this machine does not have it.
+
+    >>> training_device_of(TrainConfig(task="bytes"))
+    device(type='cpu')
+    """
+    try:
+        return resolve_device(cfg.device)
+    except InputError as error:
+        raise InputError(f"cannot train on device {cfg.device!r}: {error} (on the command line: --device cpu or "
+                         "auto)") from None
+
+
+def uses_autocast(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether the forward pass runs in bf16 autocast on ``device``: ``cfg.autocast`` where set, else only on a
+    GPU that computes bf16 natively (fp32 on the CPU).
+
+    >>> uses_autocast(TrainConfig(task="bytes"), torch.device("cpu"))
+    False
+    """
+    if cfg.autocast is not None:
+        return cfg.autocast
+    return device.type == "cuda" and native_bf16(device)
+
+
 def _save_state(directory: Path, model, optimizer, step: int, history, wall: float) -> None:
     state_dir = ensure_dir(directory / STATE_DIR)
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.cfg.tie_word_embeddings:
         tensors.pop("model.unembed.weight", None)
     atomic_write(state_dir / "state.safetensors", lambda temp: save_file(tensors, str(temp)))
-    # the optimizer's own state_dict: tensors, numbers and lists only (read back with weights_only=True)
-    atomic_write(state_dir / OPTIMIZER_FILE, lambda temp: torch.save(optimizer.state_dict(), temp))
+    # the optimizer's own state_dict, its tensors on the CPU: tensors, numbers and lists only (read back with
+    # weights_only=True)
+    atomic_write(state_dir / OPTIMIZER_FILE, lambda temp: torch.save(_on_cpu(optimizer.state_dict()), temp))
     atomic_write_bytes(state_dir / "progress.json",
                        json.dumps({"step": step, "history": history, "wall_seconds": wall}).encode())
 
 
+def _on_cpu(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state_dict with its per-parameter tensors on the CPU (the groups' settings as they are)."""
+    return {**state, "state": {index: {key: value.cpu() if isinstance(value, torch.Tensor) else value
+                                       for key, value in entry.items()}
+                               for index, entry in state["state"].items()}}
+
+
 def _load_state(directory: Path, model, optimizer) -> tuple[int, list, float]:
+    """Load the saved state (CPU tensors) into ``model`` and ``optimizer``, which move it to their device."""
     state_dir = directory / STATE_DIR
-    tensors = load_file(str(state_dir / "state.safetensors"))
+    tensors = load_file(str(state_dir / "state.safetensors"), device="cpu")
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")},
                           strict=not model.cfg.tie_word_embeddings)
-    optimizer.load_state_dict(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True))
+    optimizer.load_state_dict(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
     progress = json.loads((state_dir / "progress.json").read_text())
     return int(progress["step"]), progress["history"], float(progress["wall_seconds"])
 
@@ -109,10 +152,13 @@ def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
           info: dict[str, Any] | None = None) -> TrainResult:
     """Train a model on ``task`` into ``directory``; resumes from its train_state if present.
 
-    The final model is written as a repo_lens checkpoint (loadable by ``repo_lens.load``).
+    The model trains on ``cfg.device`` (refused before anything is written when this machine lacks it); the
+    final model is written as a repo_lens checkpoint (loadable by ``repo_lens.load``), its tensors on the CPU.
+    A run resumes only with the settings it started with (the device, autocast and threads may change).
     One process trains into ``directory`` at a time: a second is refused with
     :class:`repo_lens.RunInUseError` naming the first.
     """
+    training_device_of(cfg)
     with run_lock(directory):
         return _train(cfg, task, Path(directory), progress, info)
 
@@ -120,16 +166,21 @@ def train(cfg: TrainConfig, task, directory: str | Path, progress: bool = True,
 def _train(cfg: TrainConfig, task, directory: Path, progress: bool, info: dict[str, Any] | None) -> TrainResult:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model = build_model(cfg, task.vocab_size)
+    device = training_device_of(cfg)
+    autocast = uses_autocast(cfg, device)
+    model = build_model(cfg, task.vocab_size).to(device)  # built on the CPU: the same start on every device
     optimizer = _optimizer(model, cfg)
     step, history, wall = _resume(directory, model, optimizer)
-    atomic_write_bytes(directory / "train_config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    if step:
+        _check_same_recipe(directory, cfg)
+    atomic_write_bytes(directory / CONFIG_FILE, json.dumps(cfg.to_dict(), indent=2).encode())
     model.train()
     started = time.perf_counter() - wall
     what = cfg.mechanism if cfg.decay == "none" else f"{cfg.mechanism}+{cfg.decay}"
-    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task}/{what}", disable=not progress)
+    where = "" if device.type == "cpu" else f" on {device}" + (" (bf16 autocast)" if autocast else "")
+    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task}/{what}{where}", disable=not progress)
     while step < cfg.steps:
-        loss, lr = _train_step(cfg, task, model, optimizer, step)
+        loss, lr = _train_step(cfg, task, model, optimizer, step, autocast)
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
@@ -185,19 +236,54 @@ def _resume(directory: Path, model: LensModel, optimizer) -> tuple[int, list, fl
             raise CheckpointError(f"cannot resume from {directory / STATE_DIR} ({cause}); it is damaged or from "
                                   "another preset or mechanism: delete it to start over, or choose another --out"
                                   ) from None
-    if (directory / "model.safetensors").exists() and not (directory / "train_config.json").exists():
+    if (directory / "model.safetensors").exists() and not (directory / CONFIG_FILE).exists():
         raise InputError(f"{directory} already holds a model but no {STATE_DIR}/ to resume from; training would "
                          "overwrite it: choose a new or empty output directory")
     return 0, [], 0.0
 
 
-def _train_step(cfg: TrainConfig, task, model: LensModel, optimizer, step: int) -> tuple[float, float]:
-    """One optimizer step at ``step``: (the batch's loss, the learning rate)."""
+def _check_same_recipe(directory: Path, cfg: TrainConfig) -> None:
+    """Refuse to resume a run that started with other settings than ``cfg`` (every field but
+    :data:`RUN_SETTINGS`); a field its train_config.json lacks (saved before the field existed) counts as its
+    default."""
+    path = directory / CONFIG_FILE
+    if not path.exists():
+        return
+    try:
+        saved = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        saved = error
+    if not isinstance(saved, dict):
+        held = (f"is not readable JSON ({type(saved).__name__})" if isinstance(saved, Exception)
+                else f"holds a {type(saved).__name__}")
+        raise CheckpointError(f"cannot resume from {directory / STATE_DIR}: {path} {held}, not the run's settings; "
+                              f"delete {directory} to start over, or choose another --out")
+    defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(TrainConfig)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    wanted = json.loads(json.dumps(cfg.to_dict()))  # as saved: tuples as lists
+    changed = [f"{key} {saved.get(key, defaults.get(key))!r} there, {wanted.get(key)!r} asked"
+               for key in sorted(set(wanted) | set(saved))
+               if key not in RUN_SETTINGS and saved.get(key, defaults.get(key)) != wanted.get(key)]
+    if changed:
+        raise InputError(f"{directory} holds a run that started with other settings ({'; '.join(changed)}); resume "
+                         "it with the settings it started with (only --device, --no-autocast and --threads may "
+                         "change), or choose another --out")
+
+
+def _train_step(cfg: TrainConfig, task, model: LensModel, optimizer, step: int,
+                autocast: bool = False) -> tuple[float, float]:
+    """One optimizer step at ``step`` on the model's device, the forward in bf16 autocast when ``autocast`` (the
+    loss in fp32): (the batch's loss, the learning rate)."""
     lr = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
     for group in optimizer.param_groups:
         group["lr"] = lr * group["lr_scale"]
-    inputs, targets, *weights = task.train_batch(step)  # a task may weigh each target (mixture.py)
-    logits = model(inputs)
+    device = next(model.parameters()).device
+    # a task may weigh each target (mixture.py)
+    inputs, targets, *weights = (tensor.to(device) for tensor in task.train_batch(step))
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(inputs)
+    logits = logits.float()
     if weights:
         per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
         loss = (per_token * weights[0].flatten()).sum() / weights[0].sum()

@@ -145,9 +145,8 @@ def test_a_flag_that_would_be_ignored_or_is_wrong_is_refused_before_writing(extr
     assert not out.exists()
 
 
-PRESET_ONLY_CASES = {"context": ("--context", "8"), "batch-size": ("--batch-size", "2"),
-                     "anneal-steps": ("--anneal-steps", "3"), "corpus": ("--corpus", "brown"),
-                     "device": ("--device", "cpu"), "no-autocast": ("--no-autocast",)}
+PRESET_ONLY_CASES = {"context": ("--context", "8"), "anneal-steps": ("--anneal-steps", "3"),
+                     "corpus": ("--corpus", "brown")}
 
 
 @pytest.mark.parametrize("flag", PRESET_ONLY_CASES.values(), ids=PRESET_ONLY_CASES.keys())
@@ -163,6 +162,10 @@ def test_a_base_only_flag_with_a_preset_is_refused(flag, tmp_path, capsys):
                                                                          "position_lr": 3e-3}),
     ("grape-m", ("--position-lr-scale", "0.5"), {"position_lr": 5e-4, "position_init_std": 0.02}),
     ("lpi-layer", (), {"position_lr": 1e-3, "position_init_std": 0.02}),
+    # --lr is the peak of both groups (the position modules' × --position-lr-scale); --warmup the schedule's
+    ("repo", ("--lr", "5e-4", "--warmup", "3", "--position-lr-scale", "2"), {"lr": 5e-4, "position_lr": 1e-3,
+                                                                            "warmup": 3}),
+    ("rope", (), {"lr": 1e-3, "warmup": 20}),
 ])
 def test_the_position_flags_are_honoured_and_recorded(mechanism, flags, settings, places, tmp_path, capsys):
     out = tmp_path / "run"

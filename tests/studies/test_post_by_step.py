@@ -5,6 +5,7 @@ the weights, and the step from which each finding lasts."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,3 +155,20 @@ def test_zoo_default_quick(tmp_path):
     assert int(step) == card["steps"] and entry["val_bpb"] == card["metrics"]["val_bpb"]
     row = entry["findings"]
     assert 0 < row["letters"] <= 1 and 0 < row["saturation"] <= 1 and len(row["auc"]) == 6
+
+
+def test_the_results_page_table_is_the_stored_study():
+    """RESULTS.md's findings-by-step rows are the stored study's rows (analyses/results/increment_post_by_step),
+    recomputed here from its per-step analyses."""
+    import gzip
+
+    from repo_lens.studies.reproductions.post_by_step import _step_line, findings_row
+
+    root = Path(__file__).resolve().parents[2]
+    document = json.loads(gzip.open(root / "analyses/results/increment_post_by_step/results.json.gz").read())
+    [found] = document["runs"].values()
+    results_page = (root / "RESULTS.md").read_text()
+    for step, entry in found["steps"].items():
+        row = findings_row(entry["result"], 10.0)
+        line = _step_line(step, {**entry, "findings": row})
+        assert f"\n{line}\n" in results_page, line

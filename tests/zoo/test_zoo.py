@@ -19,26 +19,28 @@ EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
             | {f"reversal-{mechanism}" for mechanism in ("rope", "nope", "repo")}
             | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope", "grape-m")}
             | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo", "lpi")})
+POST_MODELS = {"bytes-post-lpi-resid"}  # the learned-increments post's byte model (preset bytes-post), int6
 RETRIEVAL_MECHANISMS = ("rope", "nope", "repo", "lpi")
 # what continued training changed on a pretrained base (tests/external/test_smollm2_repo.py)
 DELTAS = {"smollm2-135m-repo", "smollm2-135m-rope-ct", "smollm2-135m-grape", "smollm2-135m-lpi"}
 
 
 def test_the_zoo_ships_every_model_with_a_card():
-    assert set(available_models()) == EXPECTED | DELTAS
-    for entry in [e for e in zoo_entries() if e["name"] in EXPECTED]:
+    assert set(available_models()) == EXPECTED | POST_MODELS | DELTAS
+    for entry in [e for e in zoo_entries() if e["name"] in EXPECTED | POST_MODELS]:
         family = {"mix": "bytes1k"}.get(entry["task"], entry["task"])  # the 1,024-byte retrieval mixture
+        family = "bytes-post" if entry["name"] in POST_MODELS else family
         assert entry["name"] == f"{family}-{entry['mechanism']}"
         assert entry["metrics"]
         assert (ZOO_DIR / entry["name"] / "README.md").read_text().startswith(f"# zoo:{entry['name']}")
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", sorted(EXPECTED | POST_MODELS))
 def test_every_zoo_model_loads_and_traces(name):
     lens = repo_lens.load(f"zoo:{name}", device="cpu")
     texts = {"reversal": "Reverse the following words : ba ko <sep>", "flipflop": "w1i0r1w0r", "bytes": "Hello, 世界!",
              "bytes1k": "Hello, 世界!"}
-    task, mechanism = name.split("-", 1)
+    task, mechanism = ("bytes", name.removeprefix("bytes-post-")) if name in POST_MODELS else name.split("-", 1)
     trace = lens.trace(texts[task])
     assert trace.positions.shape[:2] == (lens.model.cfg.n_layers, lens.model.cfg.n_heads)
     assert np.isfinite(trace.positions).all()
@@ -90,6 +92,20 @@ def task_of(zoo_name: str):
 @pytest.fixture(scope="module")
 def byte_task():
     return task_of("zoo:bytes-repo")
+
+
+@pytest.mark.study
+@pytest.mark.parametrize("name", sorted(POST_MODELS))
+def test_the_posts_model_beats_a_unigram_model_and_its_card_is_its_int6_weights(name):
+    task = task_of(f"zoo:{name}")  # its own run's task: 512-byte windows
+    lens = repo_lens.load(f"zoo:{name}", device="cpu")
+    config = json.loads((ZOO_DIR / name / "config.json").read_text())
+    assert config["storage"] == {"scheme": "int8-rows", "levels": 31}
+    measured = task.evaluate(lens.model)
+    unigram = task.unigram_bpb()
+    for lang in ("en", "zh"):
+        assert measured[f"val_bpb_{lang}"] < unigram[f"unigram_bpb_{lang}"] - 1.0, lang
+    assert lens.meta["info"]["metrics"]["val_bpb"] == pytest.approx(measured["val_bpb"], abs=1e-4)
 
 
 @pytest.mark.study

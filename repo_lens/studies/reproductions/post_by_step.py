@@ -129,8 +129,9 @@ def findings_row(result: dict[str, Any], max_delta: float | None) -> dict[str, A
     entities = result["entities"]
     row["auc"] = result["boundaries"]["auc"]
     row["entity_p"] = entities["p_value"]
-    row["entity_real_smaller"] = [real < reversed_ for real, reversed_ in
-                                  zip(entities["mean_real"], entities["mean_reversed"])]
+    pairs = list(zip(entities["mean_real"], entities["mean_reversed"]))
+    row["entity_real_smaller"] = [real < reversed_ for real, reversed_ in pairs]
+    row["entity_real_larger"] = [real > reversed_ for real, reversed_ in pairs]
     row["holds"] = finding_holds(row, result["rows"])
     return row
 
@@ -201,8 +202,8 @@ def _step_line(step: str, entry: dict[str, Any]) -> str:
     row = entry["findings"]
     bpb = f"{entry['val_bpb']:.3f}" if entry["val_bpb"] is not None else "–"
     saturation = f"{row['saturation']:.3f} / {row['letters']:.3f}" if "saturation" in row else "–"
-    entity = " ".join(f"{p:.1g}{'' if smaller else '*'}" for p, smaller in
-                      zip(row["entity_p"], row["entity_real_smaller"]))
+    entity = " ".join(f"{p:.1g}{'*' if larger else ''}" for p, larger in
+                      zip(row["entity_p"], row["entity_real_larger"]))
     return (f"| {int(step):,} | {bpb} | {saturation} | {row['category_rho']:.2f} | {_cells(row['auc'])} | "
             f"{entity} |")
 

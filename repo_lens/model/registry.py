@@ -100,6 +100,9 @@ class MechanismTraits:
         sub-packages of ``repo_lens.model.loaders``); repo_lens' own checkpoints hold any kind.
     recipe: what ``repo-lens train --base --mechanism KIND`` trains (the recipe that converts a pretrained RoPE
         model, :mod:`repo_lens.train.reposition`), in a few words; None where the recipe cannot start from it.
+    recipe_fp32: the recipe ships the kind's position weights in fp32 (bf16 otherwise) in ``delta.safetensors``,
+        for weights whose small training steps bf16 would round away (e.g. a norm's weight near 1): loading the
+        delta then gives the trained position modules bit for bit.
     formerly: the name this kind was written under before it had its own: ``kind`` (the old name), ``family``
         (the block family of the model configs that wrote it so) and ``format`` (the loader format,
         ``meta["format"]``, of the traces that did); read back, such kinds are renamed
@@ -121,6 +124,7 @@ class MechanismTraits:
     attentions: tuple[str, ...] = ()
     loaders: tuple[str, ...] = ()
     recipe: str | None = None
+    recipe_fp32: bool = False
     formerly: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -440,7 +444,7 @@ def recipe_kinds() -> list[str]:
     trait), in registration order.
 
     >>> recipe_kinds()
-    ['rope', 'repo', 'lpi-layer', 'grape-m', 'lpi-graft']
+    ['rope', 'repo', 'lpi-layer', 'grape-m', 'lpi-resid', 'lpi-graft']
     """
     return [kind for kind, traits in _REGISTRY.items() if traits.recipe is not None]
 

@@ -273,7 +273,8 @@ def start_position_modules(model: LensModel, cfg: RepositionConfig) -> None:
       the base's RoPE exactly.
     - per-layer learned increments: the DeltaMLP's input layer at PyTorch's default initialisation (seeded),
       its output weight 0 and its bias logit(1/max), so δ = 1 and the positions are t + 1 (RoPE shifted by
-      one, which q·k cannot see).
+      one, which q·k cannot see); where the DeltaMLP reads the residual stream through a norm of its own
+      (the learned-increments post's per-layer δ), that norm starts at weight 1.
     - the learned-increments post's graft (the DeltaMLP the layers share): as the post starts it, fc1 at
       PyTorch's default initialisation (seeded), fc2's weight 0 and its bias 0.5413, so δ = softplus(0.5413) ≈
       0.999984 and the positions are 0.999984·t.
@@ -444,11 +445,12 @@ def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: 
 
 
 def ship_delta(model: LensModel, cfg: RepositionConfig, directory: Path, summary: dict[str, Any]) -> Path:
-    """``delta.safetensors`` (what training changed, bf16; the increments the layers share in fp32, since every
-    position is their running sum) and ``recipe.json`` (how to rebuild the model from the base, and the run's
-    summary) in ``directory``."""
-    tensors = {name: tensor.float() if name.startswith(SHARED_PREFIX) else tensor.to(torch.bfloat16)
-               for name, tensor in trainable_state(model).items()}
+    """``delta.safetensors`` (what training changed, bf16; in fp32 the increments the layers share, since every
+    position is their running sum, and the position modules of a mechanism whose ``recipe_fp32`` trait says so)
+    and ``recipe.json`` (how to rebuild the model from the base, and the run's summary) in ``directory``."""
+    full = mechanism_traits(cfg.mechanism).recipe_fp32
+    tensors = {name: tensor.float() if name.startswith(SHARED_PREFIX) or (full and is_position_weight(name))
+               else tensor.to(torch.bfloat16) for name, tensor in trainable_state(model).items()}
     atomic_write(directory / DELTA_FILE, lambda temp: save_file(tensors, str(temp)))
     recipe = {"base": cfg.base, "mechanism": cfg.mechanism, "first_layer": summary["first_layer"],
               "lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha, "adapted": list(ADAPTED), **summary}

@@ -15,6 +15,7 @@ from repo_lens.atomic import atomic_write_text
 from repo_lens.errors import CheckpointError, InputError, RepoLensError
 from repo_lens.model.loaders.native.delta import DELTA_FILE, RECIPE_FILE, read_recipe
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
+from repo_lens.model.residual_increments import ResidualIncrementPositions
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
 from repo_lens.model.loaders.native.packed import pack_file, packed_twin
 from repo_lens.zoo import zoo_dir, zoo_source
@@ -37,6 +38,11 @@ KINDS = {  # mechanism -> (what the card calls it, what its position module is, 
     LayerIncrementPositions.kind: ("per-layer learned position increments", "each re-positioned layer's increment MLP (δ = 10 · "
                   "sigmoid(MLP(h)), position = Σ_{s≤t} δ_s) and ", "the MLP's output weight 0 and its bias "
                   "logit(1/10), so δ = 1 and the positions are the index plus one: step 0 is the base"),
+    ResidualIncrementPositions.kind: ("per-layer learned position increments from the residual stream (the post's "
+                  "per-layer δ)", "each re-positioned layer's increment MLP and its own RMSNorm (δ = 10 · "
+                  "sigmoid(MLP(RMSNorm(x))), x the residual stream entering the block, position = Σ_{s≤t} δ_s; "
+                  "shipped in fp32) and ", "the norm's weight 1, the MLP's output weight 0 and its bias logit(1/10), "
+                  "so δ = 1 and the positions are the index plus one: step 0 is the base"),
 }
 
 

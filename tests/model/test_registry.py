@@ -177,7 +177,8 @@ def test_the_deprecated_authors_builder_asks_the_registry():
 
 
 def test_the_recipe_kinds_are_those_with_the_recipe_trait():
-    sources = ["rope", "repo", "lpi-layer", "grape-m", "lpi-graft"]  # what train --base converts to (the docs' table)
+    # what train --base converts to (the docs' table)
+    sources = ["rope", "repo", "lpi-layer", "grape-m", "lpi-resid", "lpi-graft"]
     assert [kind for kind in registry.recipe_kinds() if kind in sources] == sources
     assert registry.recipe_kinds() == [kind for kind in mechanism_kinds() if mechanism_traits(kind).recipe]
     assert not set(registry.recipe_kinds()) & {"nope", "fox", "cope", "grape-ap", "alibi", "grape-m-context",

@@ -171,7 +171,7 @@ def test_the_command_names_what_to_train(tmp_path, capsys):
     assert "control" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer"])
+@pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer", "lpi-resid"])
 def test_grape_m_and_layer_increments_start_exactly_as_the_base(base, mechanism):
     """ω = softplus(0·h + softplus⁻¹(1)) = 1 and δ = 10·sigmoid(0·MLP(h) + logit(1/10)) = 1: the positions are
     the index (GRAPE-M's exclusive sum) or the index plus one (the increments' inclusive sum), so the logits
@@ -190,7 +190,7 @@ def test_grape_m_and_layer_increments_start_exactly_as_the_base(base, mechanism)
     assert any(".attn.mechanism." in name for name in trained)
 
 
-@pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer"])
+@pytest.mark.parametrize("mechanism", ["grape-m", "lpi-layer", "lpi-resid"])
 def test_grape_m_and_layer_increments_train_their_positions_off_the_index_and_ship(base, mechanism, tmp_path):
     base_dir = save_checkpoint(base, tmp_path / "base")
     cfg = small_config(base=str(base_dir), mechanism=mechanism, steps=6)
@@ -202,7 +202,7 @@ def test_grape_m_and_layer_increments_train_their_positions_off_the_index_and_sh
     loaded.model.blocks[1].attn.mechanism.register_forward_hook(lambda mod, args, out: seen.update(z=out))
     with torch.no_grad():
         loaded.model(torch.tensor([list(b"the needle is hidden in a haystack")]))
-    index = torch.arange(seen["z"].shape[-1], dtype=torch.float32) + (mechanism == "lpi-layer")
+    index = torch.arange(seen["z"].shape[-1], dtype=torch.float32) + (mechanism != "grape-m")
     assert (seen["z"] - index).abs().max() > 0.01  # the positions left the index
     increments = torch.diff(seen["z"], dim=-1)
     assert (increments > 0).all()  # softplus and sigmoid keep every increment positive

@@ -14,8 +14,8 @@
 # %% [markdown]
 # # The learned-increments post's figures, on its own model
 #
-# "Learned position increments" (Brendan Long) trains a 6.4 M-parameter byte-level model on English
-# and Chinese text in which every layer moves each byte's position by a learned increment
+# "Learned position increments" (Brendan Long) trains a small byte-level model on English and
+# Chinese text in which every layer moves each byte's position by a learned increment
 # δ = max_delta · sigmoid(DeltaMLP(RMSNorm(x))) (max_delta = 10) read from the residual stream, and RoPE
 # rotates by the running sum of δ. Its figures: the bytes that get large increments in the first layer,
 # each character of two sentences spaced by its increments, Chinese word boundaries found without
@@ -32,8 +32,8 @@ import repo_lens
 from repo_lens.analysis import (
     CARRIER_SENTENCES,
     ENTITY_PAIRS,
-    byte_category_table,
     boundary_windows,
+    byte_category_table,
     char_increments,
     document_separator,
     entity_grouping_test,
@@ -48,8 +48,7 @@ repo_lens.plots.notebook_setup()
 
 lens = repo_lens.load("zoo:bytes-post-lpi-resid", device="cpu")
 separator = document_separator(lens.tokenizer)
-max_delta = lens.model.cfg.lpi_max_delta
-print(lens.layer_kinds, "max_delta", max_delta, "context", lens.context_length)
+print(lens.layer_kinds, "context", lens.context_length)
 print({key: round(value, 3) for key, value in lens.meta["info"]["metrics"].items() if "bpb" in key})
 
 

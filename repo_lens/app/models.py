@@ -107,12 +107,10 @@ def _int(value: Any) -> int | None:
 def _safetensors_parameters(file: Path) -> int:
     """Sum of the tensor sizes in a .safetensors file, from its header (no weights read); the per-row scales
     of weights stored quantized are not parameters."""
-    from repo_lens.model.loaders.native.quantized import SCALE_SUFFIX
-
     try:
         with safe_open(zoo.readable_file(file), framework="numpy") as weights:
             return sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys()
-                       if not name.endswith(SCALE_SUFFIX))
+                       if not zoo.is_quantization_scale(name))
     except SafetensorError as error:  # empty, truncated or not safetensors at all
         raise CheckpointError(f"{file} is not a readable safetensors file ({error}); it is empty, truncated or "
                               "corrupt: re-download or re-save the checkpoint, or remove the file") from None

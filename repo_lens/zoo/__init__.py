@@ -140,6 +140,18 @@ def readable_file(path: str | os.PathLike) -> Path:
     return unpacked(Path(path))
 
 
+def is_quantization_scale(tensor_name: str) -> bool:
+    """Whether a weights file's tensor is the per-row scale of a weight stored quantized (a zoo model may ship
+    its weights so; :mod:`repo_lens.model.loaders.native.quantized`), not a parameter of the model.
+
+    >>> is_quantization_scale("blocks.0.mlp.W_in.row_scale"), is_quantization_scale("blocks.0.mlp.W_in")
+    (True, False)
+    """
+    from repo_lens.model.loaders.native.quantized import SCALE_SUFFIX
+
+    return tensor_name.endswith(SCALE_SUFFIX)
+
+
 def unpacked_size(path: str | os.PathLike) -> int:
     """Bytes of the weights a (possibly packed) weights file holds."""
     return readable_file(path).stat().st_size

@@ -95,7 +95,7 @@ def run_reposition(args: argparse.Namespace) -> int:
     device = "cpu" if args.device is None else args.device
     base = args.base if parse_zoo_name(args.base) is not None else str(Path(args.base).expanduser().absolute())
     lens = repo_lens.load(args.base, device=device, dtype="float32")
-    defaults = recipe_config(mechanism)  # the post's graft has its own (LoRA rank 16, alpha 32, lr 2e-4)
+    defaults = recipe_config(mechanism)  # the post's graft has its own (every layer re-positioned)
     context = args.context or min(defaults.context, lens.model.cfg.max_position_embeddings)
     scale = 1.0 if args.position_lr_scale is None else args.position_lr_scale
     lr = defaults.lr if args.lr is None else args.lr  # the position modules': the same × --position-lr-scale
@@ -176,7 +176,7 @@ def add(commands: argparse._SubParsersAction) -> None:
                        help="sequences per step (default: the preset's; --base: 4)")
     train.add_argument("--lr", type=positive_number(10), default=None,
                        help="peak learning rate of the warm-up + cosine schedule (default: the preset's; --base: the "
-                            "recipe's, 1e-3, or 2e-4 for the post's graft); the position modules get it × "
+                            "recipe's, 1e-3); the position modules get it × "
                             "--position-lr-scale")
     train.add_argument("--warmup", type=whole_number(0, 10**7), default=None,
                        help="steps of linear warm-up before the cosine decay (default: the preset's; --base: 20)")

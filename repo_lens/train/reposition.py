@@ -66,10 +66,11 @@ GRAFT_KIND = GraftIncrementPositions.kind  # the learned-increments post's graft
 # the kinds the recipe trains (the registry's ``recipe`` trait), RePo first: its default, then RoPE (the control) and
 # the mechanisms that start as the base's RoPE, in registration order
 RECIPE_KINDS: tuple[str, ...] = tuple(sorted(recipe_kinds(), key=lambda kind: kind != DEFAULT_KIND))
-# the settings the learned-increments post's graft trains with (experiments/delta_graft: LoRA r 16, alpha 32 on
-# q/k/v/o of every layer, one learning rate 2e-4 for the adapters and the DeltaMLP)
-GRAFT_SETTINGS: dict[str, Any] = {"first_layer": 0, "lora_rank": 16, "lora_alpha": 32.0, "lr": 2e-4,
-                                  "position_lr": 2e-4}
+# the graft's own default: its δ reaches every layer, as the post's position_ids do, so every layer is re-positioned
+# and adapted; the adapters' rank, scale and learning rates are the control's (the post's experiments/delta_graft
+# used LoRA r 16, alpha 32 and one learning rate 2e-4 on SmolLM2-1.7B: recipe_config(GRAFT_KIND, lora_rank=16,
+# lora_alpha=32.0, lr=2e-4, position_lr=2e-4))
+GRAFT_SETTINGS: dict[str, Any] = {"first_layer": 0}
 GRAFT_FAMILIES = ("llama", "olmo2")  # Llama-family blocks: one rotary, fed by the positions
 SHARED_PREFIX = "shared_delta."  # the weights of the increments every layer shares (LensModel.shared_delta)
 
@@ -135,7 +136,7 @@ def recipe_config(mechanism: str = DEFAULT_KIND, **settings: Any) -> RepositionC
 
     >>> cfg = recipe_config(GRAFT_KIND, steps=10)
     >>> cfg.lora_rank, cfg.lora_alpha, cfg.first_layer, cfg.steps
-    (16, 32.0, 0, 10)
+    (8, 16.0, 0, 10)
     """
     defaults = GRAFT_SETTINGS if mechanism == GRAFT_KIND else {}
     return RepositionConfig(**{**defaults, **settings, "mechanism": mechanism})

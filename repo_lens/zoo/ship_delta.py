@@ -14,6 +14,7 @@ import torch
 from repo_lens.atomic import atomic_write_text
 from repo_lens.errors import CheckpointError, InputError, RepoLensError
 from repo_lens.model.loaders.native.delta import DELTA_FILE, RECIPE_FILE, read_recipe
+from repo_lens.model.grafted_increments import GraftIncrementPositions
 from repo_lens.model.increments import ContentPhasePositions, LayerIncrementPositions
 from repo_lens.model.residual_increments import ResidualIncrementPositions
 from repo_lens.model.registry import DEFAULT_KIND, ROPE_KIND
@@ -43,6 +44,11 @@ KINDS = {  # mechanism -> (what the card calls it, what its position module is, 
                   "sigmoid(MLP(RMSNorm(x))), x the residual stream entering the block, position = Σ_{s≤t} δ_s; "
                   "shipped in fp32) and ", "the norm's weight 1, the MLP's output weight 0 and its bias logit(1/10), "
                   "so δ = 1 and the positions are the index plus one: step 0 is the base"),
+    GraftIncrementPositions.kind: ("the learned-increments post's graft (one δ per token, shared by every layer)",
+                  "the DeltaMLP every layer shares (δ = softplus(MLP(e)) of the base's input embeddings e, position "
+                  "= Σ_{s<t} δ_s, exclusive; shipped in fp32) and ", "as the post starts it: fc1 at PyTorch's "
+                  "default initialisation, fc2's weight 0 and its bias 0.5413, so δ = softplus(0.5413) ≈ 0.999984 "
+                  "and token t sits at 0.999984·t: step 0 is the base at those positions"),
 }
 
 
@@ -85,7 +91,9 @@ def _recipe_lines(name: str, recipe: dict[str, Any]) -> list[str]:
     run, mechanism = recipe["recipe"], recipe["mechanism"]
     label, module, start = KINDS[mechanism]
     lines = [f"# zoo:{name}", "",
-             f"`{recipe['base']}` continued with **{label}** from layer {recipe['first_layer']} on; RoPE below. "
+             f"`{recipe['base']}` continued with **{label}** "
+             + (f"from layer {recipe['first_layer']} on; RoPE below. " if recipe["first_layer"] else "in every layer. ")
+             +
              "The package holds only what training changed; `repo_lens.load` rebuilds the model from the base.", "",
              "## Recipe", "",
              f"- trained: {module}low-rank adapters (rank {recipe['lora_rank']}, scale {recipe['lora_alpha']}/"
@@ -94,8 +102,12 @@ def _recipe_lines(name: str, recipe: dict[str, Any]) -> list[str]:
              f"- steps: {recipe['steps']} × {run['batch_size']} sequences × {run['context']} tokens = "
              f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}"
              + (f", position modules {run['position_lr']}" if module else "")
-             + f", warm-up {run['warmup']}, cosine to 10 %), bf16 autocast with fp32 weights, seed {run['seed']}",
-             f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h (wall clock) on 2 CPU cores"]
+             + f", warm-up {run['warmup']}, cosine to 10 %), "
+             + ("bf16 autocast with fp32 weights" if run.get("autocast", True) else "fp32")
+             + f", seed {run['seed']}",
+             f"- wall time: {recipe['wall_seconds'] / 3600:.2f} h (wall clock) on "
+             + (f"{run['threads']} CPU thread{'s' if run['threads'] > 1 else ''}" if _whole(run.get("threads"), 1)
+                else "the CPU")]
     if start is not None:
         lines.append("- start: " + start.format(anneal=run["anneal_steps"]))
     lines.append(f"- reproduce: `repo-lens train --base {recipe['base']} --mechanism {mechanism} "

@@ -1,7 +1,8 @@
-"""``repo-lens train --base MODEL --mechanism lpi-graft``: the recipe sets the graft up as the learned-increments
-post does (experiments/delta_graft: fc2's weight 0 and bias 0.5413, LoRA rank 16 / alpha 32 on q, k, v and o of
-every layer, one learning rate 2e-4), starts as the base at the positions Σ_{s<t} softplus(0.5413) computed
-here, trains δ and the adapters, and ships a delta (the DeltaMLP in fp32) that loads back as the trained model."""
+"""``repo-lens train --base MODEL --mechanism lpi-graft``: the recipe starts the graft's DeltaMLP as the
+learned-increments post does (experiments/delta_graft: fc2's weight 0 and bias 0.5413), re-positions and adapts
+every layer with the control's adapters (rank 8, alpha 16 on q, k, v and o, learning rate 1e-3), starts as the base
+at the positions Σ_{s<t} softplus(0.5413) computed here, trains δ and the adapters, and ships a delta (the DeltaMLP
+in fp32) that loads back as the trained model."""
 
 from __future__ import annotations
 
@@ -12,15 +13,21 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import repo_lens.zoo
 from repo_lens.cli import main
 from repo_lens.errors import InputError
 from repo_lens.model.grafted_increments import token_deltas
 from repo_lens.model.loaders import load_checkpoint, save_checkpoint
 from repo_lens.model.tiny import tiny_model
-from repo_lens.train.reposition import (GRAFT_KIND, RepositionConfig, recipe_config, repositioned_model,
-                                        train_repositioned, trainable_state)
+from repo_lens.train.reposition import (
+    GRAFT_KIND,
+    RepositionConfig,
+    recipe_config,
+    repositioned_model,
+    train_repositioned,
+    trainable_state,
+)
 from repo_lens.train.text_tokens import TextTokens
-
 from tests.train.shipped_weights import put_shipped
 
 from .graft_reference import POST_BIAS, exclusive_positions
@@ -45,11 +52,13 @@ def base():
     return tiny_model("rope", n_layers=3, d_model=32, n_heads=4, family="llama", seed=1)
 
 
-def test_the_recipe_takes_the_posts_settings():
-    cfg = recipe_config(GRAFT_KIND)
-    assert (cfg.mechanism, cfg.first_layer, cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.position_lr) == (
-        "lpi-graft", 0, 16, 32.0, 2e-4, 2e-4)
-    assert recipe_config().lora_rank == RepositionConfig().lora_rank  # the other mechanisms keep theirs
+def test_the_recipe_adapts_every_layer_with_the_controls_adapters():
+    cfg, control = recipe_config(GRAFT_KIND), recipe_config("rope")
+    assert (cfg.mechanism, cfg.first_layer) == ("lpi-graft", 0)  # the post's δ reaches every layer
+    assert (cfg.lora_rank, cfg.lora_alpha, cfg.lr, cfg.position_lr, cfg.steps, cfg.batch_size, cfg.context,
+            cfg.seed, cfg.corpus) == (control.lora_rank, control.lora_alpha, control.lr, control.position_lr,
+                                      control.steps, control.batch_size, control.context, control.seed,
+                                      control.corpus) == (8, 16.0, 1e-3, 1e-3, 500, 4, 1024, 0, "brown")
 
 
 def test_at_step_0_the_graft_is_the_base_at_the_posts_start_positions(base):
@@ -60,7 +69,7 @@ def test_at_step_0_the_graft_is_the_base_at_the_posts_start_positions(base):
     adapters = {name.rsplit(".", 1)[0] for name in trainable_state(model) if name.endswith(".lora_A")}
     assert adapters == {f"blocks.{layer}.attn.{proj}" for layer in range(3) for proj in ADAPTED}
     factors = model.blocks[0].attn.q_proj.parametrizations.weight[0]
-    assert factors.lora_A.shape[0] == 16 and factors.scale == 2.0 and torch.count_nonzero(factors.lora_B) == 0
+    assert factors.lora_A.shape[0] == 8 and factors.scale == 2.0 and torch.count_nonzero(factors.lora_B) == 0
     tokens = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
     start = math.log1p(math.exp(POST_BIAS))  # softplus(0.5413) = 0.999984...
     # as the post computes them: δ = softplus(0.5413) in fp32, cumsum(δ) − δ in fp32
@@ -89,7 +98,7 @@ def test_a_few_steps_train_delta_and_ship_a_delta_that_loads_back(base, tmp_path
     assert {tensor.dtype for tensor in increments.values()} == {torch.float32}  # positions are running sums of δ
     assert torch.count_nonzero(increments["shared_delta.fc_out.weight"]) > 0  # δ learned something
     loaded = load_checkpoint(run, device="cpu")
-    assert loaded.model.cfg.layer_mechanisms == ["lpi-graft"] * 3 and loaded.meta["info"]["lora_rank"] == 16
+    assert loaded.model.cfg.layer_mechanisms == ["lpi-graft"] * 3 and loaded.meta["info"]["lora_rank"] == 8
     reference = repositioned_model(base, cfg)  # the recipe's model with the shipped weights put in by hand
     put_shipped(reference, shipped)
     with torch.no_grad():
@@ -99,7 +108,8 @@ def test_a_few_steps_train_delta_and_ship_a_delta_that_loads_back(base, tmp_path
     assert float(deltas.max() - deltas.min()) > 1e-4  # no longer one δ for every token
 
 
-def test_the_command_trains_the_graft_with_the_posts_settings(base, tmp_path, capsys):
+def test_the_command_trains_the_graft_in_every_layer_with_the_controls_adapters(base, tmp_path, capsys,
+                                                                                  monkeypatch):
     base_dir = save_checkpoint(base, tmp_path / "base")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(" ".join(WORDS[(i * 5 + j) % len(WORDS)] for j in range(40)) for i in range(20)))
@@ -108,9 +118,18 @@ def test_the_command_trains_the_graft_with_the_posts_settings(base, tmp_path, ca
                  "2", "--context", "32", "--batch-size", "2", "--out", str(out), "--quiet", "--no-autocast"]) == 0
     recipe = json.loads((out / "recipe.json").read_text())
     assert (recipe["mechanism"], recipe["first_layer"], recipe["lora_rank"], recipe["lora_alpha"]) == (
-        "lpi-graft", 0, 16, 32.0)
-    assert recipe["recipe"]["lr"] == recipe["recipe"]["position_lr"] == 2e-4
+        "lpi-graft", 0, 8, 16.0)
+    assert recipe["recipe"]["lr"] == recipe["recipe"]["position_lr"] == 1e-3
     assert "trained lpi-graft" in capsys.readouterr().out
+    monkeypatch.setattr(repo_lens.zoo, "ZOO_DIR", tmp_path / "zoo")
+    assert main(["zoo", "--ship-delta", str(out), "graft-demo"]) == 0
+    card = (tmp_path / "zoo" / "graft-demo" / "README.md").read_text()
+    assert "continued with **the learned-increments post's graft (one δ per token, shared by every layer)** in " \
+           "every layer." in card and "RoPE below" not in card
+    assert "of layers 0+" in card and "bias 0.5413" in card and "exclusive; shipped in fp32" in card
+    assert "cosine to 10 %), fp32, seed 0" in card and "on the CPU\n" in card
+    shipped = load_checkpoint(tmp_path / "zoo" / "graft-demo", device="cpu")
+    assert shipped.model.cfg.layer_mechanisms == ["lpi-graft"] * 3
 
 
 def test_a_base_outside_the_llama_family_is_refused():

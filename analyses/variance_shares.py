@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repo_lens.model.registry import is_learned  # noqa: E402
 
-MODELS = ("bytes1k-repo", "bytes1k-lpi", "bytes-repo", "bytes-lpi", "bytes-lpi-layer", "bytes-fox", "bytes-cope",
-          "flipflop-cope", "flipflop-grape-m", "reversal-repo")
+MODELS = ("bytes1k-repo", "bytes1k-lpi", "bytes-repo", "bytes-post-lpi", "bytes-post-lpi-resid", "bytes-fox",
+          "bytes-cope", "flipflop-cope", "flipflop-grape-m", "reversal-repo")
 
 
 def inputs(lens, name: str) -> tuple[list[list[int]], list | None]:

@@ -54,14 +54,14 @@ HEADLINE_METRICS = ("val_bpb", "acc_in_domain", "acc_out_of_domain", "error_in_d
 def zoo_table(entries: list[dict[str, Any]]) -> str:
     """The zoo as a plain-text table: a header, a rule, one row per model, columns as wide as their text.
 
-    >>> print(zoo_table([{"name": "bytes-lpi-layer", "task": "bytes", "mechanism": "lpi-layer",
+    >>> print(zoo_table([{"name": "bytes-post-lpi-resid", "task": "bytes", "mechanism": "lpi-resid",
     ...                   "metrics": {"val_bpb": 2.1234, "steps": 900}},
     ...                  {"name": "reversal-repo", "task": "reversal", "mechanism": "repo",
     ...                   "metrics": {"acc_in_domain": 1.0, "acc_out_of_domain": 0.862}}]))
-    model                task      mechanism  metrics
-    -------------------  --------  ---------  --------------------------------------------
-    zoo:bytes-lpi-layer  bytes     lpi-layer  val_bpb 2.123
-    zoo:reversal-repo    reversal  repo       acc_in_domain 1.000, acc_out_of_domain 0.862
+    model                     task      mechanism  metrics
+    ------------------------  --------  ---------  --------------------------------------------
+    zoo:bytes-post-lpi-resid  bytes     lpi-resid  val_bpb 2.123
+    zoo:reversal-repo         reversal  repo       acc_in_domain 1.000, acc_out_of_domain 0.862
     """
     header = ["model", "task", "mechanism", "metrics"]
     rows = [[f"zoo:{entry['name']}", str(entry.get("task") or "-"), str(entry.get("mechanism") or "-"),

@@ -93,6 +93,20 @@ def test_grouping_per_layer_head_matches_scipy_per_column():
     assert (r.p_value[1:] < 1e-3).all()
 
 
+def test_float32_rounding_is_no_difference_but_a_small_real_one_is():
+    """One byte's δ traced in prompts of other lengths differs by a few float32 ulp: that is p = 1, as a
+    byte-identity layer's exact zeros are; a difference a thousand times larger is tested."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(1.0, 9.0, size=(79, 1)).astype(np.float32)
+    ulps = rng.integers(-4, 5, size=(79, 1))
+    toward = np.where(ulps > 0, np.inf, -np.inf).astype(np.float32)
+    noisy = np.where(ulps == 0, base, np.nextafter(base, toward)).astype(np.float64)  # one float32 ulp either way
+    assert np.abs(noisy - base).max() > 1e-8  # beyond the script's np.allclose(diff, 0)
+    assert entity_grouping_test(noisy, base).p_value.tolist() == [1.0]
+    shifted = base.astype(np.float64) + rng.normal(1e-3, 1e-4, size=(79, 1))
+    assert entity_grouping_test(shifted, base).p_value[0] < 1e-6
+
+
 def test_grouping_bad_input():
     with pytest.raises(InputError, match="real has shape \\(5,\\) but reversed_ has \\(4,\\)"):
         entity_grouping_test(np.zeros(5), np.zeros(4))

@@ -382,7 +382,7 @@ def test_fits_says_before_tracing_whether_an_input_can_be_traced(app_env):
 
 @pytest.mark.slow
 def test_the_learned_increments_posts_model_is_offered_and_spaced_by_its_increments(app, monkeypatch):
-    """The zoo's model of "Learned position increments" (the post's per-layer equation) in the model box,
+    """The zoo's models of "Learned position increments" (per-layer and shared δ) in the model box, the per-layer one
     and its spaced-tokens rows at the positions its own learned increments give (layer 0: Σ δ)."""
     import repo_lens.zoo as zoo
     from repo_lens.analysis import trace_increments
@@ -398,7 +398,7 @@ def test_the_learned_increments_posts_model_is_offered_and_spaced_by_its_increme
     at = AppTest.from_file(str(APP), default_timeout=300).run()
     assert_clean(at)
     assert not messages(at, "error")
-    assert "zoo:bytes-post-lpi-resid" in at.selectbox(key="model_a").options
+    assert {"zoo:bytes-post-lpi-resid", "zoo:bytes-post-lpi"} <= set(at.selectbox(key="model_a").options)
     assert at.selectbox(key="model_a").value == "zoo:bytes-post-lpi-resid"
     rows = layer_rows(figures(at)[0])
     assert list(rows) == [f"L{layer} lpi-resid" for layer in range(6)]

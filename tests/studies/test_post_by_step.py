@@ -130,6 +130,12 @@ def test_a_folder_without_steps_is_refused(tmp_path):
     assert run_steps(tmp_path) == [(10, snapshot)]
     with pytest.raises(InputError, match=r"no model at steps \[30\]; it has \[10\]"):
         post_findings_by_step(tmp_path / "out", [str(tmp_path)], quick=True, figures=False, held_out=HELD_OUT, steps=[30])
+    with pytest.raises(InputError, match=r"no model at steps \[30\]; it has \[10\]"):  # steps of this run
+        post_findings_by_step(tmp_path / "out", [str(tmp_path)], quick=True, figures=False, held_out=HELD_OUT,
+                              steps={str(tmp_path): [30]})
+    with pytest.raises(InputError, match=r"steps names runs \['elsewhere'\] that are not among runs"):
+        post_findings_by_step(tmp_path / "out", [str(tmp_path)], quick=True, figures=False, held_out=HELD_OUT,
+                              steps={"elsewhere": [10]})
 
 
 def test_a_zoo_model_is_one_row_at_its_cards_step():
@@ -166,9 +172,9 @@ def test_the_results_page_table_is_the_stored_study():
 
     root = Path(__file__).resolve().parents[2]
     document = json.loads(gzip.open(root / "analyses/results/increment_post_by_step/results.json.gz").read())
-    [found] = document["runs"].values()
     results_page = (root / "RESULTS.md").read_text()
-    for step, entry in found["steps"].items():
-        row = findings_row(entry["result"], 10.0)
-        line = _step_line(step, {**entry, "findings": row})
-        assert f"\n{line}\n" in results_page, line
+    for found in document["runs"].values():
+        for step, entry in found["steps"].items():
+            row = findings_row(entry["result"], 10.0)
+            line = _step_line(step, {**entry, "findings": row})
+            assert f"\n{line}\n" in results_page, line

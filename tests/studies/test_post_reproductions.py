@@ -174,7 +174,7 @@ def test_zoo_defaults_quick(tmp_path):
     scripts = STUDIES["increment_post_scripts"]
     document = scripts.load()(tmp_path / "scripts", list(scripts.default_models), quick=True, figures=False,
                               progress=False)
-    per_layer = document["results"]["zoo:bytes-lpi-layer"]
+    per_layer = document["results"]["zoo:bytes-post-lpi-resid"]
     assert per_layer["rows"] == list(range(6)) and per_layer["entities"]["p_value"][0] == 1.0
     assert per_layer["boundaries"]["n_gaps"] >= 2000 and 0.4 < per_layer["boundaries"]["auc"][0] < 0.6
     vocabulary = STUDIES["increment_post_vocabulary"]

@@ -221,25 +221,40 @@ def test_the_docs_list_each_studys_default_models():
         assert sorted(expanded) == sorted(model.removeprefix("zoo:") for model in study.default_models), name
 
 
+def test_each_studys_default_models_are_in_the_zoo():
+    """A study runs by default only on models the zoo has: a shipped folder (config.json or recipe.json) or an
+    external model. Stored results under analyses/results/ may still hold models no longer shipped."""
+    from repo_lens.zoo import ZOO_DIR
+    from repo_lens.zoo.external import EXTERNAL_MODELS
+
+    shipped = {path.name for path in ZOO_DIR.iterdir()
+               if (path / "config.json").is_file() or (path / "recipe.json").is_file()}
+    for name, study in STUDIES.items():
+        assert study.default_models, name
+        for model in study.default_models:
+            assert model.startswith("zoo:"), (name, model)
+            assert model.removeprefix("zoo:") in shipped | set(EXTERNAL_MODELS), (name, model)
+
+
 def test_variance_shares_script_tells_running_sums_from_repo_positions():
     """analyses/variance_shares.py on two zoo models: the learned increments' positions are running sums,
     so the token index explains all of each head's variance; the 256-byte RePo's follow no trend; in every
     row the shares' means add up to 1."""
     import re
 
-    done = subprocess.run([sys.executable, str(ROOT / "analyses" / "variance_shares.py"), "--model", "bytes-lpi",
+    done = subprocess.run([sys.executable, str(ROOT / "analyses" / "variance_shares.py"), "--model", "bytes-post-lpi",
                            "--model", "zoo:bytes-repo"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     blocks = dict(re.findall(r"^(bytes-\S+) \(.*?\n\n(.*?)(?:\n\n|\Z)", done.stdout, flags=re.S | re.M))
-    assert set(blocks) == {"bytes-lpi", "bytes-repo"}, done.stdout
+    assert set(blocks) == {"bytes-post-lpi", "bytes-repo"}, done.stdout
     for name, table in blocks.items():
         rows = [line for line in table.splitlines() if line.startswith("| L")]
         assert rows, table
         for row in rows:
             means = [float(cell.split()[0]) for cell in row.strip("|").split("|")[1:]]
             assert abs(sum(means) - 1) <= 0.02, row
-            assert (means[0] >= 0.95) if name == "bytes-lpi" else (means[0] <= 0.01), row
+            assert (means[0] >= 0.95) if name == "bytes-post-lpi" else (means[0] <= 0.01), row
 
 
 def test_case_study_reads_boundaries_from_subword_tokens_too():

@@ -14,12 +14,13 @@ import torch
 import repo_lens
 from repo_lens.zoo import ZOO_DIR, available_models, zoo_entries
 
-BYTE_MECHANISMS = ("rope", "nope", "repo", "lpi", "lpi-layer", "cope", "fox")
+BYTE_MECHANISMS = ("rope", "nope", "repo", "cope", "fox")
 EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
             | {f"reversal-{mechanism}" for mechanism in ("rope", "nope", "repo")}
             | {f"flipflop-{mechanism}" for mechanism in ("rope", "cope", "grape-m")}
             | {f"bytes1k-{mechanism}" for mechanism in ("rope", "nope", "repo", "lpi")})
-POST_MODELS = {"bytes-post-lpi-resid"}  # the learned-increments post's byte model (preset bytes-post), int6
+# the learned-increments post's byte models (preset bytes-post), int6
+POST_MODELS = {"bytes-post-lpi-resid", "bytes-post-lpi"}
 RETRIEVAL_MECHANISMS = ("rope", "nope", "repo", "lpi")
 # what continued training changed on a pretrained base (tests/external/test_smollm2_repo.py)
 DELTAS = {"smollm2-135m-repo", "smollm2-135m-rope-ct", "smollm2-135m-grape", "smollm2-135m-lpi"}

@@ -7,7 +7,7 @@ Daily paragraphs (gold segmentation and jieba), and the entity-grouping test ("N
 ``findings.md`` (our numbers beside the post's) and figures (PDF + SVG) to ``--out``.
 
     python analyses/increment_findings.py --out build/increment_findings \
-        [--model zoo:bytes-lpi --model zoo:bytes-lpi-layer] [--quick]
+        [--model zoo:bytes-post-lpi --model zoo:bytes-post-lpi-resid] [--quick]
 """
 
 from __future__ import annotations

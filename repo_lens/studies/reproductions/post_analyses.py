@@ -60,7 +60,7 @@ def learned_increment_rows(lens: Lens) -> list[int]:
             if is_learned(kind) and mechanism_traits(kind).increments is not None]
     if not rows:
         raise InputError(f"the model's layers ({', '.join(sorted(set(lens.layer_kinds)))}) sum no learned increments; "
-                         "these analyses read δ (e.g. zoo:bytes-lpi, zoo:bytes-lpi-layer)")
+                         "these analyses read δ (e.g. zoo:bytes-post-lpi, zoo:bytes-post-lpi-resid)")
     return rows
 
 

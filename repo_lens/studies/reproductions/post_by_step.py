@@ -247,17 +247,22 @@ def by_step_figures(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def post_findings_by_step(out: Path, runs: list[str], quick: bool = False, figures: bool = True,
                           progress: bool = True, held_out: dict[str, list[str]] | None = None,
-                          steps: list[int] | None = None) -> dict[str, Any]:
+                          steps: list[int] | dict[str, list[int]] | None = None) -> dict[str, Any]:
     """The post's findings at every step of each run in ``runs`` (training output folders, or checkpoint
     folders for one row each); the analyses' settings as :func:`post_analyses.post_scripts_study`'s
-    (quick: 4 documents, 2,000 gaps). ``steps``: only these steps of every run."""
+    (quick: 4 documents, 2,000 gaps). ``steps``: only these steps of every run, or {run: its steps} (a run
+    not named: every step)."""
     documents, max_gaps = (4, 2_000) if quick else (30, 40_000)
     if held_out is None:
         from repo_lens.data.bilingual import bilingual_splits
 
         splits = bilingual_splits()
         held_out = {"en": splits["en"][1], "zh": splits["zh"][1]}
-    found = {run: run_findings(run, held_out, documents, max_gaps, steps) for run in runs}
+    per_run = steps if isinstance(steps, dict) else {run: steps for run in runs}
+    unknown = sorted(set(per_run) - set(runs))
+    if unknown:
+        raise InputError(f"steps names runs {unknown} that are not among runs {runs}; name each run as in runs")
+    found = {run: run_findings(run, held_out, documents, max_gaps, per_run.get(run)) for run in runs}
     last = {Path(run).name: list(result["steps"].values())[-1]["result"] for run, result in found.items()}
     document = {"study": "increment_post_by_step", "criteria": CRITERIA,
                 "settings": {"documents": documents, "max_gaps": max_gaps},

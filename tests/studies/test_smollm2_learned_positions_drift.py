@@ -67,3 +67,22 @@ def test_layers_whose_heads_are_copies_count_once(script):
     row = result["after"]["by_class"]["punctuation"]
     assert f"| punctuation | {row['tokens']} | {row['median_drift']:+.4f} [" in table
     assert f"{result['after']['spread']['units_significant_bh']} of 2 layers significant" in table
+
+
+def test_one_delta_shared_by_every_layer_is_one_unit_with_its_own_interval(script):
+    """The graft: every layer and head has the same gaps, so they count once, and the interval is the unit's own
+    bootstrap over tokens (one unit has no spread over units)."""
+    gap, category = sequences(2, 1, 1, copies=True)
+    shared = np.broadcast_to(gap, (4, 3, gap.shape[-1])).copy()
+    result = script.drift_measures(shared, category, [0, 1, 2, 3])
+    assert (result["unit"], result["units"]) == ("shared δ", 1) and list(result["after"]["units"]) == ["shared"]
+    row = result["after"]["by_class"]["punctuation"]
+    unit = result["after"]["units"]["shared"]
+    assert row["median_drift"] == pytest.approx(unit["drift"]["punctuation"]["mean"])
+    low, high = row["interval"]
+    assert low < row["median_drift"] < high and low > 0  # the 2 % longer step after punctuation, resolved
+    assert row["interval_sd"] == pytest.approx([low / unit["sd"], high / unit["sd"]])
+    assert result["after"]["spread"]["units_significant_bh"] == 1
+    table = script.drift_markdown({"graft": {"source": "synthetic", "relative_drift": result}})
+    assert "the class's mean drift from the shared δ's mean gap [95% bootstrap interval over tokens]" in table
+    assert f"| punctuation | {row['tokens']} | {row['median_drift']:+.4f} [{low:+.4f}, " in table

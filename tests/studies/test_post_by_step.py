@@ -136,6 +136,10 @@ def test_a_folder_without_steps_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"steps names runs \['elsewhere'\] that are not among runs"):
         post_findings_by_step(tmp_path / "out", [str(tmp_path)], quick=True, figures=False, held_out=HELD_OUT,
                               steps={"elsewhere": [10]})
+    for wrong in (10, [10.5], ["10"], [True]):
+        with pytest.raises(InputError, match=r"pass a list of whole training steps"):
+            post_findings_by_step(tmp_path / "out", [str(tmp_path)], quick=True, figures=False, held_out=HELD_OUT,
+                                  steps={str(tmp_path): wrong})
 
 
 def test_a_zoo_model_is_one_row_at_its_cards_step():

@@ -259,6 +259,10 @@ def post_findings_by_step(out: Path, runs: list[str], quick: bool = False, figur
         splits = bilingual_splits()
         held_out = {"en": splits["en"][1], "zh": splits["zh"][1]}
     per_run = steps if isinstance(steps, dict) else {run: steps for run in runs}
+    for run, chosen in per_run.items():
+        if chosen is not None and (not isinstance(chosen, (list, tuple)) or not all(
+                isinstance(step, int) and not isinstance(step, bool) for step in chosen)):
+            raise InputError(f"steps for {run} is {chosen!r}; pass a list of whole training steps, e.g. [250, 500]")
     unknown = sorted(set(per_run) - set(runs))
     if unknown:
         raise InputError(f"steps names runs {unknown} that are not among runs {runs}; name each run as in runs")

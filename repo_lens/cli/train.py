@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from repo_lens.train.config import TrainConfig
 
 
-BASE_ONLY = ("context", "anneal_steps", "corpus")  # flags of --base alone
+BASE_ONLY = ("context", "anneal_steps", "corpus", "adapters_from")  # flags of --base alone
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     if args.preset is None:
         raise InputError("say what to train: --preset NAME (a small model from scratch) or --base MODEL "
                          "(a pretrained RoPE model re-positioned with RePo, e.g. --base zoo:smollm2-135m)")
-    given = [_flag(name) for name in BASE_ONLY if getattr(args, name) not in (None, False)]
+    given = [_flag(name) for name in BASE_ONLY if getattr(args, name) is not None]
     if given:
         raise InputError(f"{', '.join(given)} only apply to --base (re-positioning a pretrained model); a --preset "
                          "sets them itself, so leave them out")
@@ -108,6 +108,7 @@ def run_reposition(args: argparse.Namespace) -> int:
                                            else args.position_init_std),
                         lr=lr, position_lr=(defaults.position_lr if args.lr is None else args.lr) * scale,
                         warmup=defaults.warmup if args.warmup is None else args.warmup,
+                        adapters_from=args.adapters_from,
                         autocast=not args.no_autocast and native_bf16(next(lens.model.parameters()).device))
     check_recipe(cfg, lens.model)
     text = TextTokens.from_corpus(cfg.corpus, lens.tokenizer)
@@ -183,6 +184,10 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--anneal-steps", type=whole_number(0, 10**7), default=None,
                        help="--base with --mechanism repo: steps over which z goes from the integer index to f(h) "
                             "(200)")
+    train.add_argument("--adapters-from", type=whole_number(0, 10**4), default=None, metavar="LAYER",
+                       help="--base: the first layer whose attention gets the low-rank adapters (default: the "
+                            "first re-positioned layer, ceil(L/3); with --mechanism lpi-graft, which re-positions "
+                            "every layer, also ceil(L/3), as its control)")
     train.add_argument("--corpus", default=None,
                        help="--base: the text to train on: brown (the default), or a text file, JSON lines, Parquet, "
                             "a folder of them or a saved dataset; every tenth document is held out")

@@ -66,9 +66,10 @@ GRAFT_KIND = GraftIncrementPositions.kind  # the learned-increments post's graft
 # the kinds the recipe trains (the registry's ``recipe`` trait), RePo first: its default, then RoPE (the control) and
 # the mechanisms that start as the base's RoPE, in registration order
 RECIPE_KINDS: tuple[str, ...] = tuple(sorted(recipe_kinds(), key=lambda kind: kind != DEFAULT_KIND))
-# the graft's own default: its δ reaches every layer, as the post's position_ids do, so every layer is re-positioned
-# and adapted; the adapters' rank, scale and learning rates are the control's (the post's experiments/delta_graft
-# used LoRA r 16, alpha 32 and one learning rate 2e-4 on SmolLM2-1.7B: recipe_config(GRAFT_KIND, lora_rank=16,
+# the graft's own default: its δ reaches every layer, as the post's position_ids do, so every layer is re-positioned;
+# the adapters are the control's (rank, scale, learning rates and layers ⌈L/3⌉+: see adapters_from_of), so that the
+# graft and its control differ in δ alone (the post's experiments/delta_graft used LoRA r 16, alpha 32 on every layer
+# and one learning rate 2e-4 on SmolLM2-1.7B: recipe_config(GRAFT_KIND, adapters_from=0, lora_rank=16,
 # lora_alpha=32.0, lr=2e-4, position_lr=2e-4))
 GRAFT_SETTINGS: dict[str, Any] = {"first_layer": 0}
 GRAFT_FAMILIES = ("llama", "olmo2")  # Llama-family blocks: one rotary, fed by the positions
@@ -83,6 +84,7 @@ class RepositionConfig:
     corpus: str = "brown"  # the text trained on: "brown", or a corpus file, folder or saved dataset
     mechanism: str = DEFAULT_KIND  # one of RECIPE_KINDS
     first_layer: int | None = None  # first re-positioned layer; None = ⌈L/3⌉
+    adapters_from: int | None = None  # first adapted layer; None = the control's (see adapters_from_of)
     context: int = 1024
     batch_size: int = 4
     steps: int = 500
@@ -114,7 +116,7 @@ class RepositionConfig:
 _WHOLE = {"steps": (1, None), "context": (1, None), "batch_size": (1, None), "warmup": (0, None),
           "anneal_steps": (0, None), "lora_rank": (1, None), "eval_every": (1, None), "eval_sequences": (1, None),
           "checkpoint_every": (1, None), "seed": (0, 2**32 - 1)}
-_OPTIONAL_WHOLE = {"first_layer": 0, "threads": 1}  # None or a whole number ≥ this
+_OPTIONAL_WHOLE = {"first_layer": 0, "adapters_from": 0, "threads": 1}  # None or a whole number ≥ this
 _POSITIVE = ("lr", "position_lr", "lora_alpha", "position_init_std", "grad_clip")
 _NOT_NEGATIVE = ("weight_decay",)
 _TEXT = ("base", "corpus", "mechanism")
@@ -135,8 +137,8 @@ def recipe_config(mechanism: str = DEFAULT_KIND, **settings: Any) -> RepositionC
     ``settings``.
 
     >>> cfg = recipe_config(GRAFT_KIND, steps=10)
-    >>> cfg.lora_rank, cfg.lora_alpha, cfg.first_layer, cfg.steps
-    (8, 16.0, 0, 10)
+    >>> cfg.lora_rank, cfg.lora_alpha, cfg.first_layer, adapters_from_of(cfg, 30), cfg.steps
+    (8, 16.0, 0, 10, 10)
     """
     defaults = GRAFT_SETTINGS if mechanism == GRAFT_KIND else {}
     return RepositionConfig(**{**defaults, **settings, "mechanism": mechanism})
@@ -201,6 +203,15 @@ def first_layer_of(cfg: RepositionConfig, n_layers: int) -> int:
     return 0 if cfg.mechanism == GRAFT_KIND else repo_start_layer(n_layers)
 
 
+def adapters_from_of(cfg: RepositionConfig, n_layers: int) -> int:
+    """The first layer whose attention gets adapters: ``cfg.adapters_from``, else the control's, ⌈L/3⌉, for the
+    post's graft (which re-positions every layer, so that it and the control differ in δ alone) and the first
+    re-positioned layer for the other mechanisms."""
+    if cfg.adapters_from is not None:
+        return int(cfg.adapters_from)
+    return repo_start_layer(n_layers) if cfg.mechanism == GRAFT_KIND else first_layer_of(cfg, n_layers)
+
+
 def check_recipe(cfg: RepositionConfig, base: LensModel) -> None:
     """Refuse settings out of type or range, a mechanism the recipe does not train, a first layer the base does
     not have and a base that is not a RoPE model (every layer ``rope``), before anything is written."""
@@ -214,6 +225,10 @@ def check_recipe(cfg: RepositionConfig, base: LensModel) -> None:
     first = first_layer_of(cfg, n_layers)
     if not 0 <= first < n_layers:
         raise InputError(f"first_layer must be in 0..{n_layers - 1} for a {n_layers}-layer model, got {first}")
+    adapted = adapters_from_of(cfg, n_layers)
+    if not 0 <= adapted < n_layers:
+        raise InputError(f"adapters_from (--adapters-from) must be in 0..{n_layers - 1} for a {n_layers}-layer "
+                         f"model, got {adapted}; name one of the base's layers")
     if set(base.cfg.layer_mechanisms) != {ROPE_KIND}:
         raise InputError(f"the base must be a RoPE model (every layer 'rope'), got {base.cfg.layer_mechanisms}; "
                          "the recipe puts the learned mechanism into a RoPE model, so start from one (e.g. a "
@@ -246,7 +261,7 @@ def check_out_directory(directory: str | Path) -> None:
 def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
     """A copy of ``base`` with ``cfg.mechanism`` from the first re-positioned layer on (RoPE below), every
     base weight frozen, new position modules (see :func:`start_position_modules`) and zero-started adapters
-    on the attention projections of the re-positioned layers (trainable)."""
+    on the attention projections from layer :func:`adapters_from_of` on (trainable)."""
     check_recipe(cfg, base)
     n_layers = base.cfg.n_layers
     first = first_layer_of(cfg, n_layers)
@@ -261,7 +276,8 @@ def repositioned_model(base: LensModel, cfg: RepositionConfig) -> LensModel:
     for name, param in model.named_parameters():
         param.requires_grad_(is_position_weight(name))
     start_position_modules(model, cfg)
-    add_low_rank(model, [f"blocks.{layer}.attn.{proj}" for layer in range(first, n_layers) for proj in ADAPTED],
+    adapted = adapters_from_of(cfg, n_layers)
+    add_low_rank(model, [f"blocks.{layer}.attn.{proj}" for layer in range(adapted, n_layers) for proj in ADAPTED],
                  rank=cfg.lora_rank, alpha=cfg.lora_alpha)
     return model.to(next(base.parameters()).device)
 
@@ -440,7 +456,8 @@ def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: 
     anneal.remove()
     wall = time.perf_counter() - started
     summary = {"recipe": cfg.to_dict(), "steps": step, "tokens": cfg.tokens, "wall_seconds": round(wall, 1),
-               "first_layer": first_layer_of(cfg, base.cfg.n_layers), "log": log}
+               "first_layer": first_layer_of(cfg, base.cfg.n_layers),
+               "adapters_from": adapters_from_of(cfg, base.cfg.n_layers), "log": log}
     ship_delta(model, cfg, directory, summary)
     return summary
 

@@ -97,8 +97,8 @@ def _recipe_lines(name: str, recipe: dict[str, Any]) -> list[str]:
              "The package holds only what training changed; `repo_lens.load` rebuilds the model from the base.", "",
              "## Recipe", "",
              f"- trained: {module}low-rank adapters (rank {recipe['lora_rank']}, scale {recipe['lora_alpha']}/"
-             f"{recipe['lora_rank']}) on {', '.join(recipe['adapted'])} of layers {recipe['first_layer']}+; every "
-             "base weight frozen",
+             f"{recipe['lora_rank']}) on {', '.join(recipe['adapted'])} of layers "
+             f"{recipe.get('adapters_from', recipe['first_layer'])}+; every base weight frozen",
              f"- steps: {recipe['steps']} × {run['batch_size']} sequences × {run['context']} tokens = "
              f"**{recipe['tokens']:,} tokens**; AdamW (adapters lr {run['lr']}"
              + (f", position modules {run['position_lr']}" if module else "")
@@ -226,6 +226,8 @@ def recipe_problems(recipe: dict[str, Any]) -> list[str]:
     for key, low in (("first_layer", 0), ("lora_rank", 1), ("steps", 1), ("tokens", 0)):
         if not _whole(recipe.get(key), low):
             problems.append(f"{shown(key, recipe)}, expected a whole number ≥ {low}")
+    if "adapters_from" in recipe and not _whole(recipe["adapters_from"]):
+        problems.append(f"{shown('adapters_from', recipe)}, expected a whole number ≥ 0")
     for key in ("lora_alpha", "wall_seconds"):
         if not _number(recipe.get(key), 0):
             problems.append(f"{shown(key, recipe)}, expected a finite number ≥ 0")

@@ -198,6 +198,8 @@ RECIPE_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
     "mechanism-unknown": (_recipe(lambda r: _set(r, "mechanism", "alibi")), "mechanism is 'alibi'"),
     "first-layer-text": (_recipe(lambda r: _set(r, "first_layer", "one")), "first_layer is 'one'"),
     "first-layer-negative": (_recipe(lambda r: _set(r, "first_layer", -1)), "first_layer is -1"),
+    "adapters-from-negative": (_recipe(lambda r: _set(r, "adapters_from", -1)), "adapters_from is -1"),
+    "adapters-from-text": (_recipe(lambda r: _set(r, "adapters_from", "ten")), "adapters_from is 'ten'"),
     "lora-rank-0": (_recipe(lambda r: _set(r, "lora_rank", 0)), "lora_rank is 0"),
     "lora-alpha-nan": (_recipe(lambda r: _set(r, "lora_alpha", math.nan)), "lora_alpha is nan"),
     "adapted-text": (_recipe(lambda r: _set(r, "adapted", "q_proj")), "adapted is 'q_proj'"),

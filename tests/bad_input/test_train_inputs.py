@@ -133,6 +133,9 @@ FLAG_CASES: dict[str, tuple[tuple[str, ...], str]] = {  # extra argv -> a piece 
     "preset-too": (("--preset", "tiny"), "--preset and --base"),
     "mechanism-nope": (("--mechanism", "nope"), "--base trains RePo"),
     "context-too-long-for-corpus": (("--context", "5000"), "too few for one sequence of 5000 tokens"),
+    "adapters-from-beyond-the-layers": (("--adapters-from", "9"), "adapters_from (--adapters-from) must be in 0..1"),
+    "adapters-from-negative": (("--adapters-from", "-1"), "argument --adapters-from"),
+    "adapters-from-text": (("--adapters-from", "two"), "argument --adapters-from"),
 }
 
 
@@ -146,7 +149,8 @@ def test_a_flag_that_would_be_ignored_or_is_wrong_is_refused_before_writing(extr
 
 
 PRESET_ONLY_CASES = {"context": ("--context", "8"), "anneal-steps": ("--anneal-steps", "3"),
-                     "corpus": ("--corpus", "brown")}
+                     "anneal-steps-0": ("--anneal-steps", "0"),
+                     "corpus": ("--corpus", "brown"), "adapters-from": ("--adapters-from", "0")}
 
 
 @pytest.mark.parametrize("flag", PRESET_ONLY_CASES.values(), ids=PRESET_ONLY_CASES.keys())
@@ -234,6 +238,7 @@ SETTING_CASES = {"steps-negative": {"steps": -5}, "steps-text": {"steps": "abc"}
                  "lr-nan": {"lr": float("nan")}, "lr-zero": {"lr": 0.0}, "position-lr-inf": {"position_lr": math.inf},
                  "batch-0": {"batch_size": 0}, "rank-0": {"lora_rank": 0}, "seed-negative": {"seed": -1},
                  "weight-decay-negative": {"weight_decay": -0.1}, "first-layer-9": {"first_layer": 9},
+                 "adapters-from-9": {"adapters_from": 9}, "adapters-from-text": {"adapters_from": "1"},
                  "eval-every-0": {"eval_every": 0}, "autocast-text": {"autocast": "yes"}, "threads-0": {"threads": 0},
                  "mechanism-alibi": {"mechanism": "alibi"}, "context-bool": {"context": True}}
 

@@ -107,6 +107,8 @@ def _recipe_problem(recipe: dict[str, Any]) -> str | None:
         return f"mechanism is {recipe['mechanism']!r}, expected a mechanism name such as 'repo'"
     if not whole(recipe["first_layer"], 0):
         return f"first_layer is {recipe['first_layer']!r}, expected a whole number ≥ 0"
+    if "adapters_from" in recipe and not whole(recipe["adapters_from"], 0):
+        return f"adapters_from is {recipe['adapters_from']!r}, expected a whole number ≥ 0 (the first adapted layer)"
     if not whole(recipe["lora_rank"], 1):
         return f"lora_rank is {recipe['lora_rank']!r}, expected a whole number ≥ 1"
     alpha = recipe["lora_alpha"]
@@ -141,16 +143,14 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
         if not tensor.dtype.is_floating_point or not torch.isfinite(tensor).all():
             raise CheckpointError(f"{shipped}: tensor {name} holds NaN or infinite values (or is not floating point), "
                                   "so the model would compute nothing; restore it from the checkpoint's source")
-    n_layers, first = base.model.cfg.n_layers, int(recipe["first_layer"])
-    if first >= n_layers:
-        raise CheckpointError(f"{directory / RECIPE_FILE}: first_layer is {first}, but its base {recipe['base']} has "
-                              f"{n_layers} layers; the delta was trained on another base")
+    n_layers = base.model.cfg.n_layers
+    first, adapted = _layers(directory, recipe, n_layers)
     kinds = [ROPE_KIND] * first + [recipe["mechanism"]] * (n_layers - first)
     model = LensModel(dataclasses.replace(base.model.cfg, layer_mechanisms=kinds))
     factors = {name: tensor for name, tensor in delta.items() if name.endswith((".lora_A", ".lora_B"))}
     # position weights under their current names (a delta saved under former ones, attn.positions.*, loads too)
     positions = {current_state_key(name): tensor for name, tensor in delta.items() if name not in factors}
-    expected = {f"blocks.{layer}.attn.{proj}.lora_{factor}" for layer in range(first, n_layers)
+    expected = {f"blocks.{layer}.attn.{proj}.lora_{factor}" for layer in range(adapted, n_layers)
                 for proj in recipe["adapted"] for factor in "AB"}
     needed = {name for name in model.state_dict() if is_position_weight(name)}
     if set(factors) != expected or set(positions) != needed:
@@ -178,6 +178,17 @@ def load_delta(directory: Path, base: LoadedModel, device: str | torch.device = 
             "dtype": dtype_name(target_dtype), "device": str(target_device), "base": recipe["base"],
             "info": card}
     return LoadedModel(model=model, tokenizer=base.tokenizer, meta=meta)
+
+
+def _layers(directory: Path, recipe: dict[str, Any], n_layers: int) -> tuple[int, int]:
+    """(first re-positioned layer, first adapted layer) of ``recipe``, both layers of the base."""
+    first = int(recipe["first_layer"])
+    adapted = int(recipe.get("adapters_from", first))  # a delta from before adapters_from adapts from first_layer
+    for key, layer in (("first_layer", first), ("adapters_from", adapted)):
+        if layer >= n_layers:
+            raise CheckpointError(f"{directory / RECIPE_FILE}: {key} is {layer}, but its base {recipe['base']} has "
+                                  f"{n_layers} layers; the delta was trained on another base")
+    return first, adapted
 
 
 def add_factors_to_weights(weights: dict[str, torch.Tensor], factors: dict[str, torch.Tensor],

@@ -2,7 +2,9 @@
 
 - ``zoo:smollm2-135m-grape``: GRAPE-M's content-dependent phase from layer 10
   (``repo-lens train --base zoo:smollm2-135m --mechanism grape-m``);
-- ``zoo:smollm2-135m-lpi``: per-layer learned position increments from layer 10 (``--mechanism lpi-layer``).
+- ``zoo:smollm2-135m-lpi``: per-layer learned position increments from layer 10 (``--mechanism lpi-layer``);
+- ``zoo:smollm2-135m-graft``: the learned-increments post's graft, one δ per token from the input embeddings
+  for every layer (``--mechanism lpi-graft``), with the control's adapters (layers 10-29).
 
 Each is the control's recipe but for the mechanism; each loads offline, and its positions are a running
 sum of positive, content-dependent increments that has left the integers."""
@@ -32,14 +34,15 @@ D_MODEL, N_HEADS, LEARNED_LAYERS = 576, 9, 20
 class Conversion(NamedTuple):
     mechanism: str
     card_name: str  # what its card calls the mechanism
-    layer_parameters: int  # what one re-positioned layer adds
+    added_parameters: int  # what its position modules add to the base
+    first_layer: int = 10  # the first re-positioned layer (the adapters are the control's, 10-29, for each)
 
 
+DELTA_MLP = D_MODEL * (D_MODEL // 4) + D_MODEL // 4 + D_MODEL // 4 + 1  # d_model -> d_model / 4 -> 1, with biases
 MECHANISMS = {
-    "smollm2-135m-grape": Conversion("grape-m", "GRAPE-M with a content-dependent phase", D_MODEL * N_HEADS + N_HEADS),
-    # the DeltaMLP: d_model -> d_model / 4 -> 1, with biases
-    "smollm2-135m-lpi": Conversion("lpi-layer", "per-layer learned position increments",
-                                   D_MODEL * (D_MODEL // 4) + D_MODEL // 4 + D_MODEL // 4 + 1),
+    "smollm2-135m-grape": Conversion("grape-m", "GRAPE-M with a content-dependent phase",
+                                     LEARNED_LAYERS * (D_MODEL * N_HEADS + N_HEADS)),
+    "smollm2-135m-lpi": Conversion("lpi-layer", "per-layer learned position increments", LEARNED_LAYERS * DELTA_MLP),
 }
 conversions = pytest.mark.parametrize("name", sorted(MECHANISMS))
 
@@ -57,15 +60,22 @@ def test_only_what_training_changed_is_shipped(name):
     assert {"name": name, "mechanism": MECHANISMS[name].mechanism}.items() <= entry.items()
 
 
+# what may differ from the control's settings: the mechanism; settings added since it was trained (their defaults
+# are the control's); where the positions start (the graft re-positions every layer, its adapters are the
+# control's); and the precision (bf16 autocast where the CPU has bf16, else fp32)
+ALLOWED_TO_DIFFER = ("mechanism", "corpus", "adapters_from", "first_layer", "autocast")
+
+
 @conversions
 def test_it_is_the_controls_recipe_but_for_the_mechanism(name):
     converted, control = _recipe(name), _recipe(CONTROL)
     assert (converted["mechanism"], control["mechanism"]) == (MECHANISMS[name].mechanism, "rope")
-    same = ("base", "first_layer", "lora_rank", "lora_alpha", "adapted", "tokens", "steps")
+    same = ("base", "lora_rank", "lora_alpha", "adapted", "tokens", "steps")
     assert {key: converted[key] for key in same} == {key: control[key] for key in same}
-    # "corpus" did not exist when the control was trained; its default is the control's corpus
-    settings = {k: v for k, v in converted["recipe"].items() if k not in ("mechanism", "corpus")}
-    assert settings == {k: v for k, v in control["recipe"].items() if k != "mechanism"}
+    assert converted["first_layer"] == MECHANISMS[name].first_layer
+    assert converted.get("adapters_from", converted["first_layer"]) == control["first_layer"]  # the same adapters
+    settings = {k: v for k, v in converted["recipe"].items() if k not in ALLOWED_TO_DIFFER}
+    assert settings == {k: v for k, v in control["recipe"].items() if k not in ALLOWED_TO_DIFFER}
     assert converted["recipe"].get("corpus", "brown") == "brown"
 
 
@@ -82,17 +92,21 @@ def test_the_card_names_the_mechanism_and_compares_it_with_the_control(name):
 @conversions
 def test_its_positions_are_a_running_sum_of_positive_increments_that_left_the_index(name):
     lens = repo_lens.load(f"zoo:{name}", device="cpu")
-    mechanism = MECHANISMS[name].mechanism
-    assert lens.model.cfg.layer_mechanisms == ["rope"] * 10 + [mechanism] * LEARNED_LAYERS
+    mechanism, first = MECHANISMS[name].mechanism, MECHANISMS[name].first_layer
+    assert lens.model.cfg.layer_mechanisms == ["rope"] * first + [mechanism] * (30 - first)
     trace = lens.trace(TEXT, progress=False)
     n_tokens = len(trace.tokens)
     index = np.arange(n_tokens, dtype=np.float32)
-    np.testing.assert_array_equal(trace.positions[:10], np.broadcast_to(index, (10, N_HEADS, n_tokens)))
-    learned = trace.positions[10:]
-    assert learned.shape == (LEARNED_LAYERS, N_HEADS, n_tokens) and np.isfinite(learned).all()
+    np.testing.assert_array_equal(trace.positions[:first], np.broadcast_to(index, (first, N_HEADS, n_tokens)))
+    learned = trace.positions[first:]
+    assert learned.shape == (30 - first, N_HEADS, n_tokens) and np.isfinite(learned).all()
     steps = np.diff(learned, axis=-1)
     if mechanism == "grape-m":
         np.testing.assert_array_equal(learned[..., 0], 0.0)  # phase = sum over the tokens before
+    elif mechanism == "lpi-graft":
+        # one δ per token for every layer and head, summed over the tokens before: the first token at 0
+        np.testing.assert_array_equal(learned, np.broadcast_to(learned[:1, :1], learned.shape))
+        np.testing.assert_array_equal(learned[..., 0], 0.0)
     else:
         # one increment per token and layer, shared by the heads, summed with the token itself: 0 < δ < 10
         np.testing.assert_array_equal(learned, np.broadcast_to(learned[:, :1], learned.shape))
@@ -104,11 +118,11 @@ def test_its_positions_are_a_running_sum_of_positive_increments_that_left_the_in
 @needs_smollm2
 @conversions
 def test_the_app_offers_it_with_its_size(name):
-    """The model box lists it; its size is the base's plus the position module of each of the 20 re-positioned
-    layers (the adapters are added into the base's weights)."""
+    """The model box lists it; its size is the base's plus its position modules (one per re-positioned layer, or
+    the one DeltaMLP the graft's layers share; the adapters are added into the base's weights)."""
     pytest.importorskip("streamlit")
     from repo_lens.app.models import model_info, model_sources
 
     assert f"zoo:{name}" in model_sources()
     info, base = model_info(f"zoo:{name}"), model_info("zoo:smollm2-135m")
-    assert info.parameters == base.parameters + LEARNED_LAYERS * MECHANISMS[name].layer_parameters
+    assert info.parameters == base.parameters + MECHANISMS[name].added_parameters

@@ -100,16 +100,16 @@ def test_scripts_entry_refuses_models_it_cannot_read(tmp_path):
                                                  progress=False, held_out=HELD_OUT)
 
 
-def subword_model(tmp_path: Path) -> str:
+def subword_model(tmp_path: Path, mechanisms: tuple[str, ...] = ("lpi", "lpi")) -> str:
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
     vocab = {token: index for index, token in enumerate(SUBWORD_TOKENS)}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
-    directory = tmp_path / "subword"
+    directory = tmp_path / ("subword-" + "-".join(mechanisms))
     PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>").save_pretrained(str(directory))
-    cfg = ModelConfig(family="llama", vocab_size=len(vocab), d_model=32, n_layers=2, n_heads=2, d_mlp=64,
-                      max_position_embeddings=64, layer_mechanisms=["lpi", "lpi"])
+    cfg = ModelConfig(family="llama", vocab_size=len(vocab), d_model=32, n_layers=len(mechanisms), n_heads=2,
+                      d_mlp=64, max_position_embeddings=64, layer_mechanisms=list(mechanisms))
     torch.manual_seed(3)
     return str(save_checkpoint(LensModel(cfg).eval(), directory, tokenizer="hf", info={"name": "subword"}))
 
@@ -120,6 +120,7 @@ def test_vocabulary_entry_runs_quick_on_a_tiny_subword_model(tmp_path):
                                                            progress=False)
     result = document["results"][path]
     assert result["rows"] == [0, 1] and result["n_ids"] == len(SUBWORD_TOKENS) and result["eos_id"] == 0
+    assert result["shared_delta"] and list(result["layers"]) == ["0"]  # one DeltaMLP: its table once
     delta = embedding_deltas(path)
     expected = vocabulary_table(delta, SUBWORD_TOKENS, eos_id=0)
     table = result["layers"]["0"]["table"]
@@ -137,7 +138,31 @@ def test_vocabulary_entry_runs_quick_on_a_tiny_subword_model(tmp_path):
         assert row["count"] == member.size
     tests = result["layers"]["0"]["tests"]
     assert 0 < tests["trend"]["p_value"] <= 1 and -1 <= tests["trend"]["value"] <= 1 and 0 < tests["spread"]["p_value"] <= 1
-    assert "| L0 |" in (tmp_path / "out" / "vocabulary.md").read_text()
+    markdown = (tmp_path / "out" / "vocabulary.md").read_text()
+    assert "| shared |" in markdown and "| L0 |" not in markdown
+    assert "| the post, LoRA | 1.0420 | 1.0440 | 1.0280 | 1.0340 | 1.0320 | – | 1.0530 |" in markdown
+
+
+def test_vocabulary_entry_gives_each_layer_its_own_table_when_layers_learn_their_own(tmp_path):
+    """Per-layer increments (the post's residual-stream δ from the second layer): one table per learned layer,
+    each from that layer's own δ of every id after EOS."""
+    path = subword_model(tmp_path, ("rope", "lpi-resid", "lpi-resid"))
+    document = STUDIES["increment_post_vocabulary"].load()(tmp_path / "out", [path], quick=True, figures=False,
+                                                           progress=False)
+    result = document["results"][path]
+    assert not result["shared_delta"] and result["rows"] == [1, 2] and list(result["layers"]) == ["1", "2"]
+    import repo_lens
+
+    lens = repo_lens.load(path, device="cpu")
+    # δ of id i after EOS is the step of the learned positions from EOS to i (an inclusive running sum)
+    steps = np.stack([np.diff(lens.trace(torch.tensor([0, i]), progress=False).positions, axis=-1)[..., 0].mean(axis=1)
+                      for i in range(len(SUBWORD_TOKENS))], axis=1)
+    for layer in (1, 2):
+        expected = vocabulary_table(steps[layer], SUBWORD_TOKENS, eos_id=0)
+        medians = [row["median"] for row in result["layers"][str(layer)]["table"]["categories"].values()]
+        assert medians == pytest.approx(expected.median.tolist(), rel=1e-6)
+    markdown = document["markdown"]
+    assert "| L1 |" in markdown and "| L2 |" in markdown and "Layer 1: drift" in markdown
 
 
 def test_vocabulary_entry_refuses_a_byte_model(tmp_path):
@@ -166,6 +191,7 @@ def test_the_entries_figures_are_built(scripts_run, tmp_path):
     assert set(drawn) == {f"{stem(path)}_category_medians", f"{stem(path)}_drift"}
     medians = drawn[f"{stem(path)}_category_medians"]
     assert {trace.name for trace in medians.data} == set(vocabulary["results"][path]["layers"]["0"]["table"]["categories"])
+    assert all(trace.y[0] == trace.y[1] for trace in medians.data)  # the shared δ: the same median in both layers
 
 
 @pytest.mark.study

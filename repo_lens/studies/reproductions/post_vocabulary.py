@@ -1,13 +1,15 @@
 """The delta-graft vocabulary table of "Learned position increments" (Brendan Long;
 ``experiments/delta_graft/analyze_deltas.py``) and the relative drift it asks for ("compare relative drift,
-not absolute δ"), on a subword model with learned increments (default: the zoo's SmolLM2-135M conversion).
+not absolute δ"), on subword models with learned increments (default: the zoo's SmolLM2-135M graft and its
+per-layer conversion).
 
-For every layer that sums learned increments: δ of every vocabulary id as the first token of a document,
-the ids with δ > 2 set aside as unused, the script's categories with their (lower) medians, the 20 highest
-and lowest ids and EOS; then each category's drift from the layer's mean δ with bootstrap intervals, and two
-label-permutation tests: any class effect (Kruskal-Wallis H) and agreement with the script's expected
-order sentence punctuation > word start > function word > subword (Cuzick's trend). Writes
-``results.json``, ``vocabulary.md`` and figures.
+For every layer that sums learned increments (once for a model whose layers share one DeltaMLP, as the
+graft's do): δ of every vocabulary id as the first token of a document, the ids with δ > 2 set aside as
+unused, the script's categories with their (lower) medians, the 20 highest and lowest ids and EOS; then each
+category's drift from the layer's mean δ with bootstrap intervals, and two label-permutation tests: any class
+effect (Kruskal-Wallis H) and agreement with the script's expected order sentence punctuation > word start >
+function word > subword (Cuzick's trend). The table puts the post's own medians (its SmolLM2-1.7B graft,
+LoRA and full fine-tune) beside ours. Writes ``results.json``, ``vocabulary.md`` and figures.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ if TYPE_CHECKING:
     from repo_lens.protocol import LensProtocol
 
 QUICK_IDS = 2048  # --quick: the first ids of the vocabulary (a BPE's most frequent merges come first)
+# The post's category medians of its SmolLM2-1.7B graft (experiments/delta_graft/RESULTS.md: 2,000 LoRA steps,
+# mean δ 1.033; 800 full fine-tune steps, mean δ 1.002), in the script's categories; EOS apart.
+POST_GRAFT_MEDIANS: dict[str, dict[str, float]] = {
+    "the post, LoRA": {"sentence_punct": 1.042, "other_punct": 1.044, "function_word": 1.028,
+                       "subword_continuation": 1.034, "word_start": 1.032, "EOS": 1.053},
+    "the post, full fine-tune": {"sentence_punct": 1.007, "other_punct": 1.011, "function_word": 1.008,
+                                 "subword_continuation": 1.0017, "word_start": 1.0024, "EOS": 1.014},
+}
 
 
 def token_strings(lens: LensProtocol, n_ids: int) -> list[str]:
@@ -60,28 +70,40 @@ def analyse(model: str, quick: bool, progress: bool) -> dict[str, Any]:
 
     lens = load(model, device="cpu")
     rows = learned_increment_rows(lens)
+    shared = hasattr(lens.model, "shared_delta")  # one DeltaMLP for every layer: the same δ in each, shown once
     n_ids = min(lens.vocab_size, QUICK_IDS) if quick else lens.vocab_size
     tokens = token_strings(lens, n_ids)
     deltas = vocabulary_increments(lens, np.arange(n_ids), batch_size=256, progress=progress)
     eos_id = getattr(lens.tokenizer, "eos_token_id", None)
-    return {"layer_kinds": list(lens.layer_kinds), "rows": rows, "n_ids": n_ids, "vocab_size": lens.vocab_size,
-            "eos_id": eos_id, "layers": {str(layer): layer_result(deltas[layer], tokens, eos_id, quick)
-                                         for layer in rows}}
+    return {"layer_kinds": list(lens.layer_kinds), "rows": rows, "shared_delta": shared, "n_ids": n_ids,
+            "vocab_size": lens.vocab_size, "eos_id": eos_id,
+            "layers": {str(layer): layer_result(deltas[layer], tokens, eos_id, quick)
+                       for layer in (rows[:1] if shared else rows)}}
 
 
-def _layer_line(layer: str, result: dict[str, Any], categories: list[str]) -> str:
+def _row_name(layer: str, result: dict[str, Any]) -> str:
+    return "shared" if result.get("shared_delta") else f"L{layer}"
+
+
+def _layer_line(name: str, result: dict[str, Any], categories: list[str]) -> str:
     table, tests = result["table"], result["tests"]
     medians = [f"{table['categories'][c]['median']:.4f}" if c in table["categories"] else "–" for c in categories]
     eos = f"{table['eos']['delta']:.4f}" if table["eos"]["delta"] is not None else "–"
-    return (f"| L{layer} | " + " | ".join(medians) + f" | {eos} | {table['unused']['count']} | "
+    return (f"| {name} | " + " | ".join(medians) + f" | {eos} | {table['unused']['count']} | "
             f"{tests['trend']['value']:+.3f} | {tests['trend']['p_value']:.3g} | {tests['spread']['value']:.1f} | "
             f"{tests['spread']['p_value']:.3g} |")
 
 
-def _first_layer_lines(layer: str, result: dict[str, Any]) -> list[str]:
+def _post_lines(categories: list[str]) -> list[str]:
+    return [f"| {source} | " + " | ".join(f"{medians[c]:.4f}" if c in medians else "–" for c in categories)
+            + f" | {medians['EOS']:.4f} | – | – | – | – | – |" for source, medians in POST_GRAFT_MEDIANS.items()]
+
+
+def _first_layer_lines(name: str, result: dict[str, Any]) -> list[str]:
     drift, table = result["drift"], result["table"]
-    lines = [f"Layer {layer}: drift from the layer's mean δ ({drift['center']:.4f}), median [95% bootstrap "
-             "interval]:", "", "| category | n | median drift | mean drift |", "|---|---|---|---|"]
+    what = "The shared δ" if name == "shared" else f"Layer {name[1:]}"
+    lines = [f"{what}: drift from the mean δ ({drift['center']:.4f}), median [95% bootstrap interval]:", "",
+             "| category | n | median drift | mean drift |", "|---|---|---|---|"]
     for name, row in drift["categories"].items():
         low, high = row["median_ci"]
         lines.append(f"| {name} | {row['count']} | {row['median']:+.4f} [{low:+.4f}, {high:+.4f}] | "
@@ -98,14 +120,17 @@ def vocabulary_markdown(results: dict[str, Any]) -> str:
     categories = list(VOCABULARY_CATEGORIES)
     lines = ["# The delta-graft vocabulary table and relative drift on our models", ""]
     for model, result in results.items():
-        lines += [f"## {model} ({result['n_ids']} of {result['vocab_size']} ids)", "",
+        shared = " (one DeltaMLP shared by every layer: the same δ in each)" if result.get("shared_delta") else ""
+        lines += [f"## {model}{shared} ({result['n_ids']} of {result['vocab_size']} ids)", "",
                   "Median δ per category (ids with δ > 2 set aside), EOS, and the label-permutation tests "
-                  "(trend: ρ with sentence punct > word start > function word > subword; spread: Kruskal-Wallis H):",
+                  "(trend: ρ with sentence punct > word start > function word > subword; spread: Kruskal-Wallis H); "
+                  "the post's SmolLM2-1.7B graft below:",
                   "", "| layer | " + " | ".join(categories) + " | EOS | unused | trend ρ | p | H | p |",
                   "|---|" + "---|" * (len(categories) + 6)]
-        lines += [_layer_line(layer, row, categories) for layer, row in result["layers"].items()]
+        lines += [_layer_line(_row_name(layer, result), row, categories) for layer, row in result["layers"].items()]
+        lines += _post_lines(categories)
         first = next(iter(result["layers"]))
-        lines += ["", *_first_layer_lines(first, result["layers"][first]), ""]
+        lines += ["", *_first_layer_lines(_row_name(first, result), result["layers"][first]), ""]
     return "\n".join(lines)
 
 
@@ -117,8 +142,10 @@ def figures_of(results: dict[str, Any]) -> dict[str, Any]:
         name, layers = stem(model), result["layers"]
         series: dict[str, list[float]] = {}
         for layer, row in layers.items():
+            covered = result["rows"] if result.get("shared_delta") else [int(layer)]
             for category, entry in row["table"]["categories"].items():
-                series.setdefault(category, [float("nan")] * len(result["layer_kinds"]))[int(layer)] = entry["median"]
+                for index in covered:
+                    series.setdefault(category, [float("nan")] * len(result["layer_kinds"]))[index] = entry["median"]
         figures[f"{name}_category_medians"] = layer_series_figure(series, "median δ", f"{model}: median δ by category")
         names = list(layers)
         chosen = [names[k] for k in sorted({0, len(names) // 2, len(names) - 1})]  # first, middle, last

@@ -206,6 +206,8 @@ def test_zoo_defaults_quick(tmp_path):
     vocabulary = STUDIES["increment_post_vocabulary"]
     document = vocabulary.load()(tmp_path / "vocabulary", list(vocabulary.default_models), quick=True, figures=False,
                                  progress=False)
+    graft = document["results"]["zoo:smollm2-135m-graft"]  # one DeltaMLP for all 30 layers: one table
+    assert graft["shared_delta"] and graft["rows"] == list(range(30)) and list(graft["layers"]) == ["0"]
     result = document["results"]["zoo:smollm2-135m-lpi"]
     assert result["n_ids"] == 2048 and result["rows"][0] == 10
     assert set(result["layers"]["10"]["table"]["categories"]) >= {"word_start", "subword_continuation", "function_word"}

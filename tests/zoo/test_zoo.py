@@ -23,7 +23,8 @@ EXPECTED = ({f"bytes-{mechanism}" for mechanism in BYTE_MECHANISMS}
 POST_MODELS = {"bytes-post-lpi-resid", "bytes-post-lpi"}
 RETRIEVAL_MECHANISMS = ("rope", "nope", "repo", "lpi")
 # what continued training changed on a pretrained base (tests/external/test_smollm2_repo.py)
-DELTAS = {"smollm2-135m-repo", "smollm2-135m-rope-ct", "smollm2-135m-grape", "smollm2-135m-lpi"}
+DELTAS = {"smollm2-135m-repo", "smollm2-135m-rope-ct", "smollm2-135m-grape", "smollm2-135m-lpi",
+          "smollm2-135m-graft"}
 
 
 def test_the_zoo_ships_every_model_with_a_card():

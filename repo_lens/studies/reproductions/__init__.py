@@ -72,7 +72,7 @@ STUDIES: dict[str, Study] = {study.name: study for study in (
           "run (or a checkpoint) reduced to the post's findings, beside the post and its rerun", "post_by_step",
           "post_findings_by_step", ("zoo:bytes-post-lpi-resid",)),
     Study("increment_post_vocabulary", "the learned-increments post's delta-graft vocabulary table and relative drift",
-          "post_vocabulary", "post_vocabulary_study", ("zoo:smollm2-135m-lpi",)),
+          "post_vocabulary", "post_vocabulary_study", ("zoo:smollm2-135m-graft", "zoo:smollm2-135m-lpi")),
     Study("flipflop", "CoPE Table 2: Flip-Flop errors", "flipflop", "flipflop_study",
           ("zoo:flipflop-rope", "zoo:flipflop-cope")),
     Study("position_interventions", "causal studies: edits of learned positions on and off their own scale, "

@@ -170,12 +170,16 @@ def _interval(value: float, interval: list[float], digits: int) -> str:
     return f"{value:+.{digits}f} [{interval[0]:+.{digits}f}, {interval[1]:+.{digits}f}]"
 
 
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" + ("" if n == 1 else "s")
+
+
 def drift_markdown(summary: dict[str, Any]) -> str:
     """The relative-drift tables of every model in ``summary``."""
     lines = ["# Relative drift of the learned gaps by token class", ""]
     for name, entry in summary.items():
         drift = entry["relative_drift"]
-        lines += [f"## {name} ({entry['source']}): {drift['units']} {drift['unit']}s, {drift['tokens']} tokens", ""]
+        lines += [f"## {name} ({entry['source']}): {_count(drift['units'], drift['unit'])}, {drift['tokens']} tokens", ""]
         for side, words in (("before", "the gap before a token of the class"),
                             ("after", "the gap after a token of the class")):
             result = drift[side]
@@ -191,12 +195,13 @@ def drift_markdown(summary: dict[str, Any]) -> str:
             spread, trend = result["spread"], result["trend"]
             lines += ["", f"Any class effect (Kruskal-Wallis H, labels shuffled inside each {drift['unit']}): "
                       f"pooled ΣH = {spread['H_sum']:.1f}, p = {spread['p_value']:.3g}; "
-                      f"{spread['units_significant_bh']} of {drift['units']} {drift['unit']}s significant after "
+                      f"{spread['units_significant_bh']} of {_count(drift['units'], drift['unit'])} significant after "
                       f"Benjamini-Hochberg at 0.05; ε² = H/(n−1) median {spread['epsilon_squared']['median']:.4f} "
                       f"(max {spread['epsilon_squared']['max']:.4f}).",
                       f"The post's order ({' > '.join(trend['order'])}; Cuzick's trend): mean ρ = "
-                      f"{trend['mean_rho']:+.4f}, pooled p = {trend['p_value']:.3g}; {trend['units_significant_bh']} "
-                      f"{drift['unit']}s significant after Benjamini-Hochberg ({trend['following']} following the "
+                      f"{trend['mean_rho']:+.4f}, pooled p = {trend['p_value']:.3g}; "
+                      f"{_count(trend['units_significant_bh'], drift['unit'])} significant after Benjamini-Hochberg "
+                      f"({trend['following']} following the "
                       f"order, {trend['reversing']} reversing it); ρ from {trend['rho']['min']:+.3f} to "
                       f"{trend['rho']['max']:+.3f}.", ""]
     return "\n".join(lines)

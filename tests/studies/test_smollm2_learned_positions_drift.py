@@ -86,3 +86,4 @@ def test_one_delta_shared_by_every_layer_is_one_unit_with_its_own_interval(scrip
     table = script.drift_markdown({"graft": {"source": "synthetic", "relative_drift": result}})
     assert "the class's mean drift from the shared δ's mean gap [95% bootstrap interval over tokens]" in table
     assert f"| punctuation | {row['tokens']} | {row['median_drift']:+.4f} [{low:+.4f}, " in table
+    assert ": 1 shared δ," in table and "1 of 1 shared δ significant" in table  # one unit, said in the singular

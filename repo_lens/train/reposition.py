@@ -464,10 +464,12 @@ def _train(cfg: RepositionConfig, base: LensModel, text: TextTokens, directory: 
 
 def ship_delta(model: LensModel, cfg: RepositionConfig, directory: Path, summary: dict[str, Any]) -> Path:
     """``delta.safetensors`` (what training changed, bf16; in fp32 the increments the layers share, since every
-    position is their running sum, and the position modules of a mechanism whose ``recipe_fp32`` trait says so)
-    and ``recipe.json`` (how to rebuild the model from the base, and the run's summary) in ``directory``."""
-    full = mechanism_traits(cfg.mechanism).recipe_fp32
-    tensors = {name: tensor.float() if name.startswith(SHARED_PREFIX) or (full and is_position_weight(name))
+    position is their running sum, and the position modules' vectors of a mechanism whose ``recipe_fp32_vectors``
+    trait says so) and ``recipe.json`` (how to rebuild the model from the base, and the run's summary) in
+    ``directory``."""
+    vectors = mechanism_traits(cfg.mechanism).recipe_fp32_vectors
+    tensors = {name: tensor.float() if name.startswith(SHARED_PREFIX)
+               or (vectors and is_position_weight(name) and tensor.dim() == 1)
                else tensor.to(torch.bfloat16) for name, tensor in trainable_state(model).items()}
     atomic_write(directory / DELTA_FILE, lambda temp: save_file(tensors, str(temp)))
     recipe = {"base": cfg.base, "mechanism": cfg.mechanism, "first_layer": summary["first_layer"],

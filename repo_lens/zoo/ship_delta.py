@@ -42,7 +42,7 @@ KINDS = {  # mechanism -> (what the card calls it, what its position module is, 
     ResidualIncrementPositions.kind: ("per-layer learned position increments from the residual stream (the post's "
                   "per-layer δ)", "each re-positioned layer's increment MLP and its own RMSNorm (δ = 10 · "
                   "sigmoid(MLP(RMSNorm(x))), x the residual stream entering the block, position = Σ_{s≤t} δ_s; "
-                  "shipped in fp32) and ", "the norm's weight 1, the MLP's output weight 0 and its bias logit(1/10), "
+                  "its norm's weight and its biases shipped in fp32, its matrices in bf16) and ", "the norm's weight 1, the MLP's output weight 0 and its bias logit(1/10), "
                   "so δ = 1 and the positions are the index plus one: step 0 is the base"),
     GraftIncrementPositions.kind: ("the learned-increments post's graft (one δ per token, shared by every layer)",
                   "the DeltaMLP every layer shares (δ = softplus(MLP(e)) of the base's input embeddings e, position "

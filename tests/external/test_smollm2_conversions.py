@@ -2,7 +2,8 @@
 
 - ``zoo:smollm2-135m-grape``: GRAPE-M's content-dependent phase from layer 10
   (``repo-lens train --base zoo:smollm2-135m --mechanism grape-m``);
-- ``zoo:smollm2-135m-lpi``: per-layer learned position increments from layer 10 (``--mechanism lpi-layer``);
+- ``zoo:smollm2-135m-lpi``: the learned-increments post's per-layer increments from layer 10, each layer's δ read
+  from the residual stream entering it through a norm of its own (``--mechanism lpi-resid``);
 - ``zoo:smollm2-135m-graft``: the learned-increments post's graft, one δ per token from the input embeddings
   for every layer (``--mechanism lpi-graft``), with the control's adapters (layers 10-29).
 
@@ -43,7 +44,9 @@ DELTA_MLP = D_MODEL * (D_MODEL // 4) + D_MODEL // 4 + D_MODEL // 4 + 1  # d_mode
 MECHANISMS = {
     "smollm2-135m-grape": Conversion("grape-m", "GRAPE-M with a content-dependent phase",
                                      LEARNED_LAYERS * (D_MODEL * N_HEADS + N_HEADS)),
-    "smollm2-135m-lpi": Conversion("lpi-layer", "per-layer learned position increments", LEARNED_LAYERS * DELTA_MLP),
+    # a DeltaMLP and its RMSNorm's weight per re-positioned layer
+    "smollm2-135m-lpi": Conversion("lpi-resid", "per-layer learned position increments from the residual stream",
+                                   LEARNED_LAYERS * (DELTA_MLP + D_MODEL)),
     # one DeltaMLP for every layer; its δ stays within a few per cent of 1, so on TEXT's 21 tokens it moves less
     "smollm2-135m-graft": Conversion("lpi-graft", "the learned-increments post's graft", DELTA_MLP, first_layer=0,
                                      departure=0.2),

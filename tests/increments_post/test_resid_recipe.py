@@ -120,8 +120,9 @@ def test_the_command_trains_and_ships_a_delta_that_rebuilds_the_trained_model(ba
     positions = position_names(range(2, 4))
     factors = {f"blocks.{layer}.attn.{proj}.lora_{factor}" for layer in (2, 3) for proj in ADAPTED for factor in "AB"}
     assert set(shipped) == positions | factors  # the DeltaMLPs and their norms: nothing dropped
-    for name in positions:  # bit for bit: fp32, as trained
-        assert shipped[name].dtype == torch.float32 and torch.equal(shipped[name], trained[name]), name
+    for name in positions:  # the vectors bit for bit (fp32, as trained), the matrices rounded to bf16
+        expected = trained[name] if trained[name].dim() == 1 else trained[name].bfloat16()
+        assert shipped[name].dtype == expected.dtype and torch.equal(shipped[name], expected), name
     assert {shipped[name].dtype for name in factors} == {torch.bfloat16}
     for layer in (2, 3):  # training reached every part; bf16 would have rounded the norms' steps off
         norm = shipped[f"blocks.{layer}.attn.mechanism.norm.weight"]
@@ -132,7 +133,7 @@ def test_the_command_trains_and_ships_a_delta_that_rebuilds_the_trained_model(ba
     assert loaded.cfg.layer_mechanisms == ["rope", "rope", KIND, KIND]
     state = loaded.state_dict()
     for name in positions:
-        assert torch.equal(state[name], trained[name]), name
+        assert torch.equal(state[name], shipped[name].float()), name
     for layer in (2, 3):  # the adapters folded in: W + (alpha / rank) · B A of the shipped factors
         for proj in ADAPTED:
             prefix = f"blocks.{layer}.attn.{proj}"
@@ -154,9 +155,10 @@ def test_the_command_trains_and_ships_a_delta_that_rebuilds_the_trained_model(ba
     with torch.no_grad():
         loaded.run_with_hooks(tokens, fwd_hooks=keep(seen["loaded"]))
         trained_model.run_with_hooks(tokens, fwd_hooks=keep(seen["trained"]))
-    # layer 2, the first learned one, reads a residual stream that only base weights made: the same positions
+    # layer 2, the first learned one, reads a residual stream that only base weights made: the trained positions,
+    # but for the DeltaMLP's matrices shipped in bf16 (their rounding moves these 42 positions by a few 1e-4)
     torch.testing.assert_close(seen["loaded"]["blocks.2.attn.hook_pos"], seen["trained"]["blocks.2.attn.hook_pos"],
-                               rtol=0, atol=0)
+                               rtol=0, atol=5e-3)
     delta = seen["loaded"]["blocks.2.attn.mechanism.hook_delta"][:, 0]  # [batch, pos]: one δ for every head
     resid = seen["loaded"]["blocks.2.hook_resid_pre"]
     torch.testing.assert_close(delta, post_delta(resid, shipped, 2), rtol=1e-6, atol=1e-6)

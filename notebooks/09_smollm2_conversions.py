@@ -70,7 +70,7 @@ for name, source in MODELS.items():
 # GRAPE-M holds up: its loss is the control's to within a thousandth of a bit and it retrieves as the
 # control does. The learned increments match the control's loss too and retrieve within a few prompts of
 # it: they miss one NIAH prompt and 6 fact prompts that the control answers and answer 2 that it misses,
-# which the card's paired McNemar test does not tell apart from the control (p = 1 and 0.29). RePo is
+# which the card's paired McNemar test does not tell apart from the control. RePo is
 # about a bit per token worse and retrieves nothing. The same on a paragraph none of them trained on:
 
 # %%
@@ -107,7 +107,7 @@ for name, trace in traces.items():
 # The control's heads end exactly at the index. GRAPE-M's heads end up to tens of tokens from it, with
 # ranges from about half to one and a half times the index's: each head runs at a speed of its own. The
 # learned increments do the same per layer (all of a layer's heads share one δ), closer to the index: a few
-# tokens from it at the median, ranges from 0.8 to 1.35 times the index's.
+# tokens from it at the median, ranges from 0.824 to 1.346 times the index's.
 # RePo's ranges are a small fraction of the index's: its heads no longer spread the paragraph out.
 #
 # So GRAPE-M is best seen on one shared axis, where each layer's row ends where its speed takes it. The

@@ -167,7 +167,8 @@ def test_decoding_with_the_kv_cache_equals_the_full_forward(tmp_path):
     with torch.no_grad():
         full, cache = model(ids), model.new_cache()
         pieces = [model(ids[:, :9], cache=cache), model(ids[:, 9:10], cache=cache), model(ids[:, 10:], cache=cache)]
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
+    # fp32 matmuls of 1 and of many tokens sum in other orders (1.4e-5 apart on an AVX-512 CPU), as in the decay test
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-4)
 
 
 def test_a_gelu_model_is_a_non_gated_transformer_lens_model(tmp_path):

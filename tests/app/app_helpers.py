@@ -38,15 +38,19 @@ def checkpoint_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def app_env(monkeypatch, checkpoint_root) -> Path:
-    """The app reads only the temporary root; the zoo looks empty, so no test depends on it."""
+def app_env(monkeypatch, checkpoint_root):
+    """The app reads only the temporary root; the zoo looks empty, so no test depends on it. The model box's
+    cached list (kept 60 s per roots) is cleared before and after, so no test sees the zoo another one saw."""
     import repo_lens.zoo
+    from repo_lens.app import cache
 
     monkeypatch.setenv("REPO_LENS_APP_ROOTS", str(checkpoint_root))
     monkeypatch.setenv("REPO_LENS_APP_DEFAULT_MODEL", str(checkpoint_root / "tiny-repo"))
     monkeypatch.setattr(repo_lens.zoo, "available_models", lambda: [])
     monkeypatch.setattr(repo_lens.zoo, "zoo_entries", lambda: [])  # nor the external models (smollm2-135m)
-    return checkpoint_root
+    cache.get_model_sources.clear()
+    yield checkpoint_root
+    cache.get_model_sources.clear()
 
 
 @pytest.fixture

@@ -228,13 +228,10 @@ def test_local_checkpoint_by_path(app, app_env):
 def test_no_model_configured_explains_what_to_do(app, monkeypatch):
     monkeypatch.delenv("REPO_LENS_APP_ROOTS")
     monkeypatch.delenv("REPO_LENS_APP_DEFAULT_MODEL")
-    from repo_lens.app import cache
-
     at = app().run()
     assert_clean(at)
     assert any("REPO_LENS_APP_ROOTS" in text for text in messages(at, "warning"))
     assert not figures(at)
-    cache.get_model_sources.clear()  # its empty zoo, cached for the default roots, is not the real zoo's list
 
 
 def test_without_the_smollm2_base_the_app_opens_on_the_1k_repo_zoo_model(app, monkeypatch):
@@ -389,7 +386,6 @@ def test_the_learned_increments_posts_model_is_offered_and_spaced_by_its_increme
     and its spaced-tokens rows at the positions its own learned increments give (layer 0: Σ δ)."""
     import repo_lens.zoo as zoo
     from repo_lens.analysis import trace_increments
-    from repo_lens.app import cache
     from repo_lens.zoo import ZOO_DIR
 
     monkeypatch.undo()  # the real zoo, not the app fixtures' empty one
@@ -399,7 +395,6 @@ def test_the_learned_increments_posts_model_is_offered_and_spaced_by_its_increme
 
     from app_helpers import APP
 
-    cache.get_model_sources.clear()  # not the list an earlier test in this process cached for the same roots
     at = AppTest.from_file(str(APP), default_timeout=300).run()
     assert_clean(at)
     assert not messages(at, "error")
